@@ -1,0 +1,3 @@
+"""prefshift: weak-to-strong reward models under preference shift."""
+
+__version__ = "0.1.0"

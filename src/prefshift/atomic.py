@@ -1,0 +1,52 @@
+"""Atomic outputs: write beside the target, rename on success.
+
+A stage killed half-way must never leave a file or directory that the next
+stage or DVC would accept as complete, so every output goes through here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+
+@contextmanager
+def atomic_path(target: str | Path, directory: bool = False) -> Iterator[Path]:
+    """Yield a temporary sibling path; on success it replaces `target` in one rename."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    work = tmp if directory else tmp / target.name
+    try:
+        yield work
+        if directory:
+            if target.exists():
+                old = target.with_name(f".{target.name}.old")
+                shutil.rmtree(old, ignore_errors=True)
+                target.rename(old)
+                tmp.rename(target)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                tmp.rename(target)
+        else:
+            os.replace(work, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_json(target: str | Path, payload: Any) -> None:
+    """Stable JSON (sorted keys, fixed float repr) so identical runs give identical bytes."""
+    with atomic_path(target) as tmp:
+        tmp.write_text(json.dumps(payload, indent=2, sort_keys=True, allow_nan=False) + "\n", encoding="utf-8")
+
+
+def write_text(target: str | Path, text: str) -> None:
+    with atomic_path(target) as tmp:
+        tmp.write_text(text, encoding="utf-8")

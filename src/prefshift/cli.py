@@ -1,0 +1,118 @@
+"""The command line: one command per DVC stage, plus the user-facing helpers.
+
+Commands only parse options and call the stage module; stage modules are imported
+lazily so `prefshift --help` stays fast and a stage pulls in only what it needs.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from prefshift.config import Params, check_method, load_params
+from prefshift.errors import PrefshiftError
+from prefshift.paths import Layout
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="prefshift: weak-to-strong reward models under preference shift.",
+)
+err_console = Console(stderr=True)
+
+ParamsOption = Annotated[Path, typer.Option("--params", "-p", help="params.yaml to read.")]
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option("--set", "-S", help="Override a param, e.g. -S anchor.lambda=0.01 (repeatable)."),
+]
+RootOption = Annotated[Path, typer.Option("--root", help="Project root holding data/, models/, reports/.")]
+
+
+def _stage(module: str, function: str = "run") -> Any:
+    return getattr(importlib.import_module(f"prefshift.{module}"), function)
+
+
+def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    try:
+        return fn(*args, **kwargs)
+    except PrefshiftError as err:
+        err_console.print(f"[bold red]error:[/] {err}")
+        raise typer.Exit(2) from None
+
+
+def _params(path: Path, overrides: list[str] | None) -> Params:
+    return _call(load_params, path, overrides)
+
+
+@app.command()
+def prepare(params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")):
+    """Normalise the source and target datasets to the pair schema (data/pairs/)."""
+    _call(_stage("stages.prepare"), _params(params, set_), Layout(root))
+
+
+@app.command()
+def split(params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")):
+    """Build teacher_train / student_train / id_test / ood splits (data/splits/)."""
+    _call(_stage("stages.split"), _params(params, set_), Layout(root))
+
+
+@app.command()
+def datasets():
+    """List the dataset adapters, their category, default source and what they need."""
+    _call(_stage("data.adapters", "print_catalogue"))
+
+
+@app.command()
+def backbone(params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")):
+    """Resolve (or pretrain, for the embedded default) the weak and strong backbones (models/base/)."""
+    _call(_stage("stages.backbone"), _params(params, set_), Layout(root))
+
+
+@app.command()
+def teacher(params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")):
+    """Train the weak teacher on the gold labels of teacher_train (models/teacher/)."""
+    _call(_stage("stages.teacher"), _params(params, set_), Layout(root))
+
+
+@app.command()
+def label(params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")):
+    """Soft labels q_i for student_train and the teacher's scores on every test split."""
+    _call(_stage("stages.label"), _params(params, set_), Layout(root))
+
+
+@app.command()
+def train(
+    method: Annotated[str, typer.Option("--method", "-m", help="naive, confidence, seam, anchor_last, ...")],
+    params: ParamsOption = Path("params.yaml"),
+    set_: SetOption = None,
+    root: RootOption = Path("."),
+):
+    """Train one strong student (models/students/<method>/)."""
+    _call(check_method, method)
+    _call(_stage("stages.train"), _params(params, set_), Layout(root), method)
+
+
+@app.command()
+def evaluate(
+    method: Annotated[str, typer.Option("--method", "-m", help="Which trained student to evaluate.")],
+    params: ParamsOption = Path("params.yaml"),
+    set_: SetOption = None,
+    root: RootOption = Path("."),
+):
+    """Score ID and OOD splits with a student; write reports/metrics/<method>.json."""
+    _call(check_method, method)
+    _call(_stage("stages.evaluate"), _params(params, set_), Layout(root), method)
+
+
+@app.command()
+def report(params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")):
+    """Tables and figures across methods (reports/summary.md, reports/figures/, reports/metrics.json)."""
+    _call(_stage("stages.report"), _params(params, set_), Layout(root))
+
+
+def main() -> None:
+    app()

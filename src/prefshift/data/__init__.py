@@ -1,0 +1,1 @@
+"""Data: the pair schema, source adapters, the synthetic suite and the split protocol."""

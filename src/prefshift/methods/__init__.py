@@ -1,0 +1,1 @@
+"""Training objectives: one function per loss, one interface for the training loop."""

@@ -1,0 +1,1 @@
+"""Reward models and backbones."""

@@ -1,0 +1,93 @@
+"""Where every stage reads and writes, relative to the project root (the DVC layout).
+
+Stages take a `Layout` so tests can run the pipeline inside a temporary directory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Layout:
+    root: Path = Path(".")
+
+    def pairs(self, dataset: str, split: str) -> Path:
+        return self.root / "data" / "pairs" / dataset / f"{split}.parquet"
+
+    def pair_groups(self, dataset: str) -> Path:
+        return self.root / "data" / "pairs" / dataset / "groups.parquet"
+
+    def skips(self, dataset: str) -> Path:
+        return self.root / "data" / "pairs" / dataset / "skips.json"
+
+    @property
+    def splits_dir(self) -> Path:
+        return self.root / "data" / "splits"
+
+    def split(self, name: str) -> Path:
+        """teacher_train, student_train, id_test, or a target dataset's OOD split."""
+        if name in ("teacher_train", "student_train", "id_test"):
+            return self.splits_dir / f"{name}.parquet"
+        return self.splits_dir / "ood" / f"{name}.parquet"
+
+    def split_groups(self, dataset: str) -> Path:
+        return self.splits_dir / "groups" / f"{dataset}.parquet"
+
+    @property
+    def split_manifest(self) -> Path:
+        return self.splits_dir / "manifest.json"
+
+    def base_model(self, which: str) -> Path:
+        return self.root / "models" / "base" / which
+
+    @property
+    def teacher_dir(self) -> Path:
+        return self.root / "models" / "teacher"
+
+    def student_dir(self, method: str) -> Path:
+        return self.root / "models" / "students" / method
+
+    def checkpoint_dir(self, name: str) -> Path:
+        return self.root / "models" / "checkpoints" / name
+
+    @property
+    def weak_labels(self) -> Path:
+        return self.root / "data" / "weak_labels" / "student_train.parquet"
+
+    @property
+    def seam_labels(self) -> Path:
+        return self.root / "data" / "weak_labels" / "seam" / "student_train.parquet"
+
+    def scores_dir(self, model: str) -> Path:
+        """Per-model reward margins: `teacher` (written by label) or a method (written by evaluate)."""
+        return self.root / "data" / "scores" / model
+
+    def scores(self, model: str, split: str) -> Path:
+        return self.scores_dir(model) / f"{split}.parquet"
+
+    def group_scores(self, model: str, dataset: str) -> Path:
+        return self.scores_dir(model) / "groups" / f"{dataset}.parquet"
+
+    def train_log(self, name: str) -> Path:
+        return self.root / "reports" / "train" / f"{name}.json"
+
+    def metrics(self, method: str) -> Path:
+        return self.root / "reports" / "metrics" / f"{method}.json"
+
+    @property
+    def teacher_metrics(self) -> Path:
+        return self.root / "reports" / "metrics" / "teacher.json"
+
+    @property
+    def summary(self) -> Path:
+        return self.root / "reports" / "summary.md"
+
+    @property
+    def figures(self) -> Path:
+        return self.root / "reports" / "figures"
+
+    @property
+    def metrics_summary(self) -> Path:
+        return self.root / "reports" / "metrics.json"

@@ -1,0 +1,1 @@
+"""Stage entry points: one module per DVC stage, called by the CLI."""
