@@ -91,3 +91,13 @@ class Layout:
     @property
     def metrics_summary(self) -> Path:
         return self.root / "reports" / "metrics.json"
+
+    @property
+    def plots_dir(self) -> Path:
+        """CSV series for `dvc plots` (training/, drift/ per method; accuracy.csv; lambda.csv)."""
+        return self.root / "reports" / "plots"
+
+    @property
+    def sweeps_dir(self) -> Path:
+        """Sweep results the report's ablation tables read: one metrics JSON + {"sweep": {...}} per run."""
+        return self.root / "reports" / "sweeps"
