@@ -114,5 +114,23 @@ def report(params: ParamsOption = Path("params.yaml"), set_: SetOption = None, r
     _call(_stage("stages.report"), _params(params, set_), Layout(root))
 
 
+@app.command()
+def preset(
+    name: Annotated[str | None, typer.Argument(help="Preset to apply (see --list).")] = None,
+    list_: Annotated[bool, typer.Option("--list", help="List the presets and exit.")] = False,
+    out: Annotated[Path, typer.Option("--out", "-o", help="params file to write.")] = Path("params.yaml"),
+    set_: SetOption = None,
+):
+    """Write a full params.yaml from a preset for real runs; -S points it at local models or data."""
+    if list_:
+        _call(_stage("presets", "print_catalogue"))
+        return
+    if name is None:
+        err_console.print("[bold red]error:[/] name a preset, or pass --list to see them")
+        raise typer.Exit(2)
+    written = _call(_stage("presets", "write"), name, out, set_)
+    typer.echo(f"wrote {written} from preset {name}")
+
+
 def main() -> None:
     app()

@@ -277,9 +277,15 @@ def load_params(path: str | Path = "params.yaml", overrides: list[str] | None = 
         raise ConfigError(f"{path}: not valid YAML: {err}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping of sections at the top level")
-    for item in overrides or []:
+    apply_overrides(raw, overrides or [])
+    return parse_params(raw, str(path))
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Set `section.key=value` items (values parsed as YAML) in the raw params tree, in place."""
+    for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override {item!r}: expected section.key=value")
         key, value = item.split("=", 1)
         _set_dotted(raw, key.strip(), yaml.safe_load(value))
-    return parse_params(raw, str(path))
+    return raw
