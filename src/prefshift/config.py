@@ -33,6 +33,18 @@ class DatasetSource(Strict):
     hf_id: str | None = Field(None, description="Override of the adapter's default Hugging Face id.")
     hf_config: str | None = Field(None, description="Dataset config / subset name on the hub.")
     revision: str | None = Field(None, description="Hub revision (commit sha or tag) for reproducibility.")
+    adapter: str | None = Field(
+        None, description="Adapter to read this entry with; `local` or a built-in name (the key becomes an alias)."
+    )
+    category: Literal["helpful", "harmless"] | None = Field(
+        None, description="Category of a `local` dataset (built-in adapters know their own)."
+    )
+
+    @model_validator(mode="after")
+    def _local_needs_path_and_category(self) -> DatasetSource:
+        if self.adapter == "local" and (self.path is None or self.category is None):
+            raise ValueError("a dataset with adapter: local needs both `path` and `category`")
+        return self
 
 
 class SplitCaps(Strict):
