@@ -1,0 +1,245 @@
+"""What every source adapter shares: where raw rows come from, and the row → pair loop.
+
+A real source is read from the Hugging Face hub by default, or from a local copy in
+the same format when params set `data.sources.<name>.path`. Rows from the hub that
+fail validation are skipped and counted; a local file that cannot be parsed is the
+user's own data, so it stops the run with the file and line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prefshift.config import Params
+from prefshift.data.schema import Group, Pair, RowError, SchemaError, SkipCounter, pair_content_hash
+from prefshift.errors import PrefshiftError
+
+SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".parquet", ".csv")
+
+
+class SourceUnavailable(PrefshiftError):
+    """A source that can be read neither from a local path nor from the hub."""
+
+
+Record = tuple[str, dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """One named dataset: its defaults, and how one of its rows becomes a pair.
+
+    `splits` maps the pipeline's split names (train, test) to the source's own.
+    `columns` are the source columns every row must carry.
+    """
+
+    name: str
+    category: str
+    hf_id: str | None = None
+    hf_config: str | None = None
+    data_dir: str | None = None
+    splits: Mapping[str, str] = field(default_factory=lambda: {"train": "train", "test": "test"})
+    columns: tuple[str, ...] = ()
+    needs: str = ""
+
+    def renamed(self, name: str, category: str | None = None) -> Adapter:
+        """The same reader under another dataset name (a params alias)."""
+        return dataclasses.replace(self, name=name, category=category or self.category)
+
+    def rows(self, split: str, params: Params) -> Iterator[Record]:
+        return source_rows(self, split, params)
+
+    def to_pair(self, row: dict[str, Any], where: str, params: Params) -> Pair:
+        raise NotImplementedError
+
+    def load_pairs(self, split: str, params: Params, counter: SkipCounter) -> list[Pair]:
+        """Every valid pair of `split`; the rest skipped into `counter`, duplicates included."""
+        if split not in self.splits:
+            raise PrefshiftError(f"{self.name}: no split {split!r}; it has {sorted(self.splits)}")
+        pairs: list[Pair] = []
+        seen: set[str] = set()
+        for where, row in self.rows(split, params):
+            try:
+                pair = self.to_pair(row, where, params)
+                content = pair_content_hash(pair)
+                if content in seen:
+                    raise RowError("duplicate", f"{where}: same prompt and responses as an earlier row")
+            except RowError as err:
+                counter.skip(err)
+                continue
+            seen.add(content)
+            counter.kept += 1
+            pairs.append(pair)
+        return pairs
+
+    def load_groups(self, params: Params) -> list[Group]:
+        """Rated response groups for best-of-n evaluation; most sources have none."""
+        return []
+
+
+def value(row: dict[str, Any], key: str, where: str) -> Any:
+    """A row's field, or a counted skip when the source left it empty."""
+    found = row.get(key)
+    if found is None or (isinstance(found, float) and math.isnan(found)):
+        raise RowError("missing_field", f"{where}: field {key!r} is missing")
+    return found
+
+
+def source_rows(adapter: Adapter, split: str, params: Params) -> Iterator[Record]:
+    source = params.data.sources.get(adapter.name)
+    if source is not None and source.path:
+        for path in split_files(Path(source.path), split, adapter.splits[split], adapter.name):
+            yield from read_records(path, adapter.columns)
+    else:
+        yield from hub_rows(adapter, adapter.splits[split], params)
+
+
+def split_files(path: Path, split: str, source_split: str, name: str) -> list[Path]:
+    """Local files holding one split.
+
+    A path containing `{split}` is formatted with the source's split name; a directory
+    is searched (recursively, as a hub snapshot is laid out) for `<split>.*` or
+    `<split>-*` files; a single plain file can only be a test split.
+    """
+    if "{split}" in str(path):
+        path = Path(str(path).format(split=source_split))
+        if not path.is_file():
+            raise PrefshiftError(f"data.sources.{name}.path: {path} not found (split {split})")
+        return [path]
+    if path.is_dir():
+        found = sorted(
+            p
+            for p in path.rglob(f"{source_split}*")
+            if p.is_file() and p.name.endswith(SUFFIXES) and p.name[len(source_split)] in ".-"
+        )
+        if not found:
+            raise PrefshiftError(
+                f"data.sources.{name}.path: no {source_split}.jsonl/.json/.parquet/.csv file under {path} "
+                f"(needed for the {split} split)"
+            )
+        return found
+    if path.is_file():
+        if split != "test":
+            raise PrefshiftError(
+                f"data.sources.{name}.path: {path} is one file, usable as a test split only; "
+                f"for the {split} split give a directory with {source_split}.* files or a path with {{split}}"
+            )
+        return [path]
+    raise PrefshiftError(f"data.sources.{name}.path: {path} does not exist")
+
+
+def read_records(path: Path, columns: tuple[str, ...] = ()) -> Iterator[Record]:
+    """Rows of a local file with their location; unreadable input is fatal and located."""
+    name = path.name
+    if name.endswith((".jsonl", ".jsonl.gz")):
+        records = _jsonl(path)
+    elif name.endswith((".json", ".json.gz")):
+        records = _json_array(path)
+    elif name.endswith(".parquet"):
+        records = _table(path, _read_parquet(path))
+    elif name.endswith(".csv"):
+        records = _table(path, _read_csv(path))
+    else:
+        raise SchemaError(f"{path}: unsupported file type (use {', '.join(SUFFIXES)})")
+    for where, row in records:
+        missing = [c for c in columns if c not in row]
+        if missing:
+            raise SchemaError(f"{where}: missing column(s) {missing}; found {sorted(row)}")
+        yield where, row
+
+
+def _open_text(path: Path):
+    if path.name.endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8")
+    return path.open(encoding="utf-8")
+
+
+def _jsonl(path: Path) -> Iterator[Record]:
+    with _open_text(path) as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            where = f"{path} line {number}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise SchemaError(f"{where}: not valid JSON ({err.msg})") from None
+            if not isinstance(row, dict):
+                raise SchemaError(f"{where}: expected a JSON object, got {type(row).__name__}")
+            yield where, row
+
+
+def _json_array(path: Path) -> Iterator[Record]:
+    with _open_text(path) as handle:
+        try:
+            rows = json.load(handle)
+        except json.JSONDecodeError as err:
+            raise SchemaError(f"{path} line {err.lineno}: not valid JSON ({err.msg})") from None
+    if not isinstance(rows, list):
+        raise SchemaError(f"{path}: expected a JSON array of objects")
+    for index, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise SchemaError(f"{path} item {index}: expected a JSON object, got {type(row).__name__}")
+        yield f"{path} item {index}", row
+
+
+def _read_parquet(path: Path) -> list[dict[str, Any]]:
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_table(path).to_pylist()
+    except Exception as err:  # pyarrow raises several unrelated types for a corrupt file
+        raise SchemaError(f"{path}: unreadable parquet ({err})") from None
+
+
+def _read_csv(path: Path) -> list[dict[str, Any]]:
+    import pandas as pd
+
+    try:
+        frame = pd.read_csv(path)
+    except Exception as err:  # pandas parser errors have no common base class
+        raise SchemaError(f"{path}: unreadable CSV ({err})") from None
+    return frame.astype(object).where(frame.notna(), None).to_dict("records")
+
+
+def _table(path: Path, rows: list[dict[str, Any]]) -> Iterator[Record]:
+    for index, row in enumerate(rows):
+        yield f"{path} row {index}", row
+
+
+def hub_rows(adapter: Adapter, split: str, params: Params) -> Iterator[Record]:
+    """Rows from `datasets.load_dataset`; any failure to fetch becomes a how-to-fix message."""
+    source = params.data.sources.get(adapter.name)
+    hf_id = (source and source.hf_id) or adapter.hf_id
+    config = (source and source.hf_config) or adapter.hf_config
+    revision = source.revision if source else None
+    if hf_id is None:
+        raise SourceUnavailable(f"{adapter.name}: no hub id; set data.sources.{adapter.name}.path")
+    try:
+        import datasets
+
+        table = datasets.load_dataset(
+            hf_id, config, data_dir=adapter.data_dir, split=split, revision=revision
+        )
+    except Exception as err:  # offline, missing, gated or renamed: all answered the same way
+        detail = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""
+        where = " ".join(part for part in (hf_id, config, adapter.data_dir) if part)
+        raise SourceUnavailable(
+            f"{adapter.name}: cannot load {where} split {split!r} from the Hugging Face hub "
+            f"({type(err).__name__}: {detail}). Either set data.sources.{adapter.name}.path to a local copy "
+            f"in the same format (a directory holding {split}.jsonl / {split}.parquet files, or a path "
+            f"with {{split}}), or go online (unset HF_HUB_OFFLINE and HF_DATASETS_OFFLINE) and rerun."
+        ) from None
+    missing = [c for c in adapter.columns if c not in table.column_names]
+    if missing:
+        raise SchemaError(
+            f"{adapter.name}: {hf_id} split {split!r} lacks column(s) {missing}; found {table.column_names}"
+        )
+    for index, row in enumerate(table):
+        yield f"{hf_id} {split} row {index}", row

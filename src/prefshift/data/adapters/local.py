@@ -1,0 +1,105 @@
+"""A user's own preference file, declared in params rather than built in:
+
+    data:
+      sources:
+        my_prefs: {adapter: local, path: data/raw/my_prefs, category: helpful}
+
+Each file (JSONL, JSON array, Parquet or CSV) is in one of two formats, detected from its
+first row: the pair schema (`prompt`, `chosen`, `rejected`, optional `gold` and `meta`;
+`prompt` a message list, that list as JSON text, or a plain string taken as one user
+message), or HH-style `chosen` / `rejected` transcripts. A row that breaks its file's
+format is fatal and located; rows that are valid but unusable (ties, empty or identical
+responses) are skipped and counted like any source's.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prefshift.config import Params
+from prefshift.data.adapters.base import Adapter, Record, read_records, split_files
+from prefshift.data.adapters.hh_rlhf import transcripts_to_pair
+from prefshift.data.schema import Pair, RowError, SchemaError, make_pair
+
+SCHEMA_COLUMNS = ("prompt", "chosen", "rejected")
+HH_COLUMNS = ("chosen", "rejected")
+
+
+def file_format(row: dict[str, Any], where: str) -> tuple[str, ...]:
+    """The columns every row of the file needs, judged from its first row."""
+    if "prompt" in row:
+        return SCHEMA_COLUMNS
+    if all(column in row for column in HH_COLUMNS):
+        return HH_COLUMNS
+    raise SchemaError(
+        f"{where}: neither the pair schema (prompt, chosen, rejected) nor HH transcripts "
+        f"(chosen, rejected); found columns {sorted(row)}"
+    )
+
+
+def _json_field(raw: Any, name: str, where: str) -> Any:
+    if not isinstance(raw, str):
+        return raw
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        raise SchemaError(f"{where}: field {name!r} is a string but not valid JSON") from None
+
+
+def _prompt(raw: Any) -> Any:
+    """A message list as given, decoded from JSON text, or a plain string as one user turn."""
+    if not isinstance(raw, str):
+        return raw
+    try:
+        decoded = json.loads(raw)
+    except json.JSONDecodeError:
+        decoded = None
+    return decoded if isinstance(decoded, list) else [{"role": "user", "content": raw}]
+
+
+@dataclass(frozen=True)
+class LocalAdapter(Adapter):
+    path: str = ""
+
+    def rows(self, split: str, params: Params) -> Iterator[Record]:
+        for file in split_files(Path(self.path), split, split, self.name):
+            columns: tuple[str, ...] = ()
+            for where, row in read_records(file):
+                columns = columns or file_format(row, where)
+                missing = [c for c in columns if c not in row]
+                if missing:
+                    raise SchemaError(f"{where}: missing column(s) {missing} that the file's first row has")
+                yield where, row
+
+    def to_pair(self, row: dict[str, Any], where: str, params: Params) -> Pair:
+        if "prompt" not in row:
+            return transcripts_to_pair(self.name, self.category, row["chosen"], row["rejected"], where)
+        meta = _json_field(row.get("meta"), "meta", where) or {}
+        if not isinstance(meta, dict):
+            raise RowError("bad_meta", f"{where}: field 'meta' must be an object")
+        gold = row.get("gold")
+        return make_pair(
+            dataset=self.name,
+            category=self.category,
+            prompt=_prompt(row["prompt"]),
+            chosen=row["chosen"],
+            rejected=row["rejected"],
+            gold=1.0 if gold is None else gold,
+            meta=meta,
+            where=where,
+        )
+
+
+LOCAL = LocalAdapter(
+    name="local",
+    category="helpful",
+    splits={"train": "train", "test": "test"},
+    needs=(
+        "declared in params: data.sources.<name>: {adapter: local, path: <dir with train.* and test.*, "
+        "or one file = test>, category: helpful|harmless}; pair-schema rows or HH transcripts"
+    ),
+)
