@@ -6,6 +6,8 @@ FROM ${BASE}
 ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
 ENV PIP_NO_CACHE_DIR=1 PYTHONUNBUFFERED=1 HF_HOME=/cache/hf
 
+# Not version-pinned: the slim and CUDA bases ship different apt repositories.
+# hadolint ignore=DL3008
 RUN apt-get update && apt-get install -y --no-install-recommends git python3 python3-pip python3-venv \
     && rm -rf /var/lib/apt/lists/* \
     && (command -v python >/dev/null || ln -s /usr/bin/python3 /usr/local/bin/python)
