@@ -1,0 +1,300 @@
+"""`prefshift evaluate --method M`: score a student once, then compare it with the teacher (and ceiling).
+
+Scoring (the only part that needs a model) writes reward margins per split; all
+comparisons go through `compute_metrics`, which reads plain score frames, so the
+metrics are testable and re-computable without loading anything. Scores written
+here carry the split version in their parquet metadata, and every comparison is
+made on identical pair sets, so numbers from different splits are never mixed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from prefshift import diagnostics, metrics
+from prefshift.atomic import atomic_path, write_json
+from prefshift.config import Params
+from prefshift.data.schema import Group, SkipCounter, read_groups, read_pairs
+from prefshift.data.splits import check_version, load_manifest
+from prefshift.errors import PrefshiftError
+from prefshift.paths import Layout
+
+SCORE_COLUMNS = ("pair_id", "delta", "gold", "len_chosen", "len_rejected")
+VERSION_KEY = b"split_version"
+
+
+class EvaluateError(PrefshiftError):
+    """A missing or inconsistent input of the evaluation; the message says which stage to run."""
+
+
+def check_scores(frame: pd.DataFrame, where: str) -> pd.DataFrame:
+    """Validate one score frame: the contract's columns, unique pair ids, finite margins."""
+    missing = [c for c in SCORE_COLUMNS if c not in frame.columns]
+    if missing:
+        raise EvaluateError(f"{where}: score file lacks column(s) {missing}")
+    if frame["pair_id"].duplicated().any():
+        dup = frame.loc[frame["pair_id"].duplicated(), "pair_id"].iloc[0]
+        raise EvaluateError(f"{where}: pair_id {dup!r} appears more than once")
+    bad = ~np.isfinite(frame["delta"].to_numpy(dtype=float))
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise EvaluateError(
+            f"{where}: row {row} (pair_id {frame['pair_id'].iloc[row]!r}) has a non-finite delta"
+        )
+    return frame
+
+
+def _aligned(split: str, frames: Mapping[str, pd.DataFrame]) -> tuple[metrics.SplitCredits, dict[str, Any]]:
+    """Credits of every model on the pairs all of them scored, and how many each one lacked.
+
+    Scoring skips pairs whose response does not survive truncation, and weak and
+    strong tokenizers may truncate differently, so models can miss a few pairs; those
+    are left out of every model's accuracy (comparisons stay paired) and counted.
+    """
+    ids = {name: set(frame["pair_id"]) for name, frame in frames.items()}
+    common = set.intersection(*ids.values())
+    if not common:
+        raise EvaluateError(
+            f"split {split!r}: the {', '.join(frames)} scores share no pair; they come from different "
+            f"split versions — re-run `prefshift label` and `prefshift evaluate`"
+        )
+    order = [pid for pid in frames["student"]["pair_id"] if pid in common]
+    credits = {
+        name: metrics.credit(frame.set_index("pair_id")["delta"].reindex(order).to_numpy(dtype=float))
+        for name, frame in frames.items()
+    }
+    union = set.union(*ids.values())
+    coverage = {"compared": len(order), "missing": {name: len(union - got) for name, got in ids.items()}}
+    return metrics.SplitCredits(**credits), coverage
+
+
+def model_diagnostics(
+    scores: Mapping[str, pd.DataFrame],
+    params: Params,
+    group_scores: Mapping[str, pd.DataFrame] | None = None,
+    gold_groups: Mapping[str, Sequence[Group]] | None = None,
+) -> dict[str, Any]:
+    """ECE and length shortcut per split, and best-of-n per dataset whose groups were scored."""
+    out: dict[str, Any] = {"ece": {}, "length_shortcut": {}, "best_of_n": {}}
+    for split, frame in scores.items():
+        out["ece"][split] = diagnostics.expected_calibration_error(
+            frame["delta"], frame["gold"], params.evaluate.ece_bins
+        )
+        out["length_shortcut"][split] = diagnostics.length_shortcut(
+            frame["delta"], frame["len_chosen"], frame["len_rejected"]
+        )
+    for dataset, frame in (group_scores or {}).items():
+        gold = {g.group_id: g.scores for g in (gold_groups or {}).get(dataset, [])}
+        missing = [gid for gid in frame["group_id"] if gid not in gold]
+        if missing:
+            raise EvaluateError(
+                f"group scores of {dataset!r} name group {missing[0]!r}, absent from its split's groups "
+                f"(another split version?)"
+            )
+        out["best_of_n"][dataset] = diagnostics.best_of_n(
+            [list(r) for r in frame["rewards"]], [gold[gid] for gid in frame["group_id"]]
+        )
+    return out
+
+
+def compute_metrics(
+    student: Mapping[str, pd.DataFrame],
+    teacher: Mapping[str, pd.DataFrame],
+    ceiling: Mapping[str, pd.DataFrame] | None,
+    params: Params,
+    group_scores: Mapping[str, pd.DataFrame] | None = None,
+    gold_groups: Mapping[str, Sequence[Group]] | None = None,
+    teacher_group_scores: Mapping[str, pd.DataFrame] | None = None,
+) -> dict[str, Any]:
+    """All metrics of one student from score frames keyed by split ("id_test" and each target).
+
+    The teacher block carries the teacher's own accuracies (from the same bootstrap
+    draws) and diagnostics, so the report's teacher row needs no further input.
+    """
+    targets = list(params.data.targets)
+    splits = [metrics.ID_SPLIT, *targets]
+    for name, frames in (("student", student), ("teacher", teacher), ("ceiling", ceiling or {})):
+        for split in splits:
+            if ceiling is None and name == "ceiling":
+                continue
+            if split not in frames:
+                raise EvaluateError(f"no {name} scores for split {split!r}")
+            check_scores(frames[split], f"{name} scores of {split!r}")
+            if len(frames[split]) == 0:
+                raise EvaluateError(f"split {split!r} has zero scored pairs ({name}); check its split file")
+    credits, coverage = {}, {}
+    for split in splits:
+        frames = {"student": student[split], "teacher": teacher[split]}
+        if ceiling is not None:
+            frames["ceiling"] = ceiling[split]
+        credits[split], coverage[split] = _aligned(split, frames)
+    result = metrics.paired_metrics(
+        credits, targets, draws=params.evaluate.bootstrap, level=params.evaluate.ci, seed=params.seed
+    )
+    result["pairs"] = coverage
+    result.update(model_diagnostics({s: student[s] for s in splits}, params, group_scores, gold_groups))
+    result["teacher"].update(
+        model_diagnostics({s: teacher[s] for s in splits}, params, teacher_group_scores, gold_groups)
+    )
+    return result
+
+
+def data_hashes(manifest: Mapping[str, Any]) -> dict[str, str]:
+    """sha256 of every split file the metrics were computed from, as the manifest records them."""
+    return {name: entry["sha256"] for name, entry in sorted(manifest.get("splits", {}).items())}
+
+
+def write_scores(path: Path, frame: pd.DataFrame, version: str) -> None:
+    table = pa.Table.from_pandas(frame.reset_index(drop=True), preserve_index=False)
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), VERSION_KEY: version.encode()})
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
+
+
+def read_scores(path: Path, layout: Layout, split_ids: set[str], missing_hint: str) -> pd.DataFrame:
+    """Read a score file, refusing one from another split version.
+
+    A file stamped with a split version must match the manifest; any file must
+    only name pairs of the current split (an unstamped file is checked that way only).
+    """
+    if not path.exists():
+        raise EvaluateError(f"{path}: scores not found; run `{missing_hint}`")
+    table = pq.read_table(path)
+    stamped = (table.schema.metadata or {}).get(VERSION_KEY)
+    if stamped is not None:
+        check_version(layout, stamped.decode(), str(path))
+    frame = check_scores(table.to_pandas(), str(path))
+    stale = set(frame["pair_id"]) - split_ids
+    if stale:
+        raise EvaluateError(
+            f"{path}: {len(stale)} scored pair(s) are not in the current split (e.g. {sorted(stale)[0]!r}); "
+            f"the scores are from another split version — run `{missing_hint}` again"
+        )
+    return frame
+
+
+def _read_all(
+    layout: Layout, model: str, ids: Mapping[str, set[str]], hint: str, optional: bool = False
+) -> dict[str, pd.DataFrame] | None:
+    paths = {split: layout.scores(model, split) for split in ids}
+    if optional and not all(p.exists() for p in paths.values()):
+        return None
+    return {split: read_scores(path, layout, ids[split], hint) for split, path in paths.items()}
+
+
+def read_train_log(path: Path) -> dict[str, Any] | None:
+    """A training log (DESIGN: steps, drift, wall_s, peak_rss_mb), or None when the model has none."""
+    if not path.exists():
+        return None
+    try:
+        log = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise EvaluateError(f"{path}: not valid JSON ({err}); re-run the training stage") from None
+    if not isinstance(log, dict):
+        raise EvaluateError(f"{path}: expected a JSON object with 'steps' and 'drift'")
+    return log
+
+
+def training_summary(log: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """Last logged loss and drift of a training run, for the report's drift columns and sweeps."""
+    if log is None:
+        return None
+    steps, drift = log.get("steps") or [], log.get("drift") or []
+    final_drift = {k: v for k, v in drift[-1].items() if k != "step"} if drift else {}
+    return {
+        "final_step": steps[-1]["step"] if steps else None,
+        "final_loss": steps[-1]["loss"] if steps else None,
+        "final_drift": final_drift,
+        "final_drift_mean": float(np.mean(list(final_drift.values()))) if final_drift else None,
+        "wall_s": log.get("wall_s"),
+        "peak_rss_mb": log.get("peak_rss_mb"),
+    }
+
+
+def setting(params: Params, sizes: Mapping[str, int]) -> dict[str, Any]:
+    """What produced the numbers, copied into every metrics file and the summary header."""
+    return {
+        "category": params.data.category,
+        "source": params.data.source,
+        "targets": list(params.data.targets),
+        "models": {"weak": params.backbone.weak.name_or_path, "strong": params.backbone.strong.name_or_path},
+        "sizes": dict(sizes),
+        "seed": params.seed,
+        "seeds": list(params.seeds),
+        "bootstrap": params.evaluate.bootstrap,
+        "ci": params.evaluate.ci,
+    }
+
+
+def _rounded(tree: Any) -> Any:
+    if isinstance(tree, float):
+        return round(tree, 4)
+    if isinstance(tree, Mapping):
+        return {k: _rounded(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return [_rounded(v) for v in tree]
+    return tree
+
+
+def run(params: Params, layout: Layout, method: str) -> dict[str, Any]:
+    manifest = load_manifest(layout)
+    version = str(manifest["version"])
+    splits = [metrics.ID_SPLIT, *params.data.targets]
+    pairs = {}
+    for split in splits:
+        pairs[split] = read_pairs(layout.split(split))
+        if not pairs[split]:
+            raise EvaluateError(f"{layout.split(split)}: split {split!r} has zero pairs; nothing to evaluate")
+    ids = {split: {p.pair_id for p in pairs[split]} for split in splits}
+    teacher = _read_all(layout, "teacher", ids, "prefshift label")
+    datasets = [params.data.source, *params.data.targets]
+    group_files = {ds: layout.split_groups(ds) for ds in datasets if layout.split_groups(ds).exists()}
+    student_dir = layout.student_dir(method)
+    if not student_dir.exists():
+        raise EvaluateError(f"{student_dir}: no trained student; run `prefshift train --method {method}`")
+
+    from prefshift.scoring import load_for_scoring, score_groups, score_pairs
+
+    model, tokenizer = load_for_scoring(student_dir, params)
+    student, skipped = {}, {}
+    for split in splits:
+        skips = SkipCounter()
+        frame = score_pairs(model, tokenizer, pairs[split], params, skips=skips)
+        student[split] = check_scores(frame, f"{method} on {split}")
+        skipped[split] = skips.as_dict()["skipped"]
+        write_scores(layout.scores(method, split), student[split], version)
+    gold_groups, group_scores = {}, {}
+    for ds, path in group_files.items():
+        gold_groups[ds] = read_groups(path)
+        group_scores[ds] = score_groups(model, tokenizer, gold_groups[ds], params)
+        write_scores(layout.group_scores(method, ds), group_scores[ds], version)
+
+    if method == "ceiling":
+        ceiling = student
+    else:
+        ceiling = _read_all(layout, "ceiling", ids, "prefshift evaluate --method ceiling", optional=True)
+    teacher_groups = {
+        ds: pq.read_table(layout.group_scores("teacher", ds)).to_pandas()
+        for ds in group_files
+        if layout.group_scores("teacher", ds).exists()
+    }
+    result = compute_metrics(student, teacher, ceiling, params, group_scores, gold_groups, teacher_groups)
+    result["pairs"] = {s: {**result["pairs"][s], "skipped_by_scoring": skipped[s]} for s in splits}
+    result.update(
+        method=method,
+        split_version=version,
+        data_hashes=data_hashes(manifest),
+        setting=setting(params, {s: len(pairs[s]) for s in splits}),
+        training=training_summary(read_train_log(layout.train_log(method))),
+    )
+    result = _rounded(result)
+    write_json(layout.metrics(method), result)
+    return result
