@@ -1,0 +1,168 @@
+"""Backbones: tiny Llama-style LMs pretrained on local text, or a hub/local model resolved once.
+
+The embedded default needs language models that exist offline, so we train a
+byte-level BPE tokenizer and two causal LMs of clearly different capacity on the
+synthetic corpus. Real runs copy a hub snapshot (or local dir) into models/base/
+so DVC versions exactly what later stages load.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from prefshift.atomic import atomic_path
+from prefshift.config import LMSpec
+from prefshift.models.reward import ModelLoadError, quiet_transformers
+
+SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>")
+SOURCE_FILE = "prefshift_source.json"
+_SNAPSHOT_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.py", "*.jinja", "*.tiktoken"]
+
+
+def train_tokenizer(texts: Sequence[str], vocab_size: int):
+    """Byte-level BPE (no unknown tokens possible) wrapped as a transformers fast tokenizer."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    pad, bos, eos = SPECIAL_TOKENS
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=pad, bos_token=bos, eos_token=eos)
+
+
+def tiny_config(spec: LMSpec, tokenizer, max_positions: int):
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=spec.hidden_size,
+        num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_heads,
+        num_key_value_heads=spec.num_heads,
+        intermediate_size=spec.intermediate_size,
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+
+
+def _token_stream(texts: Sequence[str], tokenizer) -> torch.Tensor:
+    ids: list[int] = []
+    for enc in tokenizer(list(texts), add_special_tokens=False)["input_ids"]:
+        ids.extend([tokenizer.bos_token_id, *enc, tokenizer.eos_token_id])
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def pretrain_lm(spec: LMSpec, tokenizer, texts: Sequence[str], seed: int, max_positions: int):
+    """Next-token pretraining on random windows of the concatenated corpus; returns (model, stats)."""
+    from transformers import LlamaForCausalLM, get_scheduler
+
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(tiny_config(spec, tokenizer, max_positions))
+    stream = _token_stream(texts, tokenizer)
+    seq = min(spec.pretrain_seq_len, len(stream) - 1)
+    if seq < 8:
+        raise ModelLoadError(f"pretraining corpus too small: {len(stream)} tokens")
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=spec.pretrain_lr, weight_decay=0.01)
+    steps = spec.pretrain_steps
+    sched = get_scheduler(
+        "cosine", opt, num_warmup_steps=max(1, steps // 20), num_training_steps=max(1, steps)
+    )
+    model.train()
+    start, loss_value = time.perf_counter(), float("nan")
+    for _ in range(steps):
+        offsets = torch.randint(0, len(stream) - seq, (spec.pretrain_batch_size,), generator=gen)
+        batch = torch.stack([stream[o : o + seq] for o in offsets.tolist()])
+        loss = model(input_ids=batch, labels=batch).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        loss_value = loss.item()
+    params = sum(p.numel() for p in model.parameters())
+    stats = {
+        "final_loss": loss_value,
+        "params": params,
+        "steps": steps,
+        "wall_s": time.perf_counter() - start,
+    }
+    return model, stats
+
+
+def save_backbone(model, tokenizer, out_dir: Path, source: dict) -> None:
+    quiet_transformers()
+    with atomic_path(out_dir, directory=True) as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        (tmp / SOURCE_FILE).write_text(json.dumps(source, indent=2, sort_keys=True) + "\n")
+
+
+def resolve_pretrained(spec: LMSpec, out_dir: Path) -> dict:
+    """Copy a local dir or hub snapshot into `out_dir`; returns what was resolved (with revision)."""
+    local = Path(spec.name_or_path).expanduser()
+    if local.exists():
+        if not local.is_dir():
+            raise ModelLoadError(f"backbone {spec.name_or_path}: expected a model directory, got a file")
+        src, revision = local, spec.revision
+    elif spec.name_or_path.startswith((".", "/", "~")):
+        raise ModelLoadError(f"backbone directory {spec.name_or_path} does not exist")
+    else:
+        src, revision = _snapshot(spec)
+    with atomic_path(out_dir, directory=True) as tmp:
+        shutil.copytree(
+            src, tmp, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".git", ".cache", SOURCE_FILE)
+        )
+        source = {"name_or_path": spec.name_or_path, "revision": revision}
+        (tmp / SOURCE_FILE).write_text(json.dumps(source, indent=2, sort_keys=True) + "\n")
+    return source
+
+
+def _snapshot(spec: LMSpec) -> tuple[Path, str | None]:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
+    try:
+        path = Path(
+            snapshot_download(
+                spec.name_or_path,
+                revision=spec.revision,
+                allow_patterns=_SNAPSHOT_PATTERNS,
+                local_files_only=offline,
+            )
+        )
+    except LocalEntryNotFoundError:
+        raise ModelLoadError(
+            f"backbone {spec.name_or_path!r} is not in the local Hugging Face cache and the hub is offline; "
+            "download it once online, or set backbone.*.name_or_path to a local directory"
+        ) from None
+    except Exception as err:
+        raise ModelLoadError(f"backbone {spec.name_or_path!r}: cannot fetch from the hub: {err}") from None
+    return path, path.name
+
+
+def seeded_sample(texts: Sequence[str], n: int, seed: int) -> list[str]:
+    """A fixed subset of the corpus for tokenizer training (BPE cost grows with text size)."""
+    if len(texts) <= n:
+        return list(texts)
+    return random.Random(seed).sample(list(texts), n)

@@ -1,0 +1,171 @@
+"""Reward models: a backbone + scalar head, read where the family expects it.
+
+Decoders read the reward at the last non-padding token found from the attention
+mask (never from the pad id: pad may equal EOS, and left padding must work), with
+position ids derived from the mask so left- and right-padded inputs agree. Encoders
+use their own [CLS] pooling head. What we save is a plain Hugging Face directory
+that `AutoModelForSequenceClassification.from_pretrained` loads without this package.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from prefshift.atomic import atomic_path
+from prefshift.errors import PrefshiftError
+
+
+class ModelLoadError(PrefshiftError):
+    """A backbone or reward model that cannot be found or loaded."""
+
+
+@dataclass
+class RewardOutput:
+    rewards: torch.Tensor
+    hidden_states: tuple[torch.Tensor, ...] | None
+    """Index 0 = embeddings, index k = output of layer k (transformers' convention)."""
+
+
+def _peft_base(model: nn.Module) -> nn.Module:
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def is_decoder_head(model: nn.Module) -> bool:
+    """Decoder sequence classifiers (Llama, Qwen, GPT-2, ...) score every token with `score`."""
+    return hasattr(_peft_base(model), "score")
+
+
+def last_token_index(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Rightmost position with mask 1: correct for left and right padding alike."""
+    positions = torch.arange(attention_mask.shape[-1], device=attention_mask.device)
+    return (positions * attention_mask.long()).argmax(-1)
+
+
+class RewardModel(nn.Module):
+    """Wraps a `*ForSequenceClassification` (or a peft model around one) as r(x) → scalar."""
+
+    def __init__(self, hf_model: nn.Module):
+        super().__init__()
+        self.hf = hf_model
+
+    @property
+    def config(self):
+        return _peft_base(self.hf).config
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.config.get_text_config().num_hidden_layers)
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, output_hidden_states: bool = False
+    ) -> RewardOutput:
+        core = _peft_base(self.hf)
+        if is_decoder_head(core):
+            backbone = getattr(core, core.base_model_prefix)
+            position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+            out = backbone(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                output_hidden_states=output_hidden_states,
+                use_cache=False,
+            )
+            rows = torch.arange(input_ids.shape[0], device=input_ids.device)
+            last = out.last_hidden_state[rows, last_token_index(attention_mask)]
+            rewards = core.score(last).squeeze(-1)
+        else:
+            out = core(
+                input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=output_hidden_states
+            )
+            rewards = out.logits.squeeze(-1)
+        hidden = out.hidden_states if output_hidden_states else None
+        if output_hidden_states and not hidden:
+            raise ModelLoadError(f"{type(core).__name__} returns no hidden states; anchor/drift need them")
+        return RewardOutput(rewards.float(), hidden)
+
+
+def disable_dropout(model: nn.Module) -> None:
+    """Reward training runs without dropout: zero every dropout module and config rate."""
+    for module in model.modules():
+        if isinstance(module, nn.Dropout):
+            module.p = 0.0
+    config = model.config.get_text_config()
+    for key, value in list(vars(config).items()):
+        if "dropout" in key and isinstance(value, float):
+            setattr(config, key, 0.0)
+
+
+def ensure_pad_token(tokenizer, model: nn.Module | None = None) -> None:
+    """Give the tokenizer a pad token (EOS when it has one) and tell the model config."""
+    if tokenizer.pad_token_id is None:
+        if tokenizer.eos_token is not None:
+            tokenizer.pad_token = tokenizer.eos_token
+        else:
+            tokenizer.add_special_tokens({"pad_token": "<pad>"})
+            if model is not None:
+                model.resize_token_embeddings(len(tokenizer))
+    if model is not None:
+        model.config.pad_token_id = tokenizer.pad_token_id
+        model.config.get_text_config().pad_token_id = tokenizer.pad_token_id
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
+
+
+def check_source(name_or_path: str | Path) -> None:
+    """Fail early and clearly on a local path that does not exist."""
+    text = str(name_or_path)
+    looks_local = text.startswith((".", "/", "~")) or text.count("/") > 1
+    if looks_local and not Path(text).expanduser().exists():
+        raise ModelLoadError(f"model directory {text} does not exist (did its stage run?)")
+
+
+def quiet_transformers() -> None:
+    """Our stages print their own progress; transformers' bars and load notes are noise there."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
+def load_reward_model(
+    name_or_path: str | Path,
+    *,
+    trust_remote_code: bool = False,
+    revision: str | None = None,
+    torch_dtype: torch.dtype | None = None,
+):
+    """(RewardModel, tokenizer) from a hub id or a local dir; a causal-LM dir gets a fresh scalar head."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    check_source(name_or_path)
+    quiet_transformers()
+    kwargs = {"trust_remote_code": trust_remote_code, "revision": revision}
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(name_or_path), **kwargs)
+        hf = AutoModelForSequenceClassification.from_pretrained(
+            str(name_or_path), num_labels=1, dtype=torch_dtype, **kwargs
+        )
+    except OSError as err:
+        hint = " (HF_HUB_OFFLINE is set and no local copy exists)" if _offline() else ""
+        raise ModelLoadError(f"cannot load model {name_or_path!s}{hint}: {err}") from None
+    ensure_pad_token(tokenizer, hf)
+    disable_dropout(hf)
+    return RewardModel(hf), tokenizer
+
+
+def save_reward_model(model: nn.Module, tokenizer, out_dir: str | Path) -> None:
+    """Write a plain HF directory atomically; LoRA adapters are merged first."""
+    quiet_transformers()
+    hf = model.hf if isinstance(model, RewardModel) else model
+    if hasattr(hf, "merge_and_unload"):
+        hf = hf.merge_and_unload()
+    with atomic_path(out_dir, directory=True) as tmp:
+        hf.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)

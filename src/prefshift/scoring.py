@@ -1,0 +1,93 @@
+"""Inference with a trained reward model: margins for pairs, rewards for best-of-n groups.
+
+Label (teacher) and evaluate (students) both score through here, so a model is
+always read under the same encoding and truncation it was trained with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from prefshift.config import Params
+from prefshift.data.encode import Encoder, collate, pad_sequences, sorted_batches
+from prefshift.data.schema import Group, Pair, RowError, SkipCounter
+from prefshift.models.reward import RewardModel, load_reward_model
+
+PAIR_COLUMNS = ["pair_id", "delta", "gold", "len_chosen", "len_rejected"]
+
+
+def load_for_scoring(model_dir: str | Path, params: Params):
+    """(RewardModel in eval mode on the best device, tokenizer)."""
+    model, tokenizer = load_reward_model(model_dir, trust_remote_code=params.backbone.trust_remote_code)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model.to(device)
+    model.eval()
+    return model, tokenizer
+
+
+def _rewards(model: RewardModel, batch: dict) -> torch.Tensor:
+    device = next(model.parameters()).device
+    out = model(batch["input_ids"].to(device), batch["attention_mask"].to(device))
+    return out.rewards.float().cpu()
+
+
+def score_pairs(
+    model: RewardModel, tokenizer, pairs: Sequence[Pair], params: Params, skips: SkipCounter | None = None
+) -> pd.DataFrame:
+    """Δ = r(chosen) - r(rejected) per pair; len_* are response token counts before truncation.
+
+    Pairs whose response does not survive truncation are left out and counted in `skips`.
+    """
+    skips = skips if skips is not None else SkipCounter()
+    items = Encoder(tokenizer, params.encode).encode_pairs(pairs, skips=skips)
+    rows = []
+    with torch.inference_mode():
+        for idx in sorted_batches([it.length for it in items], params.evaluate.batch_size):
+            chunk = [items[i] for i in idx]
+            rewards = _rewards(model, collate(chunk, tokenizer.pad_token_id))
+            deltas = rewards[: len(chunk)] - rewards[len(chunk) :]
+            for item, delta in zip(chunk, deltas.tolist(), strict=True):
+                lengths = (item.chosen.response_tokens, item.rejected.response_tokens)
+                rows.append((item.index, item.pair_id, delta, item.target, *lengths))
+    rows.sort()
+    frame = pd.DataFrame([row[1:] for row in rows], columns=PAIR_COLUMNS)
+    frame.attrs["skips"] = skips.as_dict()
+    return frame
+
+
+def score_groups(model: RewardModel, tokenizer, groups: Sequence[Group], params: Params) -> pd.DataFrame:
+    """One reward per response of each group (group_id, rewards: list[float]), same order as given."""
+    encoder = Encoder(tokenizer, params.encode)
+    records = []
+    skips = SkipCounter()
+    for group in groups:
+        seqs = []
+        for response in group.responses:
+            seq = encoder.encode_one(group.prompt, response)
+            if sum(seq.response_mask) < params.encode.min_response_tokens:
+                skips.skip(
+                    RowError("response_truncated", f"group {group.group_id}: a response is truncated away")
+                )
+                seqs = []
+                break
+            seqs.append(seq)
+        if seqs:
+            records.append((group.group_id, seqs))
+    flat = [(g, j, seq) for g, (_, seqs) in enumerate(records) for j, seq in enumerate(seqs)]
+    rewards: dict[tuple[int, int], float] = {}
+    with torch.inference_mode():
+        for idx in sorted_batches([len(seq.input_ids) for _, _, seq in flat], params.evaluate.batch_size):
+            batch = pad_sequences([flat[i][2] for i in idx], tokenizer.pad_token_id)
+            for i, value in zip(idx, _rewards(model, batch).tolist(), strict=True):
+                rewards[flat[i][:2]] = value
+    skips.kept = len(records)
+    frame = pd.DataFrame(
+        [(gid, [rewards[(g, j)] for j in range(len(seqs))]) for g, (gid, seqs) in enumerate(records)],
+        columns=["group_id", "rewards"],
+    )
+    frame.attrs["skips"] = skips.as_dict()
+    return frame

@@ -1,0 +1,23 @@
+"""`prefshift teacher`: the weak backbone trained with Bradley-Terry on teacher_train's gold labels."""
+
+from __future__ import annotations
+
+from prefshift.config import Params
+from prefshift.data.schema import read_pairs
+from prefshift.paths import Layout
+from prefshift.stages.train import fit
+
+
+def run(params: Params, layout: Layout) -> dict:
+    pairs = read_pairs(layout.split("teacher_train"))
+    return fit(
+        params,
+        layout,
+        name="teacher",
+        method="teacher",
+        base_dir=layout.base_model("weak"),
+        pairs=pairs,
+        targets=[p.gold for p in pairs],
+        cfg=params.teacher,
+        out_dir=layout.teacher_dir,
+    )

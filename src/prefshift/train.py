@@ -1,0 +1,338 @@
+"""The one training loop: teacher, ceiling and every student go through `train_reward_model`.
+
+Chosen and rejected rows share one forward pass; batches are length-grouped with
+dynamic padding; accelerate handles devices, mixed precision and gradient
+accumulation. Every run measures representation drift against its starting
+checkpoint on a fixed probe batch, because drift is the mechanism ANCHOR targets.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import resource
+import time
+from collections.abc import Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from prefshift.anchor_cache import ReferenceStates, frozen_copy, hidden_fn
+from prefshift.atomic import atomic_path
+from prefshift.config import AnchorConfig, TrainConfig
+from prefshift.data.encode import EncodedPair, collate, length_grouped_batches, sorted_batches
+from prefshift.data.schema import content_hash
+from prefshift.errors import PrefshiftError
+from prefshift.methods.anchor import select_response
+from prefshift.methods.base import BatchOut, Objective
+from prefshift.models.reward import RewardModel, _peft_base, is_decoder_head
+
+STATE_FILE = "trainer_state.json"
+
+
+class TrainingError(PrefshiftError):
+    """Training cannot go on (non-finite loss, no data); the message gives the step."""
+
+
+@dataclass
+class RunLog:
+    steps: list[dict] = field(default_factory=list)
+    drift: list[dict] = field(default_factory=list)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+    if not torch.cuda.is_available():
+        torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def mixed_precision(precision: str) -> str:
+    if precision == "bf16":
+        return "bf16"
+    if precision == "auto" and torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+        return "bf16"
+    return "no"
+
+
+def apply_lora(model: RewardModel, cfg: TrainConfig) -> None:
+    """Wrap the HF model with LoRA adapters; the scalar head is trained in full and saved."""
+    from peft import LoraConfig, TaskType, get_peft_model
+
+    head = "score" if is_decoder_head(model.hf) else "classifier"
+    lora = LoraConfig(
+        task_type=TaskType.SEQ_CLS,
+        r=cfg.lora.r,
+        lora_alpha=cfg.lora.alpha,
+        lora_dropout=cfg.lora.dropout,
+        target_modules=cfg.lora.target_modules,
+        modules_to_save=[head],
+    )
+    model.hf = get_peft_model(model.hf, lora)
+
+
+def _probe_states(model: RewardModel, batch: dict, layers: Sequence[int]) -> torch.Tensor:
+    hidden = hidden_fn(model)(batch["input_ids"], batch["attention_mask"])
+    return select_response(hidden, layers, batch["response_mask"].to(hidden[0].device)).float()
+
+
+def measure_drift(model: RewardModel, probe: dict, reference: torch.Tensor, step: int) -> dict:
+    """Per-layer mean cosine similarity (and MSE) between current and starting states."""
+    layers = range(1, reference.shape[0] + 1)
+    current = _probe_states(model, probe, layers)
+    row: dict = {"step": step}
+    for i, k in enumerate(layers):
+        row[f"layer_{k}"] = F.cosine_similarity(current[i], reference[i], dim=-1).mean().item()
+        row[f"mse_layer_{k}"] = (current[i] - reference[i]).pow(2).mean().item()
+    return row
+
+
+def build_reference(
+    model: RewardModel,
+    items: Sequence[EncodedPair],
+    layers: Sequence[int],
+    anchor: AnchorConfig,
+    cfg: TrainConfig,
+    pad_id: int,
+    spill_dir: Path | None = None,
+) -> ReferenceStates:
+    """Reference states of the starting checkpoint: call before any update.
+
+    Cached: one gradient-free pass over the data now, no copy of the model kept.
+    Uncached: a frozen copy (or, with LoRA, the same model with adapters disabled).
+    """
+    if anchor.cache:
+        reference = ReferenceStates(
+            hidden_fn(model), layers, cache=True, max_bytes=anchor.cache_max_gb * 1e9, spill_dir=spill_dir
+        )
+        lengths = [it.length for it in items]
+        reference.fill(
+            collate([items[i] for i in b], pad_id) for b in sorted_batches(lengths, cfg.batch_size)
+        )
+        reference.compute = None
+        return reference
+    if cfg.lora.enabled:
+        return ReferenceStates(hidden_fn(model, disable_adapter=True), layers, cache=False)
+    ref_model = frozen_copy(model)
+    reference = ReferenceStates(hidden_fn(ref_model), layers, cache=False)
+    reference.module = ref_model
+    return reference
+
+
+def _save_checkpoint(accelerator, ckpt_dir: Path, state: dict) -> None:
+    with atomic_path(ckpt_dir / "last", directory=True) as tmp:
+        accelerator.save_state(str(tmp))
+        (tmp / STATE_FILE).write_text(json.dumps(state, sort_keys=True))
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def train_reward_model(
+    model: RewardModel,
+    tokenizer,
+    items: Sequence[EncodedPair],
+    objective: Objective,
+    cfg: TrainConfig,
+    *,
+    seed: int,
+    name: str,
+    anchor: AnchorConfig | None = None,
+    checkpoint_dir: Path | None = None,
+    reference: ReferenceStates | None = None,
+    progress: bool = True,
+) -> tuple[RewardModel, dict]:
+    """Train `model` in place on `items` (targets inside them); returns (model, log dict).
+
+    `reference` is built from the starting weights when the objective needs one; pass
+    your own only to inspect it afterwards (tests).
+    """
+    from accelerate import Accelerator
+    from transformers import get_scheduler
+
+    if not items:
+        raise TrainingError(f"{name}: no training pairs left after encoding")
+    start_time = time.perf_counter()
+    seed_everything(seed)
+    accelerator = Accelerator(
+        mixed_precision=mixed_precision(cfg.precision), gradient_accumulation_steps=cfg.grad_accum
+    )
+    if cfg.lora.enabled:
+        apply_lora(model, cfg)
+    if cfg.gradient_checkpointing:
+        _peft_base(model.hf).gradient_checkpointing_enable(
+            gradient_checkpointing_kwargs={"use_reentrant": False}
+        )
+    model.to(accelerator.device)
+    model.train()
+    pad_id = tokenizer.pad_token_id
+    all_layers = list(range(1, model.num_layers + 1))
+
+    probe_idx = sorted(random.Random(seed).sample(range(len(items)), min(cfg.probe_size, len(items))))
+    probe = collate([items[i] for i in probe_idx], pad_id)
+    probe_ref = _probe_states(model, probe, all_layers)
+
+    if reference is None and objective.layers:
+        spill = checkpoint_dir / "reference_cache" if checkpoint_dir is not None else None
+        reference = build_reference(
+            model, items, objective.layers, anchor or AnchorConfig(), cfg, pad_id, spill
+        )
+
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    lengths = [it.length for it in items]
+    n_batches = math.ceil(len(items) / cfg.batch_size)
+    per_process = math.ceil(n_batches / accelerator.num_processes)
+    total_steps = max(1, (per_process * cfg.epochs) // cfg.grad_accum)
+    scheduler = get_scheduler(
+        "linear",
+        optimizer,
+        num_warmup_steps=round(cfg.warmup_frac * total_steps),
+        num_training_steps=total_steps,
+    )
+    model, optimizer = accelerator.prepare(model, optimizer)
+    accelerator.register_for_checkpointing(scheduler)
+
+    log = RunLog()
+    step, start_epoch, start_batch = 0, 0, 0
+    last_ckpt = None
+    fingerprint = content_hash(
+        name, objective.name, cfg.model_dump(), seed, [(it.pair_id, it.target) for it in items]
+    )
+    state_file = checkpoint_dir / "last" / STATE_FILE if checkpoint_dir is not None else None
+    if state_file is not None and state_file.exists():
+        state = json.loads(state_file.read_text())
+        if state.get("fingerprint") == fingerprint:
+            last_ckpt = state_file.parent
+            accelerator.load_state(str(last_ckpt))
+            step, start_epoch, start_batch = state["step"], state["epoch"], state["batch"]
+            log = RunLog(state["steps"], state["drift"])
+
+    unwrapped = accelerator.unwrap_model(model)
+    window_loss, window_acc, window_n = 0.0, 0.0, 0
+    extra: dict[str, float] = {}
+    bar = _progress(progress and accelerator.is_main_process)
+    with bar as prog:
+        task = prog.add_task(name, total=total_steps, completed=step, loss=float("nan"), acc=float("nan"))
+        for epoch in range(start_epoch, cfg.epochs):
+            batches = length_grouped_batches(lengths, cfg.batch_size, seed=seed * 1000 + epoch)
+            batches = batches[accelerator.process_index :: accelerator.num_processes]
+            for bi, idx in enumerate(batches):
+                if epoch == start_epoch and bi < start_batch:
+                    continue
+                batch = collate([items[i] for i in idx], pad_id)
+                targets = batch["targets"].to(accelerator.device)
+                with accelerator.accumulate(model):
+                    out = model(
+                        batch["input_ids"].to(accelerator.device),
+                        batch["attention_mask"].to(accelerator.device),
+                        output_hidden_states=bool(objective.layers),
+                    )
+                    half = len(idx)
+                    delta = out.rewards[:half] - out.rewards[half:]
+                    ref_states = reference.get(batch, accelerator.device) if reference is not None else None
+                    batch_out = BatchOut(
+                        delta,
+                        targets,
+                        out.hidden_states,
+                        batch["response_mask"].to(accelerator.device),
+                        ref_states,
+                    )
+                    loss, extra = objective.loss(batch_out, step, total_steps)
+                    if not torch.isfinite(loss):
+                        where = (
+                            f"; last good checkpoint: {last_ckpt}"
+                            if last_ckpt
+                            else "; no checkpoint was written"
+                        )
+                        raise TrainingError(
+                            f"{name}: loss is {loss.item()} at step {step} (epoch {epoch}){where}"
+                        )
+                    accelerator.backward(loss)
+                    if accelerator.sync_gradients:
+                        accelerator.clip_grad_norm_(trainable, cfg.max_grad_norm)
+                    optimizer.step()
+                    optimizer.zero_grad(set_to_none=True)
+                window_loss += loss.item()
+                window_acc += ((delta.detach() > 0) == (targets > 0.5)).float().mean().item()
+                window_n += 1
+                if not accelerator.sync_gradients:
+                    continue
+                scheduler.step()
+                step += 1
+                prog.update(task, completed=step, loss=window_loss / window_n, acc=window_acc / window_n)
+                if step % cfg.log_every == 0 or step == total_steps:
+                    log.steps.append(
+                        {
+                            "step": step,
+                            "epoch": epoch,
+                            "loss": window_loss / window_n,
+                            "acc": window_acc / window_n,
+                            "lr": scheduler.get_last_lr()[0],
+                            **extra,
+                        }
+                    )
+                    window_loss, window_acc, window_n = 0.0, 0.0, 0
+                if step % cfg.drift_every == 0:
+                    log.drift.append(measure_drift(unwrapped, probe, probe_ref, step))
+                at_epoch_end = bi == len(batches) - 1
+                due = step % cfg.checkpoint_every == 0 if cfg.checkpoint_every else at_epoch_end
+                if checkpoint_dir is not None and due:
+                    next_epoch, next_batch = (epoch + 1, 0) if at_epoch_end else (epoch, bi + 1)
+                    state = {
+                        "step": step,
+                        "epoch": next_epoch,
+                        "batch": next_batch,
+                        "fingerprint": fingerprint,
+                    }
+                    _save_checkpoint(
+                        accelerator, checkpoint_dir, {**state, "steps": log.steps, "drift": log.drift}
+                    )
+                    last_ckpt = checkpoint_dir / "last"
+    if not log.drift or log.drift[-1]["step"] != step:
+        log.drift.append(measure_drift(unwrapped, probe, probe_ref, step))
+    result = {
+        "name": name,
+        "objective": objective.name,
+        "steps": log.steps,
+        "drift": log.drift,
+        "total_steps": total_steps,
+        "pairs": len(items),
+        "wall_s": time.perf_counter() - start_time,
+        "peak_rss_mb": _peak_rss_mb(),
+    }
+    if torch.cuda.is_available():
+        result["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    if reference is not None:
+        result["reference"] = {"cache": reference.cache, **reference.stats()}
+    return unwrapped, result
+
+
+def _progress(enabled: bool):
+    if not enabled:
+        return _NullProgress()
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("loss {task.fields[loss]:.4f} acc {task.fields[acc]:.3f}"),
+        TimeRemainingColumn(),
+    )
+
+
+class _NullProgress(nullcontext):
+    def __enter__(self):
+        return self
+
+    def add_task(self, *args, **kwargs) -> int:
+        return 0
+
+    def update(self, *args, **kwargs) -> None:
+        return None
