@@ -1,0 +1,80 @@
+"""params.yaml validation: typos and wrong types must fail with the key's dotted path."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from prefshift.config import ConfigError, Params, load_params, parse_params
+
+
+@pytest.fixture
+def params_file(tmp_path):
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump({"seed": 3, "anchor": {"lambda": 0.5}}), encoding="utf-8")
+    return path
+
+
+def test_repository_params_yaml_is_valid():
+    params = load_params("params.yaml")
+    assert params.data.source == "syn_help_forum"
+    assert params.resolved()["anchor"]["lambda"] == params.anchor.lam
+
+
+def test_unknown_key_is_rejected_with_its_dotted_path():
+    with pytest.raises(ConfigError) as err:
+        parse_params({"data": {"caps": {"teacher_trian": 5}}})
+    assert "data.caps.teacher_trian: unknown key" in str(err.value)
+    with pytest.raises(ConfigError, match=r"anchor\.lamda: unknown key"):
+        parse_params({"anchor": {"lamda": 0.1}})
+    with pytest.raises(ConfigError, match=r"\bsynthetics: unknown key"):
+        parse_params({"synthetics": {}})
+
+
+def test_wrong_type_names_key_and_value():
+    with pytest.raises(ConfigError) as err:
+        parse_params({"data": {"teacher_fraction": "half"}})
+    assert "data.teacher_fraction" in str(err.value) and "'half'" in str(err.value)
+    with pytest.raises(ConfigError, match=r"data\.teacher_fraction"):
+        parse_params({"data": {"teacher_fraction": 1.0}})
+    with pytest.raises(ConfigError, match=r"data\.caps\.ood"):
+        parse_params({"data": {"caps": {"ood": 0}}})
+
+
+def test_overrides_are_parsed_as_yaml(params_file):
+    params = load_params(
+        params_file, ["anchor.lambda=0.01", "data.caps.ood=null", "data.targets=[syn_help_chat]"]
+    )
+    assert params.anchor.lam == 0.01
+    assert params.data.caps.ood is None
+    assert params.data.targets == ["syn_help_chat"]
+    assert params.seed == 3
+    assert load_params(params_file).anchor.lam == 0.5
+
+
+def test_bad_overrides_fail_clearly(params_file):
+    with pytest.raises(ConfigError, match=r"anchor\.lamda: unknown key"):
+        load_params(params_file, ["anchor.lamda=0.01"])
+    with pytest.raises(ConfigError, match=r"expected section\.key=value"):
+        load_params(params_file, ["anchor.lambda"])
+    with pytest.raises(ConfigError, match="'seed' is not a section"):
+        load_params(params_file, ["seed.value=1"])
+    with pytest.raises(ConfigError, match="not found"):
+        load_params(params_file.with_name("missing.yaml"))
+
+
+def test_dataset_sources_adapter_and_category():
+    with pytest.raises(ConfigError, match=r"data\.sources\.mine: .*needs both `path` and `category`"):
+        parse_params({"data": {"sources": {"mine": {"adapter": "local", "path": "x.jsonl"}}}})
+    with pytest.raises(ConfigError, match=r"data\.sources\.mine\.category"):
+        parse_params({"data": {"sources": {"mine": {"adapter": "local", "path": "x", "category": "funny"}}}})
+    params = parse_params(
+        {"data": {"sources": {"mine": {"adapter": "local", "path": "x.jsonl", "category": "harmless"}}}}
+    )
+    assert params.data.sources["mine"].category == "harmless"
+
+
+def test_source_must_not_be_a_target():
+    with pytest.raises(ConfigError, match="must not contain the source"):
+        parse_params({"data": {"source": "a", "targets": ["a", "b"]}})
+    assert isinstance(parse_params({}), Params)
