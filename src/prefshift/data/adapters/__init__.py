@@ -66,20 +66,26 @@ def get_adapter(name: str, params: Params) -> Adapter:
 
 
 def print_catalogue() -> None:
-    """The table behind `prefshift datasets`."""
+    """The table behind `prefshift datasets`, then what each dataset needs (grouped when shared)."""
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="prefshift datasets", show_lines=True)
-    for column in ("name", "category", "hub id", "config / data_dir", "splits (train, test)", "needs"):
+    table = Table(title="prefshift datasets")
+    table.add_column("name", no_wrap=True)
+    for column in ("category", "hub id", "config / data_dir", "splits (train, test)"):
         table.add_column(column, overflow="fold")
+    needs: dict[str, list[str]] = {}
     for adapter in ADAPTERS.values():
         table.add_row(
             adapter.name,
             adapter.category if adapter is not LOCAL else "from params",
             adapter.hf_id or "-",
             adapter.hf_config or adapter.data_dir or "-",
-            f"{adapter.splits['train']}, {adapter.splits['test']}" if adapter.hf_id else "train, test",
-            adapter.needs,
+            f"{adapter.splits['train']}, {adapter.splits['test']}",
         )
-    Console().print(table)
+        needs.setdefault(adapter.needs, []).append(adapter.name)
+    console = Console()
+    console.print(table)
+    console.print("[bold]What each needs[/]")
+    for text, names in needs.items():
+        console.print(f"  [bold]{', '.join(names)}[/]: {text}", highlight=False)
