@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from prefshift import diagnostics, metrics
 from prefshift.atomic import atomic_path, write_json
 from prefshift.config import Params
-from prefshift.data.schema import Group, SkipCounter, read_groups, read_pairs
+from prefshift.data.schema import Group, Pair, SkipCounter, read_groups, read_pairs
 from prefshift.data.splits import check_version, load_manifest
 from prefshift.errors import PrefshiftError
 from prefshift.paths import Layout
@@ -234,6 +234,27 @@ def setting(params: Params, sizes: Mapping[str, int]) -> dict[str, Any]:
     }
 
 
+def metrics_document(
+    result: Mapping[str, Any],
+    *,
+    method: str,
+    manifest: Mapping[str, Any],
+    params: Params,
+    sizes: Mapping[str, int],
+    training_log: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """The reports/metrics/<method>.json payload: compute_metrics' result plus provenance, rounded."""
+    document = {
+        **result,
+        "method": method,
+        "split_version": str(manifest["version"]),
+        "data_hashes": data_hashes(manifest),
+        "setting": setting(params, sizes),
+        "training": training_summary(training_log),
+    }
+    return _rounded(document)
+
+
 def _rounded(tree: Any) -> Any:
     if isinstance(tree, float):
         return round(tree, 4)
@@ -244,9 +265,44 @@ def _rounded(tree: Any) -> Any:
     return tree
 
 
+def headline(m: Mapping[str, Any], targets: Sequence[str], student: bool = True) -> dict[str, Any]:
+    """Headline numbers of one model from its metrics document (or its `teacher` block, student=False).
+
+    The DVC metrics file holds one of these per model and MLflow logs it for each
+    evaluation, so the length correlation and calibration sit next to the accuracies.
+    """
+    out: dict[str, Any] = {
+        "id_acc": m["id"]["acc"],
+        "mean_acc_ood": m["mean_acc_ood"],
+        "ece_id": m["ece"][metrics.ID_SPLIT],
+        "length_r_id": m["length_shortcut"][metrics.ID_SPLIT]["pearson_r"],
+        "acc_chosen_longer_id": m["length_shortcut"][metrics.ID_SPLIT]["chosen_longer"]["acc"],
+        "acc_chosen_shorter_id": m["length_shortcut"][metrics.ID_SPLIT]["chosen_shorter"]["acc"],
+        "targets": {
+            t: {
+                "acc": m["targets"][t]["acc"],
+                "ece": m["ece"][t],
+                "length_r": m["length_shortcut"][t]["pearson_r"],
+            }
+            for t in targets
+        },
+        "best_of_n": {ds: block["acc"] for ds, block in m.get("best_of_n", {}).items()},
+    }
+    if student:
+        out.update(
+            wrg=m["wrg"],
+            mean_aog=m["mean_aog"],
+            mean_nts=m["mean_nts"],
+            pgr_id=m["pgr_id"],
+            pgr_ood=m["pgr_ood"],
+        )
+        for t in targets:
+            out["targets"][t].update(aog=m["targets"][t]["aog"], nts=m["targets"][t]["nts"])
+    return out
+
+
 def run(params: Params, layout: Layout, method: str) -> dict[str, Any]:
     manifest = load_manifest(layout)
-    version = str(manifest["version"])
     splits = [metrics.ID_SPLIT, *params.data.targets]
     pairs = {}
     for split in splits:
@@ -261,9 +317,31 @@ def run(params: Params, layout: Layout, method: str) -> dict[str, Any]:
     if not student_dir.exists():
         raise EvaluateError(f"{student_dir}: no trained student; run `prefshift train --method {method}`")
 
+    from prefshift import tracking
+
+    with tracking.stage_run(params, layout, "evaluate", method) as logger:
+        document = _score_and_compare(params, layout, method, manifest, pairs, ids, teacher, group_files)
+        write_json(layout.metrics(method), document)
+        logger.log_metrics(headline(document, params.data.targets))
+        logger.log_artifact(layout.metrics(method), "metrics")
+    return document
+
+
+def _score_and_compare(
+    params: Params,
+    layout: Layout,
+    method: str,
+    manifest: Mapping[str, Any],
+    pairs: Mapping[str, list[Pair]],
+    ids: Mapping[str, set[str]],
+    teacher: Mapping[str, pd.DataFrame],
+    group_files: Mapping[str, Path],
+) -> dict[str, Any]:
+    """Score every split and group set with the student, write the scores, and build the metrics."""
     from prefshift.scoring import load_for_scoring, score_groups, score_pairs
 
-    model, tokenizer = load_for_scoring(student_dir, params)
+    version, splits = str(manifest["version"]), list(pairs)
+    model, tokenizer = load_for_scoring(layout.student_dir(method), params)
     student, skipped = {}, {}
     for split in splits:
         skips = SkipCounter()
@@ -288,13 +366,12 @@ def run(params: Params, layout: Layout, method: str) -> dict[str, Any]:
     }
     result = compute_metrics(student, teacher, ceiling, params, group_scores, gold_groups, teacher_groups)
     result["pairs"] = {s: {**result["pairs"][s], "skipped_by_scoring": skipped[s]} for s in splits}
-    result.update(
+    document = metrics_document(
+        result,
         method=method,
-        split_version=version,
-        data_hashes=data_hashes(manifest),
-        setting=setting(params, {s: len(pairs[s]) for s in splits}),
-        training=training_summary(read_train_log(layout.train_log(method))),
+        manifest=manifest,
+        params=params,
+        sizes={s: len(pairs[s]) for s in splits},
+        training_log=read_train_log(layout.train_log(method)),
     )
-    result = _rounded(result)
-    write_json(layout.metrics(method), result)
-    return result
+    return document

@@ -1,0 +1,159 @@
+"""The report renders from fixture metric files; evaluate and report refuse inputs they cannot compare."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from prefshift.config import Params
+from prefshift.data.schema import make_pair, write_pairs
+from prefshift.errors import PrefshiftError
+from prefshift.paths import Layout
+from prefshift.stages import evaluate, report
+
+FIXTURES = Path(__file__).parent / "fixtures" / "metrics"
+TARGETS = ["syn_help_instruct", "syn_help_chat"]
+PRESENT = ["naive", "confidence", "anchor_last", "anchor_mid", "ceiling"]
+
+
+def _regenerate_module():
+    spec = importlib.util.spec_from_file_location("regenerate_fixtures", FIXTURES / "regenerate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _params() -> Params:
+    return Params.model_validate({"data": {"targets": TARGETS}, "evaluate": {"bootstrap": 200}})
+
+
+@pytest.fixture()
+def layout(tmp_path: Path) -> Layout:
+    layout = Layout(tmp_path)
+    for sub in ("metrics", "train", "sweeps"):
+        shutil.copytree(FIXTURES / sub, tmp_path / "reports" / sub)
+    return layout
+
+
+def test_fixtures_are_current():
+    module = _regenerate_module()
+    for rel, payload in module.build().items():
+        assert (FIXTURES / rel).read_text(encoding="utf-8") == module.dump(payload), (
+            f"{rel} is stale: run python tests/fixtures/metrics/regenerate.py"
+        )
+
+
+def test_report_renders_every_method_and_target(layout: Layout):
+    summary = report.run(_params(), layout)
+    text = layout.summary.read_text(encoding="utf-8")
+    assert "Synthetic demonstration" in text
+    main = text.split("## Main table", 1)[1].split("##", 1)[0]
+    for name in ["teacher", *PRESENT]:
+        assert f"| {name} |" in main
+    assert "| seam |" not in main
+    for target in TARGETS:
+        assert f"{target} acc" in main and f"{target} NTS" in main
+    naive = json.loads((layout.root / "reports" / "metrics" / "naive.json").read_text())
+    wrg = naive["wrg"]
+    lo, hi = naive["ci"]["wrg"]
+    assert f"| {wrg:.1f} [{lo:.1f}, {hi:.1f}] |" in main
+    # Diagnostics, drift, seeds and the lambda ablation are all present.
+    assert "r(Δ, Δlen)" in text and "Best-of-n" in text
+    assert "## Representation drift" in text and "layer_3" in text
+    assert "## Across seeds" in text
+    assert "### anchor.lambda" in text and "| anchor_last | 0.01 | 2 |" in text
+    for png in ("id_vs_ood", "gains", "training", "drift", "lambda_ablation"):
+        assert (layout.figures / f"{png}.png").stat().st_size > 1000
+        assert f"(figures/{png}.png)" in text
+    # DVC metrics file: headline numbers for the teacher and each method.
+    dvc = json.loads(layout.metrics_summary.read_text())
+    assert set(dvc) == {"split_version", "teacher", *PRESENT}
+    assert dvc["naive"]["wrg"] == pytest.approx(wrg)
+    assert set(dvc["naive"]["targets"]) == set(TARGETS)
+    assert summary == dvc
+    # DVC plot series.
+    drift = pd.read_csv(layout.plots_dir / "drift" / "anchor_last.csv")
+    assert list(drift.columns) == ["step", "mean_cosine", "layer_0", "layer_1", "layer_2", "layer_3"]
+    training = pd.read_csv(layout.plots_dir / "training" / "teacher.csv")
+    assert list(training.columns) == ["step", "loss", "acc", "lr"]
+    acc = pd.read_csv(layout.plots_dir / "accuracy.csv")
+    assert set(acc["model"]) == {"teacher", *PRESENT} and set(acc["split"]) == {"id_test", *TARGETS}
+    lam = pd.read_csv(layout.plots_dir / "lambda.csv")
+    assert sorted(lam["lambda"]) == [1e-4, 1e-2, 1.0] and set(lam["seeds"]) == {2}
+
+
+def test_headline_carries_length_shortcut_and_null_pgr():
+    naive = json.loads((FIXTURES / "metrics" / "naive.json").read_text())
+    head = evaluate.headline(naive, TARGETS)
+    shortcut = naive["length_shortcut"]["id_test"]
+    assert head["length_r_id"] == shortcut["pearson_r"]
+    assert head["acc_chosen_longer_id"] == shortcut["chosen_longer"]["acc"]
+    assert head["targets"]["syn_help_chat"]["nts"] == naive["targets"]["syn_help_chat"]["nts"]
+    teacher = evaluate.headline(naive["teacher"], TARGETS, student=False)
+    assert "wrg" not in teacher and teacher["id_acc"] == naive["teacher"]["id"]["acc"]
+
+
+def test_report_refuses_mixed_split_versions(layout: Layout):
+    path = layout.metrics("naive")
+    data = json.loads(path.read_text())
+    data["split_version"] = "other"
+    path.write_text(json.dumps(data))
+    with pytest.raises(report.ReportError, match="different split versions"):
+        report.run(_params(), layout)
+
+
+def test_report_without_metrics_says_what_to_run(tmp_path: Path):
+    with pytest.raises(report.ReportError, match="prefshift evaluate --method"):
+        report.run(_params(), Layout(tmp_path))
+
+
+def _splits(layout: Layout, sizes: dict[str, int], version: str = "v1") -> None:
+    for split, n in sizes.items():
+        pairs = [
+            make_pair(
+                dataset=split,
+                category="helpful",
+                prompt=[{"role": "user", "content": f"q{i}"}],
+                chosen=f"good {i}",
+                rejected=f"bad {i}",
+            )
+            for i in range(n)
+        ]
+        write_pairs(layout.split(split), pairs)
+    layout.split_manifest.write_text(json.dumps({"version": version, "splits": {}}))
+
+
+def test_evaluate_without_teacher_scores_says_run_label(tmp_path: Path):
+    layout = Layout(tmp_path)
+    _splits(layout, {"id_test": 3, **{t: 3 for t in TARGETS}})
+    with pytest.raises(evaluate.EvaluateError, match="run `prefshift label`"):
+        evaluate.run(_params(), layout, "naive")
+
+
+def test_evaluate_names_an_empty_target(tmp_path: Path):
+    layout = Layout(tmp_path)
+    _splits(layout, {"id_test": 3, TARGETS[0]: 3, TARGETS[1]: 0})
+    with pytest.raises(evaluate.EvaluateError, match=f"split '{TARGETS[1]}' has zero pairs"):
+        evaluate.run(_params(), layout, "naive")
+
+
+def test_evaluate_refuses_scores_of_another_split_version(tmp_path: Path):
+    layout = Layout(tmp_path)
+    _splits(layout, {"id_test": 2, **{t: 2 for t in TARGETS}}, version="new")
+    frame = pd.DataFrame(
+        {
+            "pair_id": ["p1", "p2"],
+            "delta": [1.0, -1.0],
+            "gold": [1.0, 1.0],
+            "len_chosen": [3, 4],
+            "len_rejected": [4, 3],
+        }
+    )
+    evaluate.write_scores(layout.scores("teacher", "id_test"), frame, "old")
+    with pytest.raises(PrefshiftError, match="split version old"):
+        evaluate.run(_params(), layout, "naive")
