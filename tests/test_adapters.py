@@ -17,6 +17,7 @@ from prefshift.data.adapters import ADAPTERS, SourceUnavailable, dataset_names, 
 from prefshift.data.adapters.hh_rlhf import parse_turns
 from prefshift.data.schema import RowError, SchemaError, SkipCounter
 from prefshift.data.synthetic import SYNTHETIC_DATASETS
+from prefshift.errors import PrefshiftError
 
 SOURCE_DIRS = {
     "helpsteer3": "helpsteer3",
@@ -246,7 +247,7 @@ def test_local_schema_and_hh_files(make_params, fixtures_dir):
     assert skipped == {"identical_responses": 1, "empty_response": 1}
     hh, skipped, _ = load("hh_file", "test", params)
     assert [p.chosen[:10] for p in hh] == ["Put it in ", "Try The Le"]
-    with pytest.raises(Exception, match="test split only"):
+    with pytest.raises(PrefshiftError, match="test split only"):
         load("hh_file", "train", params)
 
 
@@ -291,12 +292,12 @@ def test_offline_without_path_says_how_to_provide_data(make_params):
 
 def test_missing_local_path_is_named(make_params, tmp_path):
     params = make_params(data={"sources": {"helpsteer3": {"path": str(tmp_path / "nope")}}})
-    with pytest.raises(Exception, match=r"data\.sources\.helpsteer3\.path: .*nope does not exist"):
+    with pytest.raises(PrefshiftError, match=r"data\.sources\.helpsteer3\.path: .*nope does not exist"):
         load("helpsteer3", "train", params)
     empty = tmp_path / "empty"
     empty.mkdir()
     params = make_params(data={"sources": {"helpsteer3": {"path": str(empty)}}})
-    with pytest.raises(Exception, match=r"no validation\.jsonl"):
+    with pytest.raises(PrefshiftError, match=r"no validation\.jsonl"):
         load("helpsteer3", "test", params)
 
 
