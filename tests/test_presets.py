@@ -69,7 +69,8 @@ def test_laptop_presets_are_cpu_sized(name):
     assert (caps.teacher_train, caps.student_train, caps.id_test, caps.ood) == (2000, 2000, 500, 500)
     assert params.encode.max_length == 256
     assert (params.teacher.precision, params.student.precision) == ("fp32", "fp32")
-    assert (params.teacher.lr, params.student.lr) == (pytest.approx(1e-4), pytest.approx(2e-5))
+    assert (params.teacher.lr, params.student.lr) == (pytest.approx(1e-4), pytest.approx(5e-5))
+    assert (params.teacher.epochs, params.student.epochs) == (3, 1)
     assert not params.student.lora.enabled
     assert params.methods == ["naive", "confidence", "anchor_last", "anchor_mid", "ceiling"]
     assert params.anchor.lam == pytest.approx(1e-2)
