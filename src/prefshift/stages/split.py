@@ -8,6 +8,7 @@ and refuse to mix outputs of different split versions (`splits.check_version`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from rich.table import Table
 
 from prefshift.atomic import atomic_path, write_json
 from prefshift.config import Params
-from prefshift.data.schema import Group, Pair, read_groups, read_pairs, write_groups, write_pairs
+from prefshift.data.schema import Pair, read_groups, read_pairs, write_groups, write_pairs
 from prefshift.data.splits import SplitError, build_splits, cap_groups, file_sha256, manifest_version
 from prefshift.paths import Layout
 
@@ -32,18 +33,14 @@ def _split_path(layout: Layout, name: str) -> Path:
     return layout.split(name.removeprefix("ood/"))
 
 
-def _write(layout: Layout, tmp: Path, target: Path, items: list[Pair] | list[Group]) -> dict[str, Any]:
+def _write(
+    layout: Layout, tmp: Path, target: Path, items: list[Any], writer: Callable[..., None]
+) -> dict[str, Any]:
     """Write into the temporary twin of data/splits; the entry names the final path."""
     staged = tmp / target.relative_to(layout.splits_dir)
-    if items and isinstance(items[0], Group):
-        write_groups(staged, items)
-    else:
-        write_pairs(staged, items)
-    return {
-        "path": target.relative_to(layout.root).as_posix(),
-        "count": len(items),
-        "sha256": file_sha256(staged),
-    }
+    writer(staged, items)
+    path = target.relative_to(layout.root).as_posix()
+    return {"path": path, "count": len(items), "sha256": file_sha256(staged)}
 
 
 def run(params: Params, layout: Layout) -> None:
@@ -58,12 +55,13 @@ def run(params: Params, layout: Layout) -> None:
     entries: dict[str, dict[str, Any]] = {}
     with atomic_path(layout.splits_dir, directory=True) as tmp:
         for name, pairs in built.splits.items():
-            entries[name] = _write(layout, tmp, _split_path(layout, name), pairs)
+            entries[name] = _write(layout, tmp, _split_path(layout, name), pairs, write_pairs)
         for dataset in (data.source, *data.targets):
             source = layout.pair_groups(dataset)
             if source.exists():
                 groups = cap_groups(read_groups(source), data.caps.groups, params.seed)
-                entries[f"groups/{dataset}"] = _write(layout, tmp, layout.split_groups(dataset), groups)
+                target = layout.split_groups(dataset)
+                entries[f"groups/{dataset}"] = _write(layout, tmp, target, groups, write_groups)
         manifest = {
             "version": manifest_version(entries),
             "splits": entries,
