@@ -1,0 +1,414 @@
+"""MLflow runs for the stages: one experiment, one run per stage, a parent run per pipeline run.
+
+Where runs go. `MLFLOW_TRACKING_URI` wins; otherwise a sqlite file at the project
+root, addressed by absolute path. The project root is `DVC_ROOT` when DVC runs the
+stage (DVC sets it for every stage command and points it at the *original* repo even
+for queued `dvc exp` runs, which execute in a temporary copy under .dvc/tmp/exps), else
+the git top level of the stage's root, else the root itself. Artifacts of the default
+database go to `<root>/mlartifacts`; neither is a DVC output.
+
+Pipeline run id. `PREFSHIFT_PIPELINE_RUN_ID` wins (CI or a driver script can group
+anything). Otherwise, under DVC (`DVC_STAGE` set), the id is derived from the `dvc`
+process that spawned the stage (host, pid, start time, read from /proc), so every
+stage of one `dvc repro`, and of one queued experiment, shares it and the next
+invocation gets a new one. Outside DVC, or where /proc is missing, it is derived from
+the git commit and the resolved params: manual runs of one code+params state share a
+parent. The parent run is found by its `prefshift.pipeline_run_id` tag, so no state
+file is needed and several machines sharing a server agree on it.
+
+Secrets. Only the resolved params and facts computed here are logged, never the
+environment; as a second guard any param or tag value containing the value of an
+environment variable whose name looks secret (TOKEN, KEY, SECRET, PASSWORD...) is
+replaced by a placeholder before it leaves the process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from prefshift.config import Params
+from prefshift.errors import PrefshiftError
+from prefshift.paths import Layout
+
+PIPELINE_ENV = "PREFSHIFT_PIPELINE_RUN_ID"
+PIPELINE_TAG = "prefshift.pipeline_run_id"
+PARENT_TAG = "prefshift.pipeline_parent"
+SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "API_KEY", "ACCESS_KEY", "PRIVATE")
+MAX_PARAM_CHARS = 6000
+
+
+class TrackingError(PrefshiftError):
+    """The tracking server or database cannot be used; the message names the URI."""
+
+
+def project_root(start: Path) -> Path:
+    """The repository that owns the default tracking database (see the module docstring)."""
+    if os.environ.get("DVC_ROOT"):
+        return Path(os.environ["DVC_ROOT"]).resolve()
+    top = _git(start, "rev-parse", "--show-toplevel")
+    return Path(top).resolve() if top else start.resolve()
+
+
+def default_uri(root: Path) -> str:
+    return f"sqlite:///{(root / 'mlflow.db').as_posix()}"
+
+
+def tracking_uri(layout: Layout) -> str:
+    return os.environ.get("MLFLOW_TRACKING_URI") or default_uri(project_root(layout.root))
+
+
+def offline_uri(root: Path) -> str:
+    """Where runs go when the server is down and params.tracking.required is false."""
+    directory = root / ".prefshift"
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / ".gitignore").write_text("*\n", encoding="utf-8")
+    return f"sqlite:///{(directory / 'offline.db').as_posix()}"
+
+
+def check_reachable(uri: str, timeout: float = 5.0) -> None:
+    """Fail before any work when an http(s) tracking server does not answer its health check."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    try:
+        with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout) as response:
+            if response.status == 200:
+                return
+            problem = f"HTTP {response.status}"
+    except urllib.error.HTTPError as err:
+        problem = f"HTTP {err.code}"
+    except (urllib.error.URLError, OSError) as err:
+        problem = str(getattr(err, "reason", err))
+    raise TrackingError(
+        f"MLflow tracking server {uri} is unreachable ({problem}). Start it, fix MLFLOW_TRACKING_URI, "
+        "or set tracking.required: false to record locally and sync later."
+    )
+
+
+def resolve_uri(params: Params, layout: Layout) -> str:
+    """The URI to log to after the reachability check and the offline fallback."""
+    uri = tracking_uri(layout)
+    try:
+        check_reachable(uri)
+    except TrackingError as err:
+        if params.tracking.required:
+            raise
+        fallback = offline_uri(project_root(layout.root))
+        print(
+            f"warning: {err}\nRecording to {fallback} instead (tracking.required is false). There is no "
+            f"automatic sync yet: browse them with `prefshift ui --backend {fallback}`, and re-run the "
+            f"stages with the server up to record them at {uri}.",
+            file=sys.stderr,
+        )
+        return fallback
+    return uri
+
+
+def _git(cwd: Path, *args: str) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", *args], cwd=cwd, capture_output=True, text=True, check=True, timeout=30
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.strip()
+
+
+def git_state(root: Path) -> dict[str, str]:
+    """Commit and dirty flag; dvc.lock is pipeline bookkeeping that every stage rewrites, so it is ignored."""
+    commit = _git(root, "rev-parse", "HEAD")
+    status = _git(root, "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)dvc.lock")
+    return {
+        "git.commit": commit or "unknown",
+        "git.dirty": "unknown" if status is None else str(bool(status)).lower(),
+    }
+
+
+def params_hash(params: Params) -> str:
+    blob = json.dumps(params.resolved(), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _proc_parent(pid: int) -> tuple[int, str, list[str]] | None:
+    """(parent pid, start time, argv) of a process from /proc, None where unavailable."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return int(fields[1]), fields[19], [a.decode(errors="replace") for a in argv if a]
+
+
+def _dvc_invocation() -> str | None:
+    """Host, pid and start time of the `dvc` process running this stage, if any."""
+    if not os.environ.get("DVC_STAGE"):
+        return None
+    pid = os.getppid()
+    for _ in range(12):
+        info = _proc_parent(pid)
+        if info is None or pid <= 1:
+            return None
+        parent, started, argv = info
+        if any(Path(arg).name == "dvc" for arg in argv[:3]):
+            return f"{socket.gethostname()}:{pid}:{started}"
+        pid = parent
+    return None
+
+
+def pipeline_run_id(params: Params, layout: Layout) -> str:
+    """Shared by all stages of one pipeline run (see the module docstring for how)."""
+    if os.environ.get(PIPELINE_ENV):
+        return os.environ[PIPELINE_ENV]
+    key = _dvc_invocation()
+    if key is None:
+        key = f"state:{git_state(layout.root)['git.commit']}:{params_hash(params)}"
+    return "pr-" + hashlib.sha256(key.encode()).hexdigest()[:12]
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mappings → dotted keys; lists stay whole (they are one param)."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _secret_values() -> dict[str, str]:
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if len(value) >= 8 and any(marker in name.upper() for marker in SECRET_MARKERS)
+    }
+
+
+def redact(text: str) -> str:
+    for name, secret in _secret_values().items():
+        text = text.replace(secret, f"<redacted ${name}>")
+    return text
+
+
+def scrub(values: Mapping[str, Any]) -> dict[str, str]:
+    """Stringify for MLflow and redact anything that carries a secret from the environment."""
+    return {
+        key: redact(value if isinstance(value, str) else json.dumps(value, sort_keys=True))[:MAX_PARAM_CHARS]
+        for key, value in values.items()
+    }
+
+
+def dvc_stage_name(stage: str, method: str | None) -> str:
+    return os.environ.get("DVC_STAGE") or (f"{stage}@{method}" if method else stage)
+
+
+def _dvc_dep_paths(root: Path, stage_name: str) -> list[Path] | None:
+    """The stage's declared deps as DVC resolves them (foreach, vars), None if DVC cannot say."""
+    try:
+        from dvc.repo import Repo
+
+        with Repo(str(root)) as repo:
+            stages = repo.stage.collect(stage_name)
+            return [Path(dep.fs_path) for stage in stages for dep in stage.deps]
+    except Exception:  # no dvc.yaml, no such stage, not a DVC repo: fall back below
+        return None
+
+
+def dvc_md5(path: Path) -> str:
+    """The md5 DVC records for a file or directory (`….dir` for directories), computed now."""
+    from dvc_data.hashfile.build import build
+    from dvc_data.hashfile.db import HashFileDB
+    from dvc_objects.fs.local import LocalFileSystem
+    from dvc_objects.fs.memory import MemoryFileSystem
+
+    odb = HashFileDB(MemoryFileSystem(), "/prefshift-hash")
+    _, _, obj = build(odb, str(path.resolve()), LocalFileSystem(), "md5", dry_run=True)
+    return obj.hash_info.value
+
+
+def input_hashes(layout: Layout, stage_name: str) -> dict[str, str]:
+    """`dvc.dep.<path>` → DVC md5 of each dep, hashed now (dvc.lock still holds the previous run's).
+
+    Without a DVC stage definition, the split manifest's sha256 identifies the data.
+    """
+    root = layout.root.resolve()
+    deps = _dvc_dep_paths(root, stage_name)
+    if deps is not None:
+        hashes = {}
+        for path in deps:
+            rel = path.relative_to(root).as_posix() if path.is_relative_to(root) else path.as_posix()
+            hashes[f"dvc.dep.{rel}"] = dvc_md5(path) if path.exists() else "missing"
+        return hashes
+    manifest = layout.split_manifest
+    if manifest.exists():
+        return {"data.split_manifest.sha256": hashlib.sha256(manifest.read_bytes()).hexdigest()}
+    return {}
+
+
+@dataclass
+class StageRun:
+    """What a stage sees: a handle on its own MLflow run."""
+
+    client: Any
+    uri: str
+    run_id: str
+    pipeline_run_id: str
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        """Nested dicts are flattened with dots; None (an undefined metric such as PGR) is not logged."""
+        from mlflow.entities import Metric
+
+        stamp = int(time.time() * 1000)
+        rows = [
+            Metric(key, float(value), stamp, step or 0)
+            for key, value in flatten(metrics).items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool)
+        ]
+        for start in range(0, len(rows), 500):
+            self.client.log_batch(self.run_id, metrics=rows[start : start + 500])
+
+    def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
+        path = Path(path)
+        if path.is_dir():
+            self.client.log_artifacts(self.run_id, str(path), artifact_path or path.name)
+        else:
+            self.client.log_artifact(self.run_id, str(path), artifact_path)
+
+    def log_dict(self, obj: Any, name: str) -> None:
+        self.client.log_dict(self.run_id, obj, name)
+
+    def set_tags(self, tags: Mapping[str, Any]) -> None:
+        from mlflow.entities import RunTag
+
+        self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in scrub(tags).items()])
+
+
+def client_for(uri: str):
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+def open_client(layout: Layout):
+    """A client on the project's tracking URI for commands that must reach it (pull, score)."""
+    uri = tracking_uri(layout)
+    check_reachable(uri)
+    return client_for(uri)
+
+
+def ensure_experiment(client: Any, name: str, uri: str) -> str:
+    from mlflow.exceptions import MlflowException
+
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        return found.experiment_id
+    location = None
+    if uri.startswith("sqlite:///"):
+        location = Path(uri[len("sqlite:///") :]).parent.joinpath("mlartifacts").resolve().as_uri()
+    try:
+        return client.create_experiment(name, artifact_location=location)
+    except MlflowException:  # created concurrently by another stage
+        return client.get_experiment_by_name(name).experiment_id
+
+
+def _find_parent(client: Any, experiment_id: str, pipeline_id: str) -> list[Any]:
+    runs = client.search_runs(
+        [experiment_id],
+        filter_string=f"tags.`{PARENT_TAG}` = 'true' and tags.`{PIPELINE_TAG}` = '{pipeline_id}'",
+        max_results=50,
+    )
+    return sorted(runs, key=lambda r: (r.info.start_time, r.info.run_id))
+
+
+def ensure_parent(client: Any, experiment_id: str, pipeline_id: str, tags: Mapping[str, str]) -> str:
+    """The pipeline's parent run; a duplicate created by a racing stage is deleted, earliest wins."""
+    runs = _find_parent(client, experiment_id, pipeline_id)
+    if runs:
+        return runs[0].info.run_id
+    run = client.create_run(
+        experiment_id,
+        run_name=f"pipeline {pipeline_id}",
+        tags={**tags, PARENT_TAG: "true", PIPELINE_TAG: pipeline_id},
+    )
+    client.set_terminated(run.info.run_id, "FINISHED")
+    runs = _find_parent(client, experiment_id, pipeline_id)
+    winner = runs[0].info.run_id if runs else run.info.run_id
+    if winner != run.info.run_id:
+        client.delete_run(run.info.run_id)
+    return winner
+
+
+def run_tags(
+    params: Params, layout: Layout, stage: str, method: str | None, pipeline_id: str
+) -> dict[str, str]:
+    name = dvc_stage_name(stage, method)
+    return {
+        **git_state(layout.root),
+        **input_hashes(layout, name),
+        "stage": stage,
+        "method": method or "",
+        "dvc.stage": name,
+        "data.source": params.data.source,
+        "data.targets": ",".join(params.data.targets),
+        "data.category": params.data.category,
+        "seed": str(params.seed),
+        "params.hash": params_hash(params),
+        "trust_remote_code": str(params.backbone.trust_remote_code).lower(),
+        PIPELINE_TAG: pipeline_id,
+    }
+
+
+@contextmanager
+def stage_run(params: Params, layout: Layout, stage: str, method: str | None = None) -> Iterator[StageRun]:
+    """An MLflow run for one stage, child of the pipeline run; FAILED if the body raises.
+
+    Logs the resolved config (as params and as `config/params.yaml`) and the lineage tags
+    before the body runs, so an unreachable server fails before any training.
+    """
+    from mlflow.entities import Param
+    from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+    uri = resolve_uri(params, layout)
+    client = client_for(uri)
+    try:
+        experiment_id = ensure_experiment(client, params.tracking.experiment, uri)
+    except Exception as err:
+        raise TrackingError(f"cannot use MLflow tracking at {uri}: {err}") from err
+    pipeline_id = pipeline_run_id(params, layout)
+    git = git_state(layout.root)
+    parent = ensure_parent(
+        client, experiment_id, pipeline_id, scrub({**git, "params.hash": params_hash(params)})
+    )
+    tags = scrub(run_tags(params, layout, stage, method, pipeline_id))
+    run = client.create_run(
+        experiment_id, run_name=dvc_stage_name(stage, method), tags={**tags, MLFLOW_PARENT_RUN_ID: parent}
+    )
+    handle = StageRun(client, uri, run.info.run_id, pipeline_id)
+    flat = scrub(flatten(params.resolved()))
+    items = [Param(k, v) for k, v in sorted(flat.items())]
+    for start in range(0, len(items), 100):
+        client.log_batch(run.info.run_id, params=items[start : start + 100])
+    config_yaml = redact(yaml.safe_dump(params.resolved(), sort_keys=False))
+    client.log_text(run.info.run_id, config_yaml, "config/params.yaml")
+    try:
+        yield handle
+    except BaseException:
+        client.set_terminated(run.info.run_id, "FAILED")
+        raise
+    client.set_terminated(run.info.run_id, "FINISHED")

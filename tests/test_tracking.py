@@ -1,0 +1,188 @@
+"""MLflow tracking against real stores: a sqlite file in tmp_path and one real `mlflow server`."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from mlflow_support import free_port, running_server, seed_database
+from prefshift import tracking
+from prefshift.config import Params
+from prefshift.paths import Layout
+
+FAKE_TOKEN = "hf_FAKEtoken1234567890abcdef"
+
+
+def _git_repo(path: Path) -> str:
+    path.mkdir(parents=True, exist_ok=True)
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
+    (path / "README.md").write_text("x\n")
+    for args in (["init", "-q"], ["add", "README.md"], ["commit", "-q", "-m", "init"]):
+        subprocess.run(["git", *args], cwd=path, check=True, env=env)
+    return subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=path, capture_output=True, text=True
+    ).stdout.strip()
+
+
+@pytest.fixture
+def project(tmp_path, tmp_path_factory, monkeypatch):
+    """A git repo as the project root; no tracking env, a fake HF token in the environment."""
+    root = tmp_path / "repo"
+    commit = _git_repo(root)
+    seed_database(tmp_path_factory, root / "mlflow.db")
+    seed_database(tmp_path_factory, root / ".prefshift" / "offline.db")
+    for name in ("MLFLOW_TRACKING_URI", "DVC_ROOT", "DVC_STAGE", tracking.PIPELINE_ENV):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_TOKEN", FAKE_TOKEN)
+    monkeypatch.chdir(root)
+    return root, commit
+
+
+def _client(root: Path) -> MlflowClient:
+    return MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+
+
+def test_stage_runs_log_config_tags_metrics_under_one_pipeline_parent(project, monkeypatch):
+    root, commit = project
+    monkeypatch.setenv(tracking.PIPELINE_ENV, "pr-unit")
+    params = Params()
+    params.data.sources = {"x": {"hf_id": FAKE_TOKEN}}  # a secret pasted into params must still not leak
+    layout = Layout(Path("."))
+    manifest = layout.split_manifest
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text('{"version": "v1"}')
+
+    with tracking.stage_run(params, layout, "train", "naive") as run:
+        for step, loss in enumerate([0.7, 0.6, 0.5]):
+            run.log_metrics({"loss": loss}, step=step)
+        run.log_metrics({"id": {"acc": 61.5}, "pgr": None})
+        run.set_tags({"extra": "yes"})
+    with tracking.stage_run(params, layout, "evaluate", "naive") as other:
+        other.log_dict({"wrg": 1.0}, "metrics.json")
+
+    client = _client(root)
+    first, second = client.get_run(run.run_id), client.get_run(other.run_id)
+    parent_id = first.data.tags["mlflow.parentRunId"]
+    assert parent_id == second.data.tags["mlflow.parentRunId"]
+    parent = client.get_run(parent_id)
+    assert parent.data.tags[tracking.PIPELINE_TAG] == "pr-unit"
+    assert first.info.status == "FINISHED"
+
+    tags = first.data.tags
+    expected = {
+        "git.commit": commit,
+        "git.dirty": "false",
+        "stage": "train",
+        "method": "naive",
+        "dvc.stage": "train@naive",
+        "data.source": "syn_help_forum",
+        "data.targets": "syn_help_instruct,syn_help_chat",
+        "seed": "0",
+        "trust_remote_code": "false",
+        tracking.PIPELINE_TAG: "pr-unit",
+        "data.split_manifest.sha256": hashlib.sha256(b'{"version": "v1"}').hexdigest(),
+        "extra": "yes",
+    }
+    assert {k: tags.get(k) for k in expected} == expected
+    assert first.data.params["anchor.lambda"] == "0.0001"
+    assert first.data.params["data.targets"] == '["syn_help_instruct", "syn_help_chat"]'
+    assert first.data.metrics == {"loss": 0.5, "id.acc": 61.5}
+    assert [m.step for m in client.get_metric_history(run.run_id, "loss")] == [0, 1, 2]
+
+    config = Path(client.download_artifacts(run.run_id, "config/params.yaml", str(root / "dl"))).read_text()
+    assert "lambda: 0.0001" in config
+    logged = [*first.data.params.values(), *first.data.tags.values(), *parent.data.tags.values(), config]
+    assert not [text for text in logged if FAKE_TOKEN in text]
+    assert first.data.params["data.sources.x.hf_id"] == "<redacted $HF_TOKEN>"
+    assert (root / "mlartifacts").is_dir()
+
+
+def test_failed_stage_marks_its_run_failed(project, monkeypatch):
+    root, _ = project
+    monkeypatch.setenv(tracking.PIPELINE_ENV, "pr-fail")
+    with pytest.raises(RuntimeError), tracking.stage_run(Params(), Layout(Path(".")), "teacher") as run:
+        raise RuntimeError("boom")
+    assert _client(root).get_run(run.run_id).info.status == "FAILED"
+
+
+def test_pipeline_id_outside_dvc_follows_code_and_params(project):
+    layout = Layout(Path("."))
+    base = tracking.pipeline_run_id(Params(), layout)
+    assert base == tracking.pipeline_run_id(Params(), layout)
+    changed = Params()
+    changed.anchor.lam = 0.01
+    assert tracking.pipeline_run_id(changed, layout) != base
+
+
+def test_dvc_root_wins_for_the_default_database(project, monkeypatch, tmp_path):
+    monkeypatch.setenv("DVC_ROOT", str(tmp_path / "original"))
+    assert tracking.tracking_uri(Layout(Path("."))) == f"sqlite:///{tmp_path / 'original' / 'mlflow.db'}"
+
+
+def test_unreachable_server_fails_naming_the_uri_unless_optional(project, monkeypatch):
+    root, _ = project
+    uri = f"http://127.0.0.1:{free_port()}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv(tracking.PIPELINE_ENV, "pr-down")
+    with (
+        pytest.raises(tracking.TrackingError, match=uri.replace(".", r"\.")),
+        tracking.stage_run(Params(), Layout(Path(".")), "teacher"),
+    ):
+        pytest.fail("the stage body must not run")
+
+    optional = Params()
+    optional.tracking.required = False
+    with tracking.stage_run(optional, Layout(Path(".")), "teacher") as run:
+        run.log_metrics({"loss": 1.0})
+    offline = MlflowClient(f"sqlite:///{root / '.prefshift' / 'offline.db'}")
+    assert offline.get_run(run.run_id).data.metrics == {"loss": 1.0}
+
+
+def test_input_hashes_equal_what_dvc_records(project):
+    root, _ = project
+    subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], cwd=root, check=True)
+    (root / "data").mkdir()
+    (root / "data" / "a.txt").write_text("alpha\n")
+    (root / "data" / "sub").mkdir()
+    (root / "data" / "sub" / "b.bin").write_bytes(b"\x00\x01\r\n")
+    (root / "cfg.txt").write_text("one\n")
+    (root / "dvc.yaml").write_text(
+        "stages:\n  work:\n    foreach: [m1]\n    do:\n      cmd: cp cfg.txt out_${item}.txt\n"
+        "      deps: [data, cfg.txt]\n      outs:\n        - out_${item}.txt\n"
+    )
+    ours = tracking.input_hashes(Layout(root), "work@m1")
+    subprocess.run([sys.executable, "-m", "dvc", "repro", "-q"], cwd=root, check=True)
+    import yaml
+
+    lock = yaml.safe_load((root / "dvc.lock").read_text())
+    recorded = {f"dvc.dep.{d['path']}": d["md5"] for d in lock["stages"]["work@m1"]["deps"]}
+    assert ours == recorded
+    assert ours["dvc.dep.data"].endswith(".dir")
+
+
+def test_stage_run_against_a_real_server(project, monkeypatch, tmp_path):
+    port = free_port()
+    uri = f"http://127.0.0.1:{port}"
+    with running_server(tmp_path, port):
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+        monkeypatch.setenv(tracking.PIPELINE_ENV, "pr-server")
+        with tracking.stage_run(Params(), Layout(Path(".")), "train", "anchor_last") as run:
+            run.log_metrics({"loss": 0.25}, step=1)
+            run.log_dict({"ok": True}, "result.json")
+        client = MlflowClient(uri)
+        logged = client.get_run(run.run_id)
+        assert logged.data.metrics == {"loss": 0.25}
+        assert logged.data.tags["method"] == "anchor_last"
+        assert {f.path for f in client.list_artifacts(run.run_id)} == {"config", "result.json"}
