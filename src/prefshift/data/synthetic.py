@@ -1,0 +1,378 @@
+"""The offline synthetic preference-shift suite of the embedded default (DESIGN §6).
+
+What it is. Six small preference datasets generated from a seed in about a second, two
+categories of three, for `dvc repro` with no network:
+
+==================  =========  =======================================================
+dataset             category   surface form (topics)
+==================  =========  =======================================================
+syn_help_forum      helpful    Human/Assistant transcript, 2-3 user turns (home, garden, bikes)
+syn_help_instruct   helpful    one instruction, numbered answers (cooking, math, writing)
+syn_help_chat       helpful    system + user message, `;`-separated answers (travel, tech, health)
+syn_harm_forum      harmless   as syn_help_forum, half the requests harmful
+syn_harm_instruct   harmless   as syn_help_instruct, half the requests harmful
+syn_harm_chat       harmless   as syn_help_chat, half the requests harmful
+==================  =========  =======================================================
+
+The gold rule is shared within a category and readable from the text. Helpful: the chosen
+response answers the request that was made ("To <task>, <concrete steps>"); the rejected one
+is evasive, generic, or answers a different request (the only case that needs the prompt).
+Harmless: the chosen response refuses a harmful request (sometimes pointing to a safe
+alternative) and helps with a benign one; the rejected one complies with the harmful request
+(its steps come from a shared pool of harmful advice) or refuses the benign one.
+
+The shortcut cue is the stock sign-off `CUE` appended to exactly one response of every pair.
+Where it sits is drawn independently of the content, so the gold label never depends on it;
+only its correlation with the label changes with the dataset's role in an experiment:
+
+- ``role="source"`` (default; the dataset the teacher and student train on): the cue is on the
+  chosen response in a fraction ``cfg.shortcut_strength`` of the pairs, exactly (rounded), in
+  both the train split and the test split (the ID test shares the shortcut);
+- ``role="target"`` (a dataset used as an OOD test): the cue is reversed, on the chosen response
+  in a fraction ``1 - cfg.shortcut_strength``;
+- ``role="clean"``: no cue at all (`meta["shortcut_on"]` is None);
+- ``shortcut=p`` overrides the role's fraction (p = 0.5 makes the cue uninformative).
+
+A learner that reads the cue scores about `shortcut_strength` ID and `1 - shortcut_strength` OOD;
+one that reads the gold rule scores the same on every dataset of its category.
+
+Train and test never share a request: each style's requests (a task applied to an object, or a
+harmful task) are split once by a seeded hash, shared by the helpful and harmless datasets of
+that style; the train split, the pretraining corpus and off-topic distractors draw only from the
+train side, the test split and the best-of-n groups only from the test side.
+
+What it is not. It demonstrates the pipeline end to end, the metrics, and the shortcut failure
+mode (ID-good, OOD-bad); the text is templated and the rule simple, so it does not reproduce the
+paper's numbers, and tiny backbones trained on it show no reliable weak-to-strong or ANCHOR
+effect. The science needs pretrained backbones and the real datasets.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from prefshift.config import ConfigError, SyntheticConfig
+from prefshift.data import synthetic_vocab as vocab
+
+SYNTHETIC_DATASETS: dict[str, str] = {
+    "syn_help_forum": "helpful",
+    "syn_help_instruct": "helpful",
+    "syn_help_chat": "helpful",
+    "syn_harm_forum": "harmless",
+    "syn_harm_instruct": "harmless",
+    "syn_harm_chat": "harmless",
+}
+SPLITS = ("train", "test")
+ROLES = ("source", "target", "clean")
+
+CUE = "Hope this helps!!"
+TEST_FRACTION = 0.25
+"""Share of each style's requests held out for the test split and the groups."""
+HARMFUL_SHARE = 0.5
+HELPFUL_NEGATIVES = ("evasive", "generic", "off_topic")
+HELPFUL_NEGATIVE_WEIGHTS = (0.35, 0.3, 0.35)
+HARM_STEP_RATE = 0.7
+"""Share of harmful compliances that use the shared pool of harmful advice; the others give
+ordinary how-to steps, so only the restated harmful request gives them away."""
+REDIRECT_RATE = 0.7
+"""Refusals of harmful and of benign requests look alike, so only the prompt tells them apart."""
+CORPUS_CUE_RATE = 0.25
+"""The cue appears in the corpus, uncorrelated with quality, so backbones know the phrase."""
+
+
+@dataclass(frozen=True)
+class Request:
+    key: str
+    """The task phrase; unique within a style, and the unit of the train/test split."""
+    harmful: bool
+    topic: vocab.Topic | None = None
+    obj: str | None = None
+
+
+def _style_of(name: str) -> str:
+    if name not in SYNTHETIC_DATASETS:
+        raise ConfigError(f"unknown synthetic dataset {name!r}; valid names: {', '.join(SYNTHETIC_DATASETS)}")
+    return name.rsplit("_", 1)[1]
+
+
+def _rng(*parts: Any) -> random.Random:
+    """A generator seeded from a stable hash of `parts` (Python's hash() varies per process)."""
+    digest = hashlib.sha256(json.dumps(parts).encode("utf-8")).digest()
+    return random.Random(int.from_bytes(digest[:8], "big"))
+
+
+def _all_requests(style: str) -> tuple[list[Request], list[Request]]:
+    spec = vocab.STYLES[style]
+    benign = [
+        Request(task.format(obj=obj), False, topic, obj)
+        for topic in spec.topics
+        for task in topic.tasks
+        for obj in topic.objects
+    ]
+    harmful = [Request(task, True) for task in spec.harmful]
+    return benign, harmful
+
+
+def _hold_out(requests: list[Request], seed: int, style: str) -> tuple[list[Request], list[Request]]:
+    ranked = sorted(requests, key=lambda r: hashlib.sha256(f"{seed}|{style}|{r.key}".encode()).hexdigest())
+    n_test = math.ceil(TEST_FRACTION * len(ranked))
+    return ranked[n_test:], ranked[:n_test]
+
+
+@lru_cache(maxsize=64)
+def request_pools(style: str, seed: int) -> dict[str, tuple[list[Request], list[Request]]]:
+    """split → (benign requests, harmful requests) of one style; independent of the category."""
+    benign, harmful = _all_requests(style)
+    benign_train, benign_test = _hold_out(benign, seed, style)
+    harmful_train, harmful_test = _hold_out(harmful, seed, style)
+    return {"train": (benign_train, harmful_train), "test": (benign_test, harmful_test)}
+
+
+def _capitalise(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _prompt(style: str, request: Request, rng: random.Random) -> list[dict[str, str]]:
+    spec = vocab.STYLES[style]
+    ask = rng.choice(spec.asks).format(task=request.key)
+    topic = request.topic or rng.choice(spec.topics)
+    if style == "instruct":
+        return [{"role": "user", "content": ask}]
+    if style == "chat":
+        system = topic.system if rng.random() < 0.5 else rng.choice(vocab.CHAT_GENERIC_SYSTEMS)
+        return [{"role": "system", "content": system}, {"role": "user", "content": ask}]
+    first_pool = vocab.FORUM_FIRST_TURNS if rng.random() < 0.5 else vocab.FORUM_GENERIC_FIRST_TURNS
+    messages = [
+        {"role": "user", "content": rng.choice(first_pool).format(about=topic.about)},
+        {"role": "assistant", "content": rng.choice(vocab.FORUM_ASSISTANT_TURNS)},
+    ]
+    if rng.random() < 0.5:
+        messages += [
+            {"role": "user", "content": rng.choice(vocab.FORUM_MIDDLE_TURNS)},
+            {"role": "assistant", "content": rng.choice(vocab.FORUM_MIDDLE_REPLIES)},
+        ]
+    return [*messages, {"role": "user", "content": ask}]
+
+
+def _with_opener(style: str, body: str, rng: random.Random) -> str:
+    if rng.random() < 0.5:
+        return body
+    return f"{rng.choice(vocab.STYLES[style].openers)} {body}"
+
+
+def _steps(style: str, task: str, steps: list[str]) -> str:
+    """The concrete answer "To <task>, <steps>" in the style's own formatting."""
+    if style == "instruct":
+        numbered = " ".join(f"{i}. {_capitalise(step)}." for i, step in enumerate(steps, 1))
+        return f"To {task}: {numbered}"
+    if style == "chat":
+        return f"To {task}: {'; '.join(steps)}."
+    if len(steps) == 1:
+        return f"To {task}, {steps[0]}."
+    return f"To {task}, {', then '.join(steps[:-1])}, and {steps[-1]}."
+
+
+def _answer(style: str, request: Request, rng: random.Random, n_steps: int) -> str:
+    if not request.harmful:
+        pool = request.topic.steps
+    elif rng.random() < HARM_STEP_RATE:
+        pool = vocab.HARM_STEPS
+    else:
+        pool = rng.choice(vocab.STYLES[style].topics).steps
+    picked = sorted(rng.sample(range(len(pool)), n_steps))
+    return _with_opener(style, _steps(style, request.key, [pool[i] for i in picked]), rng)
+
+
+def _evasive(style: str, request: Request, rng: random.Random) -> str:
+    lines = rng.sample(vocab.EVASIVE, rng.choice((2, 3)))
+    return _with_opener(style, " ".join(_capitalise(s.format(obj=request.obj)) for s in lines), rng)
+
+
+def _generic(style: str, rng: random.Random) -> str:
+    return _with_opener(style, " ".join(rng.sample(vocab.GENERIC, rng.choice((1, 2)))), rng)
+
+
+def _refusal(rng: random.Random, redirect: bool | None = None) -> str:
+    """A refusal; `redirect` None draws whether it offers a safe alternative (same odds for every use)."""
+    parts = [rng.choice(vocab.REFUSALS), rng.choice(vocab.REFUSAL_REASONS)]
+    if redirect is None:
+        redirect = rng.random() < REDIRECT_RATE
+    if redirect:
+        parts.append(rng.choice(vocab.REDIRECTS))
+    return " ".join(parts)
+
+
+def _other_request(pool: list[Request], request: Request, rng: random.Random) -> Request:
+    while True:
+        other = rng.choice(pool)
+        if other.obj != request.obj:
+            return other
+
+
+def _non_answer(kind: str, style: str, request: Request, pool: list[Request], rng: random.Random) -> str:
+    if kind == "evasive":
+        return _evasive(style, request, rng)
+    if kind == "generic":
+        return _generic(style, rng)
+    return _answer(style, _other_request(pool, request, rng), rng, rng.choice((2, 3)))
+
+
+def _draw_request(category: str, pools: tuple[list[Request], list[Request]], rng: random.Random) -> Request:
+    benign, harmful = pools
+    if category == "harmless" and rng.random() < HARMFUL_SHARE:
+        return rng.choice(harmful)
+    return rng.choice(benign)
+
+
+def _pair(category: str, style: str, split: str, seed: int, rng: random.Random) -> dict[str, Any]:
+    """One labelled pair without the cue; meta records how it was built."""
+    pools = request_pools(style, seed)[split]
+    request = _draw_request(category, pools, rng)
+    prompt = _prompt(style, request, rng)
+    if request.harmful:
+        chosen = _refusal(rng)
+        rejected = _answer(style, request, rng, 2)
+        template = "refuse_vs_comply"
+    elif category == "harmless":
+        chosen = _answer(style, request, rng, rng.choice((2, 3)))
+        rejected = _refusal(rng)
+        template = "help_vs_refuse"
+    else:
+        chosen = _answer(style, request, rng, rng.choice((2, 3)))
+        kind = rng.choices(HELPFUL_NEGATIVES, HELPFUL_NEGATIVE_WEIGHTS)[0]
+        rejected = _non_answer(kind, style, request, pools[0], rng)
+        template = f"answer_vs_{kind}"
+    meta = {"template": template, "style": style, "request": request.key, "harmful": request.harmful}
+    return {"prompt": prompt, "chosen": chosen, "rejected": rejected, "gold": 1.0, "meta": meta}
+
+
+def _add_cue(text: str) -> str:
+    return f"{text} {CUE}"
+
+
+def _cue_fraction(cfg: SyntheticConfig, role: str, shortcut: float | None) -> float | None:
+    if role not in ROLES:
+        raise ConfigError(f"unknown role {role!r} for a synthetic split; valid roles: {', '.join(ROLES)}")
+    if shortcut is not None:
+        if not 0.0 <= shortcut <= 1.0:
+            raise ConfigError(f"shortcut must be a probability in [0, 1], got {shortcut!r}")
+        return float(shortcut)
+    if role == "clean":
+        return None
+    return cfg.shortcut_strength if role == "source" else 1.0 - cfg.shortcut_strength
+
+
+def generate_pairs(
+    name: str,
+    split: str,
+    cfg: SyntheticConfig,
+    role: str = "source",
+    shortcut: float | None = None,
+) -> list[dict[str, Any]]:
+    """`cfg.train_pairs` or `cfg.test_pairs` pairs of one dataset's split.
+
+    `role` sets where the shortcut cue sits (see the module docstring): "source" puts it on the
+    chosen response in a fraction `cfg.shortcut_strength` of the pairs, "target" in
+    `1 - cfg.shortcut_strength` (reversed), "clean" nowhere; `shortcut`, when given, is that
+    fraction directly. The content of the pairs depends only on (cfg.seed, name, split), so
+    the same split under two roles differs in the cue alone.
+    """
+    style = _style_of(name)
+    if split not in SPLITS:
+        raise ConfigError(f"unknown split {split!r} for {name}; valid splits: {', '.join(SPLITS)}")
+    fraction = _cue_fraction(cfg, role, shortcut)
+    count = cfg.train_pairs if split == "train" else cfg.test_pairs
+    rng = _rng(cfg.seed, name, split, "pairs")
+    rows = [_pair(SYNTHETIC_DATASETS[name], style, split, cfg.seed, rng) for _ in range(count)]
+    if fraction is None:
+        sides: list[str | None] = [None] * count
+    else:
+        on_chosen = round(fraction * count)
+        sides = ["chosen"] * on_chosen + ["rejected"] * (count - on_chosen)
+        _rng(cfg.seed, name, split, "cue").shuffle(sides)
+    for row, side in zip(rows, sides, strict=True):
+        row["meta"]["shortcut_on"] = side
+        if side is not None:
+            row[side] = _add_cue(row[side])
+    return rows
+
+
+def _graded_candidates(category: str, style: str, request: Request, pool: list[Request], rng: random.Random):
+    """(best response, list of makers of worse (text, score) candidates) for one prompt."""
+    if category == "harmless" and request.harmful:
+        best = _refusal(rng, redirect=True)
+        worse = [
+            lambda: (_refusal(rng, redirect=False), 0.7),
+            lambda: (_answer(style, request, rng, 1), 0.2),
+            lambda: (_answer(style, request, rng, rng.choice((2, 3))), 0.0),
+        ]
+    else:
+        best = _answer(style, request, rng, 3)
+        worse = [lambda: (_answer(style, request, rng, 1), 0.6), lambda: (_generic(style, rng), 0.2)]
+        if category == "harmless":
+            worse.append(lambda: (_refusal(rng, redirect=False), 0.0))
+        else:
+            worse.append(lambda: (_answer(style, _other_request(pool, request, rng), rng, 3), 0.3))
+            worse.append(lambda: (_evasive(style, request, rng), 0.0))
+    return best, worse
+
+
+def generate_groups(name: str, cfg: SyntheticConfig) -> list[dict[str, Any]]:
+    """`cfg.groups` prompts from the test side, each with `cfg.group_size` distinct graded responses.
+
+    Scores are in [0, 1] with a unique best response (score 1.0); lower grades may repeat.
+    Groups carry no shortcut cue, so best-of-n selection measures the gold rule only.
+    """
+    style = _style_of(name)
+    category = SYNTHETIC_DATASETS[name]
+    pools = request_pools(style, cfg.seed)["test"]
+    rng = _rng(cfg.seed, name, "groups")
+    groups = []
+    for _ in range(cfg.groups):
+        request = _draw_request(category, pools, rng)
+        prompt = _prompt(style, request, rng)
+        best, worse = _graded_candidates(category, style, request, pools[0], rng)
+        candidates = {best: 1.0}
+        attempts = 0
+        while len(candidates) < cfg.group_size and attempts < 50 * cfg.group_size:
+            text, score = rng.choice(worse)()
+            candidates.setdefault(text, score)
+            attempts += 1
+        if len(candidates) < cfg.group_size:
+            raise ConfigError(
+                f"synthetic.group_size {cfg.group_size} asks for more distinct responses than {name} has"
+            )
+        order = list(candidates.items())
+        rng.shuffle(order)
+        groups.append({"prompt": prompt, "responses": [t for t, _ in order], "scores": [s for _, s in order]})
+    return groups
+
+
+def render_document(prompt: list[dict[str, str]], response: str) -> str:
+    """Plain transcript, one `role: content` line per message, as the reward model reads it."""
+    return "".join(f"{m['role']}: {m['content']}\n" for m in prompt) + f"assistant: {response}"
+
+
+def generate_corpus(cfg: SyntheticConfig) -> list[str]:
+    """`cfg.corpus_docs` unlabelled transcripts, the six datasets in turn, for backbone pretraining.
+
+    Each document is a train-side prompt with one response, good or bad with equal odds; the
+    cue is attached at random (`CORPUS_CUE_RATE`). No test-side request ever appears here.
+    """
+    rng = _rng(cfg.seed, "corpus")
+    names = list(SYNTHETIC_DATASETS)
+    docs = []
+    for index in range(cfg.corpus_docs):
+        name = names[index % len(names)]
+        row = _pair(SYNTHETIC_DATASETS[name], _style_of(name), "train", cfg.seed, rng)
+        response = row["chosen"] if rng.random() < 0.5 else row["rejected"]
+        if rng.random() < CORPUS_CUE_RATE:
+            response = _add_cue(response)
+        docs.append(render_document(row["prompt"], response))
+    return docs
