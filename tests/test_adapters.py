@@ -6,6 +6,7 @@ name the row each expectation comes from.
 
 from __future__ import annotations
 
+import gzip
 import json
 
 import pyarrow as pa
@@ -334,3 +335,17 @@ def test_synthetic_adapter_validates_generated_rows(make_params):
     again, _, _ = load("syn_help_forum", "test", params)
     first, _, _ = load("syn_help_forum", "test", params)
     assert [p.pair_id for p in again] == [p.pair_id for p in first]
+
+
+def test_gzip_json_array_and_split_placeholder_paths(fixture_params, fixtures_dir, tmp_path):
+    for split in ("train", "validation"):
+        text = (fixtures_dir / "helpsteer3" / f"{split}.jsonl").read_text(encoding="utf-8")
+        with gzip.open(tmp_path / f"{split}.jsonl.gz", "wt", encoding="utf-8") as handle:
+            handle.write(text)
+        rows = [json.loads(line) for line in text.splitlines()]
+        (tmp_path / f"hs3-{split}.json").write_text(json.dumps(rows), encoding="utf-8")
+    expected, _, _ = load("helpsteer3", "test", fixture_params())
+    for path in (tmp_path, tmp_path / "hs3-{split}.json"):
+        params = fixture_params(sources={"helpsteer3": {"path": str(path)}})
+        pairs, skipped, _ = load("helpsteer3", "test", params)
+        assert pairs == expected and skipped == {"tie": 1}
