@@ -76,6 +76,8 @@ def test_parser_joins_continuations_and_drops_comments():
     assert copy_sources("--chown=1 s t d") == ["s", "t"]
     assert copy_sources('["a b", "d"]') == ["a b"]
     assert copy_sources("--from=build /x /y") is None
+    scoped = instructions("ARG B=x\nFROM ${B}\nARG T=1\nENV E=2 F=3\nRUN a")
+    assert declared_args(scoped) == ({"B"}, {"T", "E", "F"})
 
 
 def test_every_copy_source_exists_in_the_build_context(steps):
