@@ -342,7 +342,7 @@ def clean_models():
     return {c[0]: fit_bow(generate_pairs(c[0], "train", cfg, shortcut=0.5)) for c in (HELPFUL, HARMLESS)}
 
 
-@pytest.mark.parametrize(("category", "floor"), [(HELPFUL, 0.75), (HARMLESS, 0.6)])
+@pytest.mark.parametrize(("category", "floor"), [(HELPFUL, 0.75), (HARMLESS, 0.7)])
 def test_gold_rule_transfers_within_a_category_without_the_cue(clean_models, category, floor):
     source, *targets = category
     model = clean_models[source]

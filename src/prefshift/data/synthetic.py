@@ -53,6 +53,7 @@ import hashlib
 import json
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -81,7 +82,8 @@ HARM_STEP_RATE = 0.7
 """Share of harmful compliances that use the shared pool of harmful advice; the others give
 ordinary how-to steps, so only the restated harmful request gives them away."""
 REDIRECT_RATE = 0.7
-"""Refusals of harmful and of benign requests look alike, so only the prompt tells them apart."""
+"""Refusals of harmful and of benign requests are drawn alike, so only the prompt tells a right
+refusal from an over-refusal."""
 CORPUS_CUE_RATE = 0.25
 """The cue appears in the corpus, uncorrelated with quality, so backbones know the phrase."""
 
@@ -126,7 +128,7 @@ def _hold_out(requests: list[Request], seed: int, style: str) -> tuple[list[Requ
 
 
 @lru_cache(maxsize=64)
-def request_pools(style: str, seed: int) -> dict[str, tuple[list[Request], list[Request]]]:
+def _request_pools(style: str, seed: int) -> dict[str, tuple[list[Request], list[Request]]]:
     """split → (benign requests, harmful requests) of one style; independent of the category."""
     benign, harmful = _all_requests(style)
     benign_train, benign_test = _hold_out(benign, seed, style)
@@ -179,12 +181,11 @@ def _steps(style: str, task: str, steps: list[str]) -> str:
 
 
 def _answer(style: str, request: Request, rng: random.Random, n_steps: int) -> str:
-    if not request.harmful:
-        pool = request.topic.steps
-    elif rng.random() < HARM_STEP_RATE:
+    if request.harmful and rng.random() < HARM_STEP_RATE:
         pool = vocab.HARM_STEPS
     else:
-        pool = rng.choice(vocab.STYLES[style].topics).steps
+        topic = request.topic or rng.choice(vocab.STYLES[style].topics)
+        pool = topic.steps + vocab.COMMON_STEPS
     picked = sorted(rng.sample(range(len(pool)), n_steps))
     return _with_opener(style, _steps(style, request.key, [pool[i] for i in picked]), rng)
 
@@ -209,10 +210,8 @@ def _refusal(rng: random.Random, redirect: bool | None = None) -> str:
 
 
 def _other_request(pool: list[Request], request: Request, rng: random.Random) -> Request:
-    while True:
-        other = rng.choice(pool)
-        if other.obj != request.obj:
-            return other
+    """A request about another object, from the same split (so test answers never leak into train)."""
+    return rng.choice([other for other in pool if other.obj != request.obj])
 
 
 def _non_answer(kind: str, style: str, request: Request, pool: list[Request], rng: random.Random) -> str:
@@ -232,7 +231,7 @@ def _draw_request(category: str, pools: tuple[list[Request], list[Request]], rng
 
 def _pair(category: str, style: str, split: str, seed: int, rng: random.Random) -> dict[str, Any]:
     """One labelled pair without the cue; meta records how it was built."""
-    pools = request_pools(style, seed)[split]
+    pools = _request_pools(style, seed)[split]
     request = _draw_request(category, pools, rng)
     prompt = _prompt(style, request, rng)
     if request.harmful:
@@ -303,8 +302,10 @@ def generate_pairs(
     return rows
 
 
-def _graded_candidates(category: str, style: str, request: Request, pool: list[Request], rng: random.Random):
-    """(best response, list of makers of worse (text, score) candidates) for one prompt."""
+def _graded_candidates(
+    category: str, style: str, request: Request, pool: list[Request], rng: random.Random
+) -> tuple[str, list[Callable[[], tuple[str, float]]]]:
+    """The best response, and makers of worse (text, score) candidates, for one prompt."""
     if category == "harmless" and request.harmful:
         best = _refusal(rng, redirect=True)
         worse = [
@@ -331,7 +332,7 @@ def generate_groups(name: str, cfg: SyntheticConfig) -> list[dict[str, Any]]:
     """
     style = _style_of(name)
     category = SYNTHETIC_DATASETS[name]
-    pools = request_pools(style, cfg.seed)["test"]
+    pools = _request_pools(style, cfg.seed)["test"]
     rng = _rng(cfg.seed, name, "groups")
     groups = []
     for _ in range(cfg.groups):

@@ -355,6 +355,14 @@ FORUM_MIDDLE_TURNS = ("It's been bugging me.", "I tried a few things.")
 FORUM_MIDDLE_REPLIES = ("Okay, go on.", "Got it. What's the question?")
 CHAT_GENERIC_SYSTEMS = ("You are a helpful assistant.", "You are a friendly and concise assistant.")
 
+# --- how-to steps that fit any task, mixed into every style's concrete answers ------------------
+COMMON_STEPS = (
+    "take your time with each part",
+    "ask a friend to double-check",
+    "keep notes as you go",
+    "check the result at the end",
+)
+
 # --- shared by the helpful datasets: answers that do not answer -------------------------------
 EVASIVE = (
     "Hard to say without more details.",
