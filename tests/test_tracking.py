@@ -1,4 +1,4 @@
-"""MLflow tracking against real stores: a sqlite file in tmp_path and one real `mlflow server`."""
+"""MLflow tracking against real sqlite stores (the real-server case is in test_registry.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from mlflow_support import free_port, running_server, seed_database
+from mlflow_support import free_port, seed_database
 from prefshift import tracking
 from prefshift.config import Params
 from prefshift.paths import Layout
@@ -170,19 +170,3 @@ def test_input_hashes_equal_what_dvc_records(project):
     recorded = {f"dvc.dep.{d['path']}": d["md5"] for d in lock["stages"]["work@m1"]["deps"]}
     assert ours == recorded
     assert ours["dvc.dep.data"].endswith(".dir")
-
-
-def test_stage_run_against_a_real_server(project, monkeypatch, tmp_path):
-    port = free_port()
-    uri = f"http://127.0.0.1:{port}"
-    with running_server(tmp_path, port):
-        monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-        monkeypatch.setenv(tracking.PIPELINE_ENV, "pr-server")
-        with tracking.stage_run(Params(), Layout(Path(".")), "train", "anchor_last") as run:
-            run.log_metrics({"loss": 0.25}, step=1)
-            run.log_dict({"ok": True}, "result.json")
-        client = MlflowClient(uri)
-        logged = client.get_run(run.run_id)
-        assert logged.data.metrics == {"loss": 0.25}
-        assert logged.data.tags["method"] == "anchor_last"
-        assert {f.path for f in client.list_artifacts(run.run_id)} == {"config", "result.json"}

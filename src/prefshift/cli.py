@@ -7,6 +7,7 @@ lazily so `prefshift --help` stays fast and a stage pulls in only what it needs.
 from __future__ import annotations
 
 import importlib
+import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -112,6 +113,55 @@ def evaluate(
 def report(params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")):
     """Tables and figures across methods (reports/summary.md, reports/figures/, reports/metrics.json)."""
     _call(_stage("stages.report"), _params(params, set_), Layout(root))
+
+
+@app.command()
+def promote(params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")):
+    """Register students that pass the gate; `champion` = best by mean NTS (reports/promotion.json)."""
+    _call(_stage("stages.promote"), _params(params, set_), Layout(root))
+
+
+@app.command()
+def pull(
+    uri: Annotated[str, typer.Argument(help="models:/<name>@<alias> or models:/<name>/<version>")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Directory to write the HF model to.")],
+    root: RootOption = Path("."),
+):
+    """Download a registered reward model as a plain HF directory (content hash verified)."""
+    result = _call(_stage("registry", "pull_to"), uri, out, Layout(root))
+    err_console.print(f"pulled {result['name']} version {result['version']} to {result['out']}")
+
+
+@app.command()
+def score(
+    model: Annotated[str, typer.Option("--model", help="models:/ URI or a local HF directory.")],
+    input_: Annotated[Path, typer.Option("--input", "-i", help="JSONL of pairs or prompt+response rows.")],
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Rewards JSONL (default: stdout).")] = None,
+    params: ParamsOption = Path("params.yaml"),
+    set_: SetOption = None,
+    root: RootOption = Path("."),
+):
+    """Rewards per row, and chosen-vs-rejected accuracy when the input has pairs."""
+    loaded = _params(params, set_) if params.exists() else Params()
+    result = _call(_stage("downstream", "score_command"), model, input_, out, loaded, Layout(root))
+    if out is None:
+        for row in result["rows"]:
+            typer.echo(json.dumps(row, sort_keys=True))
+    summary = f"scored {len(result['rows'])} {result['kind']} rows; {result['skipped']} truncated away"
+    if result["accuracy"] is not None:
+        summary += f"; chosen-vs-rejected accuracy {result['accuracy']:.2f}%"
+    err_console.print(summary)
+
+
+@app.command()
+def ui(
+    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 5000,
+    host: Annotated[str, typer.Option("--host", help="Interface to bind.")] = "127.0.0.1",
+    backend: Annotated[str | None, typer.Option("--backend", help="Tracking DB URI.")] = None,
+    root: RootOption = Path("."),
+):
+    """Start the MLflow UI on the project's tracking database."""
+    raise typer.Exit(_call(_stage("ui", "serve"), Layout(root), host, port, backend))
 
 
 @app.command()

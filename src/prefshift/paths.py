@@ -93,6 +93,11 @@ class Layout:
         return self.root / "reports" / "metrics.json"
 
     @property
+    def promotion(self) -> Path:
+        """What `promote` decided: per-method gate results, versions, aliases."""
+        return self.root / "reports" / "promotion.json"
+
+    @property
     def plots_dir(self) -> Path:
         """CSV series for `dvc plots` (training/, drift/ per method; accuracy.csv; lambda.csv)."""
         return self.root / "reports" / "plots"

@@ -1,0 +1,148 @@
+"""Rewards for arbitrary rows: what a user of a registered reward model runs (`prefshift score`, pyfunc).
+
+Rows are (prompt, response) or pair rows (prompt, chosen, rejected). A prompt is a
+list of chat messages as in the pair schema, or a plain string (one user turn).
+Scoring goes through `prefshift.scoring`, the module label and evaluate use, so
+these rewards are exactly what evaluation computes for the same text.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from prefshift.atomic import atomic_path
+from prefshift.config import Params
+from prefshift.data.schema import Group
+from prefshift.errors import PrefshiftError
+from prefshift.scoring import load_for_scoring, score_groups
+
+
+class ScoreInputError(PrefshiftError, ValueError):
+    """A row that cannot be scored; the message names the file and line."""
+
+
+def as_messages(prompt: Any, where: str) -> list[dict[str, str]]:
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": prompt}]
+    if (
+        isinstance(prompt, list)
+        and prompt
+        and all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+            for m in prompt
+        )
+    ):
+        return [{"role": m["role"], "content": m["content"]} for m in prompt]
+    raise ScoreInputError(f"{where}: 'prompt' must be a string or a list of {{role, content}} messages")
+
+
+def _response(row: dict[str, Any], key: str, where: str) -> str:
+    value = row.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise ScoreInputError(f"{where}: {key!r} must be a non-empty string")
+    return value
+
+
+def read_rows(path: Path) -> tuple[str, list[dict[str, Any]]]:
+    """("pairs" | "responses", rows) from JSONL; every row must have the same shape as the first."""
+    if not path.exists():
+        raise ScoreInputError(f"{path}: input file not found")
+    rows: list[dict[str, Any]] = []
+    kind = None
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            where = f"{path} line {number}"
+            if not raw.strip():
+                continue
+            try:
+                row = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as err:
+                raise ScoreInputError(f"{where}: not a JSON object ({err})") from None
+            if not isinstance(row, dict) or "prompt" not in row:
+                raise ScoreInputError(
+                    f"{where}: expected an object with 'prompt' and 'response' or 'chosen'/'rejected'"
+                )
+            shape = "pairs" if "chosen" in row or "rejected" in row else "responses"
+            if kind is not None and shape != kind:
+                raise ScoreInputError(f"{where}: mixes {shape} rows into a file of {kind} rows")
+            kind = shape
+            item = {"prompt": as_messages(row["prompt"], where)}
+            if shape == "pairs":
+                item.update(
+                    chosen=_response(row, "chosen", where), rejected=_response(row, "rejected", where)
+                )
+            else:
+                item["response"] = _response(row, "response", where)
+            rows.append(item)
+    if not rows:
+        raise ScoreInputError(f"{path}: no rows to score")
+    return kind or "responses", rows
+
+
+def score_rows(model: Any, tokenizer: Any, kind: str, rows: list[dict[str, Any]], params: Params) -> dict:
+    """Rewards through `scoring.score_groups` (one group per row), so batching and read-out are evaluation's.
+
+    Returns {"rows": [...], "skipped": n}: a row whose response does not survive
+    truncation (encode.max_length) is left out and counted, with its row number absent.
+    """
+    sides = ("response",) if kind == "responses" else ("chosen", "rejected")
+    groups = [
+        Group(str(i), "input", "helpful", row["prompt"], [row[side] for side in sides], [])
+        for i, row in enumerate(rows)
+    ]
+    frame = score_groups(model, tokenizer, groups, params)
+    scored = []
+    for group_id, values in zip(frame["group_id"], frame["rewards"], strict=True):
+        if kind == "responses":
+            scored.append({"row": int(group_id), "reward": float(values[0])})
+        else:
+            chosen, rejected = float(values[0]), float(values[1])
+            scored.append(
+                {
+                    "row": int(group_id),
+                    "reward_chosen": chosen,
+                    "reward_rejected": rejected,
+                    "margin": chosen - rejected,
+                }
+            )
+    return {"rows": scored, "skipped": len(rows) - len(scored)}
+
+
+def pair_accuracy(scored: list[dict[str, Any]]) -> float:
+    """Percent of pairs with chosen above rejected; a tie counts half (DESIGN §7)."""
+    credit = [1.0 if s["margin"] > 0 else 0.5 if s["margin"] == 0 else 0.0 for s in scored]
+    return 100.0 * sum(credit) / len(credit)
+
+
+def score_file(model_dir: Path, input_path: Path, params: Params) -> dict:
+    """{"kind", "rows", "skipped", "accuracy" (percent; pairs only, else None)} for a JSONL input."""
+    kind, rows = read_rows(input_path)
+    model, tokenizer = load_for_scoring(model_dir, params)
+    result = {"kind": kind, **score_rows(model, tokenizer, kind, rows, params)}
+    result["accuracy"] = pair_accuracy(result["rows"]) if kind == "pairs" and result["rows"] else None
+    return result
+
+
+def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows), encoding="utf-8")
+
+
+def score_command(model: str, input_path: Path, out: Path | None, params: Params, layout: Any) -> dict:
+    """`prefshift score`: a registry URI is pulled (hash-checked) to a scratch dir first."""
+    import tempfile
+
+    if not model.startswith("models:/"):
+        result = score_file(Path(model), input_path, params)
+    else:
+        from prefshift.registry import pull_to
+
+        with tempfile.TemporaryDirectory(prefix="prefshift-score-") as scratch:
+            model_dir = Path(scratch) / "model"
+            pull_to(model, model_dir, layout)
+            result = score_file(model_dir, input_path, params)
+    if out is not None:
+        write_jsonl(out, result["rows"])
+    return result

@@ -1,0 +1,229 @@
+"""The MLflow model registry: register students by content, set aliases, pull them back out.
+
+A registered version is a pyfunc model whose artifacts hold the student's plain HF
+directory (`artifacts/<dir name>/`), so `prefshift pull` can hand out a directory that
+`AutoModelForSequenceClassification.from_pretrained` loads, and `mlflow.pyfunc` users
+can score (prompt, response) rows directly.
+
+Identity is the content hash of the HF directory's files (`prefshift.content_hash`
+version tag): registering an unchanged model returns the existing version, and
+`pull` refuses a download whose files no longer hash to it.
+
+Concurrency. Two promotions racing on one server may both create a version for the
+same content; after registering, the lowest version number with that hash is the
+canonical one and a process that created a higher one deletes it. An alias points to
+exactly one version by construction (so there is never more than one champion); after
+setting it we read it back and report who holds it, so a promotion that lost a race
+says so instead of claiming an alias it no longer has.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import mlflow.pyfunc
+import yaml
+
+from prefshift.atomic import atomic_path
+from prefshift.errors import PrefshiftError
+
+HASH_TAG = "prefshift.content_hash"
+LINEAGE_TAG = "prefshift_experiment"
+ARTIFACT_KEY = "hf_dir"
+MODEL_NAME = "reward_model"
+PIP_REQUIREMENTS = ["mlflow", "torch", "transformers", "safetensors", "pandas"]
+URI_PATTERN = re.compile(r"^models:/(?P<name>[^@/]+)(?:@(?P<alias>[\w-]+)|/(?P<version>\d+))$")
+
+
+class RegistryError(PrefshiftError):
+    """A registry operation that must not go ahead; the message says why and what exists."""
+
+
+def content_hash(model_dir: Path) -> str:
+    """sha256 over (relative path, file sha256) of every file, in path order."""
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise RegistryError(f"{model_dir}: model directory not found")
+    digest = hashlib.sha256()
+    for path in sorted(p for p in model_dir.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(model_dir).as_posix().encode())
+        digest.update(b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).hexdigest().encode())
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    name: str
+    alias: str | None = None
+    version: str | None = None
+
+
+def parse_uri(uri: str) -> ModelRef:
+    match = URI_PATTERN.match(uri)
+    if not match:
+        raise RegistryError(
+            f"{uri!r} is not a registry URI; expected models:/<name>@<alias> or models:/<name>/<n>"
+        )
+    return ModelRef(match["name"], match["alias"], match["version"])
+
+
+class RewardScorer(mlflow.pyfunc.PythonModel):
+    """pyfunc wrapper: a DataFrame with `prompt` and `response` columns → a `reward` column.
+
+    A row whose response does not survive truncation gets NaN, never a made-up reward.
+    """
+
+    def load_context(self, context) -> None:
+        from prefshift.config import parse_params
+        from prefshift.scoring import load_for_scoring
+
+        self.params = parse_params({"encode": (context.model_config or {}).get("encode", {})}, "model_config")
+        self.model, self.tokenizer = load_for_scoring(context.artifacts[ARTIFACT_KEY], self.params)
+
+    def predict(self, context, model_input, params=None):
+        import pandas as pd
+
+        from prefshift.downstream import as_messages, score_rows
+
+        missing = {"prompt", "response"} - set(model_input.columns)
+        if missing:
+            raise RegistryError(f"pyfunc input lacks column(s) {sorted(missing)}; needs prompt and response")
+        rows = [
+            {"prompt": as_messages(p, f"row {i}"), "response": r}
+            for i, (p, r) in enumerate(zip(model_input["prompt"], model_input["response"], strict=True))
+        ]
+        scored = score_rows(self.model, self.tokenizer, "responses", rows, self.params)["rows"]
+        values = [float("nan")] * len(rows)
+        for item in scored:
+            values[item["row"]] = item["reward"]
+        return pd.DataFrame({"reward": values})
+
+
+def ensure_registered_model(client: Any, name: str, experiment: str) -> None:
+    """Create the registered model with our lineage tag, or refuse one that belongs elsewhere."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.create_registered_model(name, tags={LINEAGE_TAG: experiment})
+        return
+    except MlflowException as err:
+        if err.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+    found = client.get_registered_model(name).tags.get(LINEAGE_TAG)
+    if found != experiment:
+        origin = f"experiment {found!r}" if found else "no prefshift lineage tag"
+        raise RegistryError(
+            f"registered model {name!r} already exists with {origin} (tag {LINEAGE_TAG}); this pipeline "
+            f"logs to experiment {experiment!r}. Refusing to mix lineages: set tracking.registered_model "
+            "to another name."
+        )
+
+
+def versions_with_hash(client: Any, name: str, digest: str) -> list[Any]:
+    found = [v for v in client.search_model_versions(f"name='{name}'") if v.tags.get(HASH_TAG) == digest]
+    return sorted(found, key=lambda v: int(v.version))
+
+
+def register(
+    run: Any, name: str, model_dir: Path, tags: dict[str, str], encode: dict[str, Any]
+) -> tuple[Any, bool]:
+    """(model version, created?) for a student dir, logged under `run` (a tracking.StageRun).
+
+    An unchanged model returns its existing version and logs nothing.
+    """
+    client = run.client
+    digest = content_hash(model_dir)
+    existing = versions_with_hash(client, name, digest)
+    if existing:
+        return existing[0], False
+    mlflow.set_tracking_uri(run.uri)
+    mlflow.set_registry_uri(run.uri)
+    with mlflow.start_run(run_id=run.run_id):
+        info = mlflow.pyfunc.log_model(
+            name=MODEL_NAME,
+            python_model=RewardScorer(),
+            artifacts={ARTIFACT_KEY: str(model_dir)},
+            pip_requirements=PIP_REQUIREMENTS,
+            model_config={"encode": encode},
+        )
+    created = mlflow.register_model(info.model_uri, name, tags={**tags, HASH_TAG: digest})
+    canonical = versions_with_hash(client, name, digest)[0]
+    if canonical.version != created.version:
+        client.delete_model_version(name, created.version)
+        return canonical, False
+    return created, True
+
+
+def set_alias(client: Any, name: str, alias: str, version: str) -> str:
+    """Point `alias` at `version` and return the version that holds it when read back."""
+    client.set_registered_model_alias(name, alias, version)
+    return client.get_model_version_by_alias(name, alias).version
+
+
+def drop_alias(client: Any, name: str, alias: str) -> None:
+    if alias in client.get_registered_model(name).aliases:
+        client.delete_registered_model_alias(name, alias)
+
+
+def resolve(client: Any, ref: ModelRef) -> Any:
+    """The model version a URI names; a missing alias lists the ones that exist."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        model = client.get_registered_model(ref.name)
+    except MlflowException:
+        raise RegistryError(f"no registered model named {ref.name!r}") from None
+    if ref.version is not None:
+        try:
+            return client.get_model_version(ref.name, ref.version)
+        except MlflowException:
+            raise RegistryError(f"model {ref.name!r} has no version {ref.version}") from None
+    if ref.alias not in model.aliases:
+        listed = ", ".join(f"{a} (v{v})" for a, v in sorted(model.aliases.items())) or "none"
+        raise RegistryError(f"model {ref.name!r} has no alias {ref.alias!r}; existing aliases: {listed}")
+    return client.get_model_version(ref.name, model.aliases[ref.alias])
+
+
+def _hf_dir_in(download: Path) -> Path:
+    mlmodel = yaml.safe_load((download / "MLmodel").read_text(encoding="utf-8"))
+    relative = mlmodel["flavors"]["python_function"]["artifacts"][ARTIFACT_KEY]["path"]
+    return download / relative
+
+
+def pull(client: Any, uri: str, out: Path) -> dict[str, str]:
+    """Write the registered HF directory to `out` after checking its content hash; returns what was pulled."""
+    ref = parse_uri(uri)
+    version = resolve(client, ref)
+    expected = version.tags.get(HASH_TAG)
+    if not expected:
+        raise RegistryError(
+            f"{uri}: version {version.version} carries no {HASH_TAG} tag; not a prefshift model"
+        )
+    source = client.get_model_version_download_uri(ref.name, version.version)
+    with tempfile.TemporaryDirectory(prefix="prefshift-pull-") as scratch:
+        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=scratch))
+        hf_dir = _hf_dir_in(local)
+        actual = content_hash(hf_dir)
+        if actual != expected:
+            raise RegistryError(
+                f"{uri}: downloaded files hash to {actual[:16]}…, registration recorded {expected[:16]}…; "
+                "the stored artifact was modified, refusing to use it"
+            )
+        with atomic_path(out, directory=True) as tmp:
+            shutil.copytree(hf_dir, tmp, dirs_exist_ok=True)
+    return {"name": ref.name, "version": str(version.version), "content_hash": expected, "out": str(out)}
+
+
+def pull_to(uri: str, out: Path, layout: Any) -> dict[str, str]:
+    """`prefshift pull`: the registry at the project's tracking URI (checked reachable first)."""
+    from prefshift import tracking
+
+    return pull(tracking.open_client(layout), uri, out)

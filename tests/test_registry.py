@@ -1,0 +1,332 @@
+"""Promotion gate, registry identity, pull and score, against real MLflow stores and tiny local models."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from mlflow import MlflowClient
+from typer.testing import CliRunner
+
+from mlflow_support import free_port, running_server, seed_database
+from prefshift import registry, tracking
+from prefshift.cli import app
+from prefshift.config import EncodeConfig, Params
+from prefshift.data.encode import Encoder
+from prefshift.downstream import score_rows
+from prefshift.paths import Layout
+from prefshift.scoring import load_for_scoring
+from prefshift.stages import promote
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+TEXTS = [
+    "user: how do I water a fern?\nassistant: keep the soil moist but not wet.",
+    "user: what is a prime number?\nassistant: a number with exactly two divisors.",
+    "the quick brown fox jumps over the lazy dog",
+    "assistant: I cannot help with that, sorry.",
+] * 5
+PROMPTS = [
+    [{"role": "user", "content": "how do I water a fern?"}],
+    [{"role": "user", "content": "what is prime?"}],
+]
+PAIRS = [
+    {"prompt": PROMPTS[0], "chosen": "keep the soil moist but not wet.", "rejected": "the lazy dog"},
+    {"prompt": "what is a prime number?", "chosen": "exactly two divisors.", "rejected": "sorry, no."},
+    {"prompt": PROMPTS[1], "chosen": "a number with two divisors", "rejected": "the quick brown fox"},
+]
+
+
+def tiny_reward_model(path: Path, seed: int) -> Path:
+    """A 2-layer Llama reward model (hidden 32) with a BPE tokenizer trained on TEXTS: no hub."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForSequenceClassification, PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator(
+        TEXTS, trainers.BpeTrainer(vocab_size=150, special_tokens=["<pad>", "<s>", "</s>", "<unk>"])
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>"
+    )
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(fast), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=256, num_labels=1, pad_token_id=fast.pad_token_id,
+    )  # fmt: skip
+    model = LlamaForSequenceClassification(config)
+    torch.nn.init.normal_(model.score.weight, std=1.0)
+    model.save_pretrained(path)
+    fast.save_pretrained(path)
+    return path
+
+
+def write_metrics(
+    layout: Layout, method: str, id_acc: float, teacher: float, mean_aog: float, mean_nts: float
+):
+    """The keys promote reads, shaped as stages/evaluate.py writes them."""
+    payload = {
+        "method": method,
+        "id": {"acc": id_acc},
+        "teacher": {"id": {"acc": teacher}},
+        "wrg": id_acc - teacher,
+        "mean_aog": mean_aog,
+        "mean_nts": mean_nts,
+        "targets": {"syn_help_chat": {"acc": 55.0, "aog": mean_aog, "nts": mean_nts}},
+        "data_hashes": {"student_train": "abc123"},
+        "split_version": "v1",
+    }
+    path = layout.metrics(method)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload))
+
+
+def _project(root: Path, factory) -> tuple[Params, Layout]:
+    root.mkdir(parents=True, exist_ok=True)
+    seed_database(factory, root / "mlflow.db")
+    params = Params(methods=["naive", "confidence", "anchor_last", "ceiling"])
+    return params, Layout(root)
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch):
+    for name in ("MLFLOW_TRACKING_URI", "DVC_ROOT", "DVC_STAGE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(tracking.PIPELINE_ENV, "pr-registry")
+
+
+@pytest.fixture(scope="module")
+def promoted(tmp_path_factory):
+    """naive (NTS 2) and confidence (NTS 3) pass, anchor_last regresses ID, ceiling is never eligible."""
+    with pytest.MonkeyPatch.context() as mp:
+        for name in ("MLFLOW_TRACKING_URI", "DVC_ROOT", "DVC_STAGE"):
+            mp.delenv(name, raising=False)
+        mp.setenv(tracking.PIPELINE_ENV, "pr-registry")
+        root = tmp_path_factory.mktemp("promoted")
+        params, layout = _project(root, tmp_path_factory)
+        write_metrics(layout, "naive", 70.0, 70.5, 1.0, 2.0)
+        write_metrics(layout, "confidence", 71.0, 70.5, 2.5, 3.0)
+        write_metrics(layout, "anchor_last", 60.0, 70.5, 9.0, 9.0)
+        write_metrics(layout, "ceiling", 90.0, 70.5, 20.0, 20.0)
+        for seed, method in enumerate(["naive", "confidence", "anchor_last", "ceiling"]):
+            tiny_reward_model(layout.student_dir(method), seed)
+        first = promote.run(params, layout)
+        second = promote.run(params, layout)
+        yield params, layout, first, second
+
+
+def _client(layout: Layout) -> MlflowClient:
+    return MlflowClient(tracking.default_uri(layout.root.resolve()))
+
+
+def test_gate_failures_promote_nothing_and_say_why(tmp_path, tmp_path_factory, capsys):
+    params, layout = _project(tmp_path / "p", tmp_path_factory)
+    write_metrics(layout, "naive", 68.0, 70.5, 1.0, 1.0)
+    write_metrics(layout, "confidence", 71.0, 70.5, 0.0, 0.0)
+    write_metrics(layout, "ceiling", 90.0, 70.5, 20.0, 20.0)
+
+    result = promote.run(params, layout)
+
+    reasons = {d["method"]: d["reasons"] for d in result["decisions"]}
+
+    def untrained(method: str) -> str:
+        return f"{layout.student_dir(method)} not found; run `prefshift train --method {method}`"
+
+    assert reasons == {
+        "naive": ["ID accuracy 68.00 < teacher 70.50 - tolerance 1", untrained("naive")],
+        "confidence": ["mean AOG 0.00 <= 0", untrained("confidence")],
+        "anchor_last": [
+            f"{layout.metrics('anchor_last')} not found; run `prefshift evaluate --method anchor_last`"
+        ],
+        "ceiling": ["ceiling is trained on gold labels; it is a reference, never promoted"],
+    }
+    assert result["promoted"] == []
+    assert json.loads(layout.promotion.read_text())["summary"].startswith("nothing promoted")
+    assert "naive: FAIL - ID accuracy 68.00 < teacher 70.50" in capsys.readouterr().out
+    assert _client(layout).search_registered_models() == []
+
+
+def test_exactly_one_champion_and_reruns_create_no_version(promoted):
+    params, layout, first, second = promoted
+    client = _client(layout)
+    name = params.tracking.registered_model
+    versions = {v.tags["method"]: v for v in client.search_model_versions(f"name='{name}'")}
+    assert sorted(versions) == ["confidence", "naive"]
+    assert client.get_registered_model(name).aliases == {
+        "champion": versions["confidence"].version,
+        "candidate-naive": versions["naive"].version,
+    }
+    champion = versions["confidence"]
+    assert champion.tags[registry.HASH_TAG] == registry.content_hash(layout.student_dir("confidence"))
+    assert champion.tags["mean_nts"] == "3.0000"
+    assert champion.tags["wrg"] == "0.5000"
+    assert champion.tags["nts.syn_help_chat"] == "3.0000"
+    assert json.loads(champion.tags["data_hashes"]) == {"student_train": "abc123"}
+    assert [p["new_version"] for p in first["promoted"]] == [True, True]
+    assert [p["new_version"] for p in second["promoted"]] == [False, False]
+    assert [p["version"] for p in second["promoted"]] == [p["version"] for p in first["promoted"]]
+    assert json.loads(layout.promotion.read_text())["aliases"] == second["aliases"]
+
+
+def test_pull_loads_with_plain_transformers_and_matches_our_scoring(promoted, tmp_path):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    params, layout, _, _ = promoted
+    out = tmp_path / "pulled"
+    info = registry.pull(_client(layout), f"models:/{params.tracking.registered_model}@champion", out)
+    assert info["content_hash"] == registry.content_hash(out)
+    assert (out / "model.safetensors").exists()
+
+    plain = AutoModelForSequenceClassification.from_pretrained(out).eval()
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    encoder = Encoder(tokenizer, EncodeConfig())
+    rows = [
+        {"prompt": PROMPTS[i % 2], "response": r} for i, r in enumerate(["keep it moist", "a fox", "two"])
+    ]
+    with torch.no_grad():
+        expected = [
+            plain(input_ids=torch.tensor([encoder.encode_one(r["prompt"], r["response"]).input_ids])).logits[
+                0, 0
+            ]
+            for r in rows
+        ]
+    model, tok = load_for_scoring(out, params)
+    ours = score_rows(model, tok, "responses", rows, params)["rows"]
+    assert [r["reward"] for r in ours] == pytest.approx([float(e) for e in expected], abs=1e-5)
+    assert len({round(r["reward"], 6) for r in ours}) == 3
+
+
+def test_pyfunc_wrapper_scores_prompt_response_rows(promoted):
+    import mlflow
+
+    params, layout, _, _ = promoted
+    mlflow.set_registry_uri(tracking.default_uri(layout.root.resolve()))
+    mlflow.set_tracking_uri(tracking.default_uri(layout.root.resolve()))
+    scorer = mlflow.pyfunc.load_model(f"models:/{params.tracking.registered_model}@champion")
+    frame = pd.DataFrame(
+        {"prompt": ["what is prime?", "what is prime?"], "response": ["two divisors", "a fox"]}
+    )
+    rewards = scorer.predict(frame)["reward"].tolist()
+    model, tok = load_for_scoring(layout.student_dir("confidence"), params)
+    rows = [{"prompt": PROMPTS[1], "response": r} for r in frame["response"]]
+    assert rewards == pytest.approx(
+        [r["reward"] for r in score_rows(model, tok, "responses", rows, params)["rows"]]
+    )
+
+
+def test_missing_alias_lists_existing_ones(promoted, tmp_path):
+    params, layout, _, _ = promoted
+    listed = r"no alias 'prod'; existing aliases: candidate-naive \(v\d\), champion \(v\d\)"
+    with pytest.raises(registry.RegistryError, match=listed):
+        registry.pull(_client(layout), f"models:/{params.tracking.registered_model}@prod", tmp_path / "x")
+    assert not (tmp_path / "x").exists()
+
+
+def test_pull_refuses_an_artifact_whose_hash_changed(promoted, tmp_path):
+    params, layout, _, _ = promoted
+    client = _client(layout)
+    version = client.get_model_version_by_alias(params.tracking.registered_model, "candidate-naive")
+    stored = Path(
+        client.get_model_version_download_uri(version.name, version.version).removeprefix("file://")
+    )
+    config = next(stored.rglob("config.json"))
+    original = config.read_bytes()
+    config.write_bytes(original.replace(b"}", b', "tampered": true}', 1))
+    try:
+        with pytest.raises(registry.RegistryError, match="refusing to use it"):
+            registry.pull(client, f"models:/{version.name}@candidate-naive", tmp_path / "x")
+    finally:
+        config.write_bytes(original)
+    assert not (tmp_path / "x").exists()
+
+
+def test_score_command_reports_rewards_and_pair_accuracy(promoted, tmp_path):
+    params, layout, _, _ = promoted
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps(p) + "\n" for p in PAIRS))
+    out = tmp_path / "rewards.jsonl"
+    uri = f"models:/{params.tracking.registered_model}@champion"
+    result = CliRunner().invoke(
+        app, ["score", "--model", uri, "--input", str(pairs), "--out", str(out), "--root", str(layout.root)]
+    )
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["row"] for r in rows] == [0, 1, 2]
+    for r in rows:
+        assert r["margin"] == pytest.approx(r["reward_chosen"] - r["reward_rejected"])
+    accuracy = 100 * sum(r["margin"] > 0 for r in rows) / 3
+    assert f"chosen-vs-rejected accuracy {accuracy:.2f}%" in result.output
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(PAIRS[0]) + "\n" + '{"prompt": "x", "chosen": ""}\n')
+    result = CliRunner().invoke(
+        app, ["score", "--model", str(layout.student_dir("naive")), "--input", str(bad)]
+    )
+    assert result.exit_code == 2
+    assert "bad.jsonl line 2: 'chosen' must be a non-empty string" in " ".join(result.output.split())
+
+
+def test_registered_name_with_another_lineage_is_refused(tmp_path, tmp_path_factory):
+    seed_database(tmp_path_factory, tmp_path / "mlflow.db")
+    client = MlflowClient(tracking.default_uri(tmp_path))
+    client.create_registered_model("shared-name", tags={registry.LINEAGE_TAG: "someone-else"})
+    with pytest.raises(registry.RegistryError, match=r"experiment 'someone-else'.*Refusing to mix lineages"):
+        registry.ensure_registered_model(client, "shared-name", "prefshift")
+    client.create_registered_model("untagged")
+    with pytest.raises(registry.RegistryError, match="no prefshift lineage tag"):
+        registry.ensure_registered_model(client, "untagged", "prefshift")
+    registry.ensure_registered_model(client, "fresh", "prefshift")
+    registry.ensure_registered_model(client, "fresh", "prefshift")
+
+
+@pytest.mark.slow
+def test_concurrent_promotions_on_a_real_server_leave_one_champion(tmp_path, tmp_path_factory, monkeypatch):
+    root = tmp_path / "project"
+    params, layout = _project(root, tmp_path_factory)
+    write_metrics(layout, "naive", 70.0, 70.5, 1.0, 2.0)
+    write_metrics(layout, "confidence", 71.0, 70.5, 2.5, 3.0)
+    for seed, method in enumerate(["naive", "confidence"]):
+        tiny_reward_model(layout.student_dir(method), seed)
+    (root / "params.yaml").write_text("methods: [naive, confidence, ceiling]\n")
+    port = free_port()
+    with running_server(tmp_path, port) as uri:
+        env = {**os.environ, "MLFLOW_TRACKING_URI": uri, tracking.PIPELINE_ENV: "pr-race"}
+        cmd = [
+            str(Path(sys.executable).parent / "prefshift"),
+            "promote",
+            "--root",
+            str(root),
+            "-p",
+            str(root / "params.yaml"),
+        ]
+        procs = [
+            subprocess.Popen(cmd, env=env, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            for _ in "ab"
+        ]
+        outputs = [p.communicate(timeout=300)[0].decode() for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], outputs
+        client = MlflowClient(uri)
+        versions = client.search_model_versions(f"name='{params.tracking.registered_model}'")
+        hashes = [v.tags[registry.HASH_TAG] for v in versions]
+        assert sorted(hashes) == sorted(
+            {registry.content_hash(layout.student_dir(m)) for m in ("naive", "confidence")}
+        )
+        aliases = client.get_registered_model(params.tracking.registered_model).aliases
+        assert set(aliases) == {"champion", "candidate-naive"}
+        champion = client.get_model_version(params.tracking.registered_model, aliases["champion"])
+        assert champion.tags["method"] == "confidence"
+
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+        with tracking.stage_run(params, layout, "train", "anchor_last") as run:
+            run.log_metrics({"loss": 0.25}, step=1)
+        logged = client.get_run(run.run_id)
+        assert logged.data.tags["method"] == "anchor_last"
+        assert logged.data.metrics == {"loss": 0.25}
+        assert {f.path for f in client.list_artifacts(run.run_id)} == {"config"}
