@@ -170,3 +170,35 @@ def test_input_hashes_equal_what_dvc_records(project):
     recorded = {f"dvc.dep.{d['path']}": d["md5"] for d in lock["stages"]["work@m1"]["deps"]}
     assert ours == recorded
     assert ours["dvc.dep.data"].endswith(".dir")
+
+
+def test_stages_of_one_dvc_repro_share_a_pipeline_id_and_the_next_repro_gets_another(project):
+    import yaml
+
+    root, _ = project
+    subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], cwd=root, check=True)
+    write_id = (
+        "from pathlib import Path; from prefshift.config import Params; from prefshift.paths import Layout; "
+        "from prefshift.tracking import pipeline_run_id; "
+        "Path('{out}').write_text(pipeline_run_id(Params(), Layout()))"
+    )
+    stages = {
+        "first": {"cmd": f'{sys.executable} -c "{write_id.format(out="id_a")}"', "outs": ["id_a"]},
+        "second": {
+            "cmd": f'{sys.executable} -c "{write_id.format(out="id_b")}"',
+            "deps": ["id_a"],
+            "outs": ["id_b"],
+        },
+    }
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}))
+
+    def repro(*extra: str) -> tuple[str, str]:
+        subprocess.run([sys.executable, "-m", "dvc", "repro", "-q", *extra], cwd=root, check=True)
+        return (root / "id_a").read_text(), (root / "id_b").read_text()
+
+    first_a, first_b = repro()
+    again_a, again_b = repro("-f")
+    assert first_a == first_b
+    assert again_a == again_b
+    assert again_a != first_a
+    assert first_a.startswith("pr-")
