@@ -107,6 +107,15 @@ def test_report_refuses_mixed_split_versions(layout: Layout):
         report.run(_params(), layout)
 
 
+def test_report_refuses_metrics_against_different_teacher_scores(layout: Layout):
+    path = layout.metrics("ceiling")
+    data = json.loads(path.read_text())
+    data["teacher"]["id"]["acc"] += 1.0
+    path.write_text(json.dumps(data))
+    with pytest.raises(report.ReportError, match="teacher was re-labelled"):
+        report.run(_params(), layout)
+
+
 def test_report_without_metrics_says_what_to_run(tmp_path: Path):
     with pytest.raises(report.ReportError, match="prefshift evaluate --method"):
         report.run(_params(), Layout(tmp_path))

@@ -485,14 +485,25 @@ def render_summary(
     return "\n\n".join(parts) + "\n"
 
 
+def _teacher_accuracies(m: Mapping[str, Any]) -> dict[str, float]:
+    teacher = m["teacher"]
+    return {ID_SPLIT: teacher["id"]["acc"], **{t: block["acc"] for t, block in teacher["targets"].items()}}
+
+
 def run(params: Params, layout: Layout) -> dict[str, Any]:
     metrics = load_metrics(params, layout)
     sweeps = load_sweeps(layout)
     version = check_versions(
         {**{str(layout.metrics(m)): v for m, v in metrics.items()}, **{s["_path"]: s for s in sweeps}}, layout
     )
-    targets = next(iter(metrics.values()))["setting"]["targets"]
+    first = next(iter(metrics.values()))
+    targets = first["setting"]["targets"]
     for name, m in metrics.items():
+        if _teacher_accuracies(m) != _teacher_accuracies(first):
+            raise ReportError(
+                f"{layout.metrics(name)}: its teacher accuracies differ from {first['method']}'s, so the "
+                f"teacher was re-labelled in between; re-run `prefshift evaluate` for every method"
+            )
         if m["setting"]["targets"] != targets:
             raise ReportError(
                 f"{layout.metrics(name)}: evaluated on targets {m['setting']['targets']}, "
