@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from mlflow_support import free_port, seed_database
+from mlflow_support import free_port, running_server, seed_database
 from prefshift import tracking
 from prefshift.config import Params
 from prefshift.paths import Layout
@@ -202,3 +202,44 @@ def test_stages_of_one_dvc_repro_share_a_pipeline_id_and_the_next_repro_gets_ano
     assert again_a == again_b
     assert again_a != first_a
     assert first_a.startswith("pr-")
+
+
+@pytest.mark.slow
+def test_server_dropping_mid_run_loses_nothing_and_sync_uploads_the_run(project, monkeypatch, tmp_path):
+    from prefshift.sync import REPLACED_TAG, sync
+
+    port = free_port()
+    uri = f"http://127.0.0.1:{port}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv(tracking.PIPELINE_ENV, "pr-outage")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    params = Params()
+    params.tracking.required = False
+    server_dir = tmp_path / "server"
+
+    stage = tracking.stage_run(params, Layout(Path(".")), "train", "naive")
+    with running_server(server_dir, port):
+        run = stage.__enter__()
+        remote_id = run.run_id
+        run.log_metrics({"loss": 0.9}, step=0)
+    run.log_metrics({"loss": 0.8}, step=1)
+    stage.__exit__(None, None, None)
+    assert tracking.is_offline(run.uri)
+
+    with running_server(server_dir, port):
+        result = sync(Layout(Path(".")))
+        assert len(result["copied"]) == 1
+        client = MlflowClient(uri)
+        uploaded = client.get_run(result["copied"][0]["run"])
+        history = [(m.step, m.value) for m in client.get_metric_history(uploaded.info.run_id, "loss")]
+        assert history == [(0, 0.9), (1, 0.8)]
+        assert uploaded.info.status == "FINISHED"
+        assert uploaded.data.params["anchor.lambda"] == "0.0001"
+        assert [f.path for f in client.list_artifacts(uploaded.info.run_id, "config")] == [
+            "config/params.yaml"
+        ]
+        stub = client.get_run(remote_id)
+        assert stub.info.status == "FAILED"
+        assert stub.data.tags[REPLACED_TAG] == uploaded.info.run_id
+        assert uploaded.data.tags["mlflow.parentRunId"] == stub.data.tags["mlflow.parentRunId"]
+        assert sync(Layout(Path(".")))["copied"] == []

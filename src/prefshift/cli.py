@@ -165,6 +165,16 @@ def ui(
 
 
 @app.command()
+def sync(
+    to: Annotated[str | None, typer.Option("--to", help="Tracking URI (default: the project's).")] = None,
+    root: RootOption = Path("."),
+):
+    """Upload runs recorded offline (.prefshift/offline.db) while the tracking server was down."""
+    result = _call(_stage("sync", "sync"), Layout(root), to)
+    err_console.print(f"synced {len(result['copied'])} run(s) from {result['source']} to {result['target']}")
+
+
+@app.command()
 def preset(
     name: Annotated[str | None, typer.Argument(help="Preset to apply (see --list).")] = None,
     list_: Annotated[bool, typer.Option("--list", help="List the presets and exit.")] = False,

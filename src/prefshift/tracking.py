@@ -32,10 +32,10 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,16 @@ PIPELINE_TAG = "prefshift.pipeline_run_id"
 PARENT_TAG = "prefshift.pipeline_parent"
 SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "API_KEY", "ACCESS_KEY", "PRIVATE")
 MAX_PARAM_CHARS = 6000
+REMOTE_URI_TAG = "prefshift.remote_uri"
+REMOTE_RUN_TAG = "prefshift.remote_run_id"
+OFFLINE_DB = "offline.db"
+# MLflow's client retries a dead server for minutes by default; with these a stage falls
+# back to the offline database after ~10 s instead. Applied only where the user set nothing.
+HTTP_DEFAULTS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
+}
 
 
 class TrackingError(PrefshiftError):
@@ -77,7 +87,21 @@ def offline_uri(root: Path) -> str:
     directory = root / ".prefshift"
     directory.mkdir(parents=True, exist_ok=True)
     (directory / ".gitignore").write_text("*\n", encoding="utf-8")
-    return f"sqlite:///{(directory / 'offline.db').as_posix()}"
+    return f"sqlite:///{(directory / OFFLINE_DB).as_posix()}"
+
+
+def is_offline(uri: str) -> bool:
+    return uri.startswith("sqlite:///") and uri.endswith(f"/.prefshift/{OFFLINE_DB}")
+
+
+def public_uri(uri: str) -> str:
+    """The URI without user:password, safe to record."""
+    parts = urllib.parse.urlsplit(uri)
+    if parts.username is None and parts.password is None:
+        return uri
+    return urllib.parse.urlunsplit(
+        parts._replace(netloc=parts.hostname + (f":{parts.port}" if parts.port else ""))
+    )
 
 
 def check_reachable(uri: str, timeout: float = 5.0) -> None:
@@ -109,9 +133,8 @@ def resolve_uri(params: Params, layout: Layout) -> str:
             raise
         fallback = offline_uri(project_root(layout.root))
         print(
-            f"warning: {err}\nRecording to {fallback} instead (tracking.required is false). There is no "
-            f"automatic sync yet: browse them with `prefshift ui --backend {fallback}`, and re-run the "
-            f"stages with the server up to record them at {uri}.",
+            f"warning: {err}\nRecording to {fallback} instead (tracking.required is false); "
+            "run `prefshift sync` once the server is back to upload these runs.",
             file=sys.stderr,
         )
         return fallback
@@ -261,14 +284,69 @@ def input_hashes(layout: Layout, stage_name: str) -> dict[str, str]:
     return {}
 
 
-@dataclass
 class StageRun:
-    """What a stage sees: a handle on its own MLflow run."""
+    """What a stage sees: a handle on its own MLflow run that survives a tracking outage.
 
-    client: Any
-    uri: str
-    run_id: str
-    pipeline_run_id: str
+    Every logging call is journaled. If a call fails mid-run (server gone), the run is
+    re-created in the local offline database, the journal is replayed into it, and the
+    stage carries on there; `prefshift sync` uploads it later and marks the abandoned
+    server-side run FAILED. Only the start-up check (see `resolve_uri`) is fatal.
+    """
+
+    def __init__(self, params: Params, layout: Layout, stage: str, method: str | None, uri: str):
+        self.params, self.layout = params, layout
+        self.run_name = dvc_stage_name(stage, method)
+        self.pipeline_run_id = pipeline_run_id(params, layout)
+        self.tags = scrub(run_tags(params, layout, stage, method, self.pipeline_run_id))
+        self.journal: list[tuple[str, tuple, dict]] = []
+        try:
+            self._start(uri, {})
+        except Exception as err:
+            if params.tracking.required or is_offline(uri):
+                raise TrackingError(f"cannot use MLflow tracking at {uri}: {err}") from err
+            self._go_offline(err)
+
+    def _start(self, uri: str, extra_tags: dict[str, str]) -> None:
+        from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+        client = client_for(uri)
+        experiment_id = ensure_experiment(client, self.params.tracking.experiment, uri)
+        lineage = scrub({**git_state(self.layout.root), "params.hash": params_hash(self.params)})
+        parent = ensure_parent(client, experiment_id, self.pipeline_run_id, lineage)
+        tags = {**self.tags, **extra_tags, MLFLOW_PARENT_RUN_ID: parent}
+        run = client.create_run(experiment_id, run_name=self.run_name, tags=tags)
+        self.client, self.uri, self.run_id = client, uri, run.info.run_id
+
+    def _go_offline(self, err: Exception) -> None:
+        remote = {
+            REMOTE_URI_TAG: public_uri(getattr(self, "uri", "")),
+            REMOTE_RUN_TAG: getattr(self, "run_id", ""),
+        }
+        fallback = offline_uri(project_root(self.layout.root))
+        print(
+            f"warning: MLflow tracking failed ({type(err).__name__}: {err}); continuing in {fallback}. "
+            "Run `prefshift sync` once the server is back to upload this run.",
+            file=sys.stderr,
+        )
+        self._start(fallback, scrub(remote))
+        for method, args, kwargs in self.journal:
+            getattr(self.client, method)(self.run_id, *args, **kwargs)
+
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> None:
+        self.journal.append((method, args, kwargs))
+        try:
+            getattr(self.client, method)(self.run_id, *args, **kwargs)
+        except Exception as err:
+            if is_offline(self.uri):
+                raise
+            self._go_offline(err)
+
+    def log_params(self, values: Mapping[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(k, v) for k, v in sorted(scrub(values).items())]
+        for start in range(0, len(items), 100):
+            self._call("log_batch", params=items[start : start + 100])
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         """Nested dicts are flattened with dots; None (an undefined metric such as PGR) is not logged."""
@@ -281,22 +359,28 @@ class StageRun:
             if isinstance(value, (int, float)) and not isinstance(value, bool)
         ]
         for start in range(0, len(rows), 500):
-            self.client.log_batch(self.run_id, metrics=rows[start : start + 500])
+            self._call("log_batch", metrics=rows[start : start + 500])
 
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
         path = Path(path)
         if path.is_dir():
-            self.client.log_artifacts(self.run_id, str(path), artifact_path or path.name)
+            self._call("log_artifacts", str(path), artifact_path or path.name)
         else:
-            self.client.log_artifact(self.run_id, str(path), artifact_path)
+            self._call("log_artifact", str(path), artifact_path)
 
     def log_dict(self, obj: Any, name: str) -> None:
-        self.client.log_dict(self.run_id, obj, name)
+        self._call("log_dict", obj, name)
+
+    def log_text(self, text: str, name: str) -> None:
+        self._call("log_text", redact(text), name)
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         from mlflow.entities import RunTag
 
-        self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in scrub(tags).items()])
+        self._call("log_batch", tags=[RunTag(k, v) for k, v in scrub(tags).items()])
+
+    def finish(self, status: str) -> None:
+        self._call("set_terminated", status)
 
 
 def client_for(uri: str):
@@ -381,34 +465,16 @@ def stage_run(params: Params, layout: Layout, stage: str, method: str | None = N
     Logs the resolved config (as params and as `config/params.yaml`) and the lineage tags
     before the body runs, so an unreachable server fails before any training.
     """
-    from mlflow.entities import Param
-    from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
-
     uri = resolve_uri(params, layout)
-    client = client_for(uri)
+    if uri.startswith(("http://", "https://")):
+        for name, value in HTTP_DEFAULTS.items():
+            os.environ.setdefault(name, value)
+    run = StageRun(params, layout, stage, method, uri)
+    run.log_params(flatten(params.resolved()))
+    run.log_text(yaml.safe_dump(params.resolved(), sort_keys=False), "config/params.yaml")
     try:
-        experiment_id = ensure_experiment(client, params.tracking.experiment, uri)
-    except Exception as err:
-        raise TrackingError(f"cannot use MLflow tracking at {uri}: {err}") from err
-    pipeline_id = pipeline_run_id(params, layout)
-    git = git_state(layout.root)
-    parent = ensure_parent(
-        client, experiment_id, pipeline_id, scrub({**git, "params.hash": params_hash(params)})
-    )
-    tags = scrub(run_tags(params, layout, stage, method, pipeline_id))
-    run = client.create_run(
-        experiment_id, run_name=dvc_stage_name(stage, method), tags={**tags, MLFLOW_PARENT_RUN_ID: parent}
-    )
-    handle = StageRun(client, uri, run.info.run_id, pipeline_id)
-    flat = scrub(flatten(params.resolved()))
-    items = [Param(k, v) for k, v in sorted(flat.items())]
-    for start in range(0, len(items), 100):
-        client.log_batch(run.info.run_id, params=items[start : start + 100])
-    config_yaml = redact(yaml.safe_dump(params.resolved(), sort_keys=False))
-    client.log_text(run.info.run_id, config_yaml, "config/params.yaml")
-    try:
-        yield handle
+        yield run
     except BaseException:
-        client.set_terminated(run.info.run_id, "FAILED")
+        run.finish("FAILED")
         raise
-    client.set_terminated(run.info.run_id, "FINISHED")
+    run.finish("FINISHED")
