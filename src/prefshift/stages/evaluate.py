@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from prefshift import diagnostics, metrics
 from prefshift.atomic import atomic_path, write_json
-from prefshift.config import Params
+from prefshift.config import LMSpec, Params
 from prefshift.data.schema import Group, Pair, SkipCounter, read_groups, read_pairs
 from prefshift.data.splits import check_version, load_manifest
 from prefshift.errors import PrefshiftError
@@ -219,19 +219,32 @@ def training_summary(log: Mapping[str, Any] | None) -> dict[str, Any] | None:
     }
 
 
+def _describe(spec: LMSpec) -> str:
+    if spec.name_or_path == "tiny":
+        return (
+            f"tiny Llama {spec.num_layers}x{spec.hidden_size} (pretrained here, {spec.pretrain_steps} steps)"
+        )
+    return spec.name_or_path + (f"@{spec.revision}" if spec.revision else "")
+
+
 def setting(params: Params, sizes: Mapping[str, int]) -> dict[str, Any]:
     """What produced the numbers, copied into every metrics file and the summary header."""
     return {
         "category": params.data.category,
         "source": params.data.source,
         "targets": list(params.data.targets),
-        "models": {"weak": params.backbone.weak.name_or_path, "strong": params.backbone.strong.name_or_path},
+        "models": {"weak": _describe(params.backbone.weak), "strong": _describe(params.backbone.strong)},
         "sizes": dict(sizes),
         "seed": params.seed,
         "seeds": list(params.seeds),
         "bootstrap": params.evaluate.bootstrap,
         "ci": params.evaluate.ci,
     }
+
+
+def _train_sizes(manifest: Mapping[str, Any]) -> dict[str, int]:
+    splits = manifest.get("splits", {})
+    return {name: splits[name]["count"] for name in ("teacher_train", "student_train") if name in splits}
 
 
 def metrics_document(
@@ -249,7 +262,7 @@ def metrics_document(
         "method": method,
         "split_version": str(manifest["version"]),
         "data_hashes": data_hashes(manifest),
-        "setting": setting(params, sizes),
+        "setting": setting(params, {**_train_sizes(manifest), **sizes}),
         "training": training_summary(training_log),
     }
     return _rounded(document)

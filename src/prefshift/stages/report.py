@@ -129,14 +129,16 @@ def _is_synthetic(setting: Mapping[str, Any]) -> bool:
 
 
 def header_section(setting: Mapping[str, Any], version: str, methods: Sequence[str]) -> str:
-    sizes = ", ".join(f"{k} {v}" for k, v in setting.get("sizes", {}).items())
+    order = ["teacher_train", "student_train", ID_SPLIT, *setting["targets"]]
+    counts = setting.get("sizes", {})
+    sizes = ", ".join(f"{k} {counts[k]}" for k in order if k in counts)
     lines = [
         "# prefshift results",
         "",
         f"- Setting: {setting.get('category', '?')} preferences; source `{setting['source']}` → targets "
         + ", ".join(f"`{t}`" for t in setting["targets"]),
-        f"- Models: weak `{setting['models']['weak']}`, strong `{setting['models']['strong']}`",
-        f"- Test pairs: {sizes}",
+        f"- Models: weak {setting['models']['weak']}, strong {setting['models']['strong']}",
+        f"- Pairs per split: {sizes}",
         f"- Seeds: {setting.get('seeds', [setting.get('seed')])} (tables below: seed {setting.get('seed')})",
         f"- Intervals: {round(setting['ci'] * 100)}% paired bootstrap over pairs, "
         f"{setting['bootstrap']} draws; split version `{version}`",
