@@ -20,7 +20,7 @@ from prefshift.errors import PrefshiftError
 
 ID_SPLIT = "id_test"
 # Bounds the (draws x pairs) index matrix held at once, so large test sets stay in memory.
-_CELLS_PER_CHUNK = 4_000_000
+_CELLS_PER_CHUNK = 1_000_000
 
 
 class MetricsError(PrefshiftError, ValueError):
@@ -38,7 +38,7 @@ def accuracy(delta: Sequence[float] | np.ndarray) -> float:
     values = credit(delta)
     if values.size == 0:
         raise MetricsError("accuracy of an empty split is undefined")
-    return float(values.mean() * 100.0)
+    return accuracy_of_credit(values)
 
 
 def accuracy_of_credit(values: np.ndarray) -> float:
@@ -137,6 +137,7 @@ def paired_metrics(
     combine splits (NTS, the means over targets) are computed within each draw, so
     their intervals carry both splits' uncertainty. PGR is a ratio, not pp, and gets
     no interval: it is undefined whenever a resample's ceiling ties the teacher.
+    OOD PGR uses the accuracies averaged over targets (each target weighs the same).
     """
     if ID_SPLIT not in splits:
         raise MetricsError(f"no scores for the in-distribution split {ID_SPLIT!r}")
