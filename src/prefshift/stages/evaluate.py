@@ -121,10 +121,9 @@ def compute_metrics(
     """
     targets = list(params.data.targets)
     splits = [metrics.ID_SPLIT, *targets]
-    for name, frames in (("student", student), ("teacher", teacher), ("ceiling", ceiling or {})):
+    models = {"student": student, "teacher": teacher} | ({"ceiling": ceiling} if ceiling is not None else {})
+    for name, frames in models.items():
         for split in splits:
-            if ceiling is None and name == "ceiling":
-                continue
             if split not in frames:
                 raise EvaluateError(f"no {name} scores for split {split!r}")
             check_scores(frames[split], f"{name} scores of {split!r}")
@@ -132,10 +131,9 @@ def compute_metrics(
                 raise EvaluateError(f"split {split!r} has zero scored pairs ({name}); check its split file")
     credits, coverage = {}, {}
     for split in splits:
-        frames = {"student": student[split], "teacher": teacher[split]}
-        if ceiling is not None:
-            frames["ceiling"] = ceiling[split]
-        credits[split], coverage[split] = _aligned(split, frames)
+        credits[split], coverage[split] = _aligned(
+            split, {name: frames[split] for name, frames in models.items()}
+        )
     result = metrics.paired_metrics(
         credits, targets, draws=params.evaluate.bootstrap, level=params.evaluate.ci, seed=params.seed
     )
