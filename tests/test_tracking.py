@@ -14,6 +14,7 @@ from mlflow import MlflowClient
 from mlflow_support import free_port, running_server, seed_database
 from prefshift import tracking
 from prefshift.config import Params
+from prefshift.errors import PrefshiftError
 from prefshift.paths import Layout
 
 FAKE_TOKEN = "hf_FAKEtoken1234567890abcdef"
@@ -243,3 +244,17 @@ def test_server_dropping_mid_run_loses_nothing_and_sync_uploads_the_run(project,
         assert stub.data.tags[REPLACED_TAG] == uploaded.info.run_id
         assert uploaded.data.tags["mlflow.parentRunId"] == stub.data.tags["mlflow.parentRunId"]
         assert sync(Layout(Path(".")))["copied"] == []
+
+
+def test_ui_serves_the_project_database_and_refuses_a_remote_server(project, monkeypatch):
+    from prefshift import ui
+
+    root, _ = project
+    cmd = ui.command(Layout(Path(".")), "127.0.0.1", 5123)
+    assert cmd[1:] == [
+        "-m", "mlflow", "ui", "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
+        "--host", "127.0.0.1", "--port", "5123",
+    ]  # fmt: skip
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://tracking.example:5000")
+    with pytest.raises(PrefshiftError, match=r"server http://tracking\.example:5000: open it in a browser"):
+        ui.command(Layout(Path(".")), "127.0.0.1", 5123)

@@ -158,9 +158,20 @@ def ui(
     port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 5000,
     host: Annotated[str, typer.Option("--host", help="Interface to bind.")] = "127.0.0.1",
     backend: Annotated[str | None, typer.Option("--backend", help="Tracking DB URI.")] = None,
+    check: Annotated[bool, typer.Option("--check", help="Verify the runs render in Chromium.")] = False,
+    screenshot: Annotated[Path, typer.Option(help="Where --check saves its screenshot.")] = Path(
+        "reports/mlflow_ui.png"
+    ),
+    params: ParamsOption = Path("params.yaml"),
     root: RootOption = Path("."),
 ):
-    """Start the MLflow UI on the project's tracking database."""
+    """Start the MLflow UI on the project's tracking database (or, with --check, verify it in a browser)."""
+    if check:
+        experiment = _params(params, None).tracking.experiment
+        result = _call(_stage("ui", "check"), Layout(root), experiment, screenshot, port)
+        shown = f"{', '.join(result['runs'])} with {', '.join(result['metrics'])}"
+        err_console.print(f"UI shows {shown}; screenshot {result['screenshot']}")
+        return
     raise typer.Exit(_call(_stage("ui", "serve"), Layout(root), host, port, backend))
 
 

@@ -1,14 +1,30 @@
-"""`prefshift ui`: the MLflow UI on the project's tracking database, bound to localhost."""
+"""`prefshift ui`: the MLflow UI on the project's tracking database, bound to localhost.
+
+`check` looks at it the way a user does (headless Chromium, rendered page), so a UI
+that starts but shows nothing useful fails the check.
+"""
 
 from __future__ import annotations
 
+import html
+import json
 import os
+import re
+import shutil
+import signal
 import subprocess
 import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
 
 from prefshift.errors import PrefshiftError
 from prefshift.paths import Layout
-from prefshift.tracking import tracking_uri
+from prefshift.tracking import PIPELINE_TAG, tracking_uri
+
+CHECKED = ("wrg", "mean_aog", "mean_nts")
 
 
 def command(layout: Layout, host: str, port: int, backend: str | None = None) -> list[str]:
@@ -42,3 +58,107 @@ def serve(layout: Layout, host: str = "127.0.0.1", port: int = 5000, backend: st
         return subprocess.call(cmd, env=env)
     except KeyboardInterrupt:
         return 0
+
+
+def find_chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    raise PrefshiftError(
+        "no Chromium found; install it (Debian: `apt-get install chromium`) or use scripts/check_ui.sh"
+    )
+
+
+def _evaluate_runs(uri: str, experiment: str) -> tuple[str, list[Any]]:
+    """(experiment id, evaluate runs of the newest pipeline run that has any)."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        raise PrefshiftError(f"experiment {experiment!r} not found at {uri}; run the pipeline first")
+    runs = client.search_runs(
+        [found.experiment_id],
+        filter_string="tags.stage = 'evaluate'",
+        order_by=["attributes.start_time DESC"],
+    )
+    if not runs:
+        raise PrefshiftError(f"experiment {experiment!r} has no evaluate runs yet; run the pipeline first")
+    newest = runs[0].data.tags.get(PIPELINE_TAG)
+    return found.experiment_id, [r for r in runs if r.data.tags.get(PIPELINE_TAG) == newest]
+
+
+def _page_text(chromium: str, url: str, screenshot: Path | None = None) -> str:
+    """Visible text of a page after its scripts ran, from headless Chromium."""
+    base = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=20000"]
+    dom = subprocess.run(
+        [*base, "--window-size=1600,1200", "--dump-dom", url], capture_output=True, text=True, timeout=180
+    ).stdout
+    if screenshot is not None:
+        screenshot.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            [*base, "--window-size=1600,2400", f"--screenshot={screenshot}", url],
+            capture_output=True,
+            timeout=180,
+        )
+    text = re.sub(r"<script.*?</script>|<style.*?</style>", " ", dom, flags=re.S)
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", text)).split())
+
+
+def check(
+    layout: Layout, experiment: str, screenshot: Path, port: int = 5099, metrics: tuple[str, ...] = CHECKED
+) -> dict[str, Any]:
+    """Open the UI in headless Chromium as a user would and confirm the evaluate runs show their metrics.
+
+    Starts the UI on the project's database, opens the run-comparison page of the newest
+    pipeline run's evaluate runs, and requires every run name, and each of `metrics` with
+    the runs' logged values in column order (as MLflow prints them); saves a screenshot.
+    """
+    chromium = find_chromium()
+    uri = tracking_uri(layout)
+    experiment_id, runs = _evaluate_runs(uri, experiment)
+    cmd = command(layout, "127.0.0.1", port)
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    server = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(base, server)
+        ids = urllib.parse.quote(json.dumps([r.info.run_id for r in runs]))
+        url = (
+            f"{base}/#/compare-runs?runs={ids}&experiments={urllib.parse.quote(json.dumps([experiment_id]))}"
+        )
+        text = _page_text(chromium, url, screenshot)
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+    section = text[text.find("Metrics Show diff only") :]
+    missing = [r.info.run_name for r in runs if r.info.run_name not in text]
+    for key in metrics:
+        row = " ".join(format(r.data.metrics[key], "g") if key in r.data.metrics else "-" for r in runs)
+        if key not in section or f" {row} " not in f" {section} ":
+            missing.append(f"{key} = {row}")
+    if missing:
+        raise PrefshiftError(
+            f"MLflow UI at {url} does not show: {', '.join(missing)} (screenshot: {screenshot})"
+        )
+    return {
+        "url": url,
+        "runs": [r.info.run_name for r in runs],
+        "metrics": list(metrics),
+        "screenshot": str(screenshot),
+    }
+
+
+def _wait_healthy(base: str, server: subprocess.Popen, timeout: float = 180.0) -> None:
+    deadline = time.time() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(f"{base}/health", timeout=2):
+                return
+        except OSError:
+            if server.poll() is not None or time.time() > deadline:
+                raise PrefshiftError(f"the MLflow UI did not start on {base}") from None
+            time.sleep(0.5)
