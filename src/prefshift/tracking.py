@@ -16,6 +16,17 @@ the git commit and the resolved params: manual runs of one code+params state sha
 parent. The parent run is found by its `prefshift.pipeline_run_id` tag, so no state
 file is needed and several machines sharing a server agree on it.
 
+Input hashes. Each run is tagged `dvc.dep.<path>` with the md5 DVC records for every
+dep of its DVC stage (`DVC_STAGE`, or `<stage>@<method>`), computed with DVC's own
+hashing when the run starts: dvc.lock only receives them after the stage ends, so reading
+it would tag the previous run's inputs. Without a DVC stage, the split manifest's sha256.
+
+Outages. An http(s) server that does not answer at start stops the stage before any
+work, naming the URI, unless `tracking.required` is false: then the run is recorded in
+`<root>/.prefshift/offline.db` (self-gitignored, not a DVC output). A server lost mid-run
+never stops a stage: `StageRun` moves the run to that database and replays what it had
+logged. `prefshift sync` (prefshift.sync) uploads offline runs later.
+
 Secrets. Only the resolved params and facts computed here are logged, never the
 environment; as a second guard any param or tag value containing the value of an
 environment variable whose name looks secret (TOKEN, KEY, SECRET, PASSWORD...) is
@@ -118,8 +129,8 @@ def check_reachable(uri: str, timeout: float = 5.0) -> None:
     except (urllib.error.URLError, OSError) as err:
         problem = str(getattr(err, "reason", err))
     raise TrackingError(
-        f"MLflow tracking server {uri} is unreachable ({problem}). Start it, fix MLFLOW_TRACKING_URI, "
-        "or set tracking.required: false to record locally and sync later."
+        f"MLflow tracking server {public_uri(uri)} is unreachable ({problem}). Start it, fix "
+        "MLFLOW_TRACKING_URI, or set tracking.required: false to record locally and sync later."
     )
 
 
@@ -303,7 +314,7 @@ class StageRun:
             self._start(uri, {})
         except Exception as err:
             if params.tracking.required or is_offline(uri):
-                raise TrackingError(f"cannot use MLflow tracking at {uri}: {err}") from err
+                raise TrackingError(f"cannot use MLflow tracking at {public_uri(uri)}: {err}") from err
             self._go_offline(err)
 
     def _start(self, uri: str, extra_tags: dict[str, str]) -> None:
