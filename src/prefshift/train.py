@@ -15,7 +15,7 @@ import resource
 import time
 from collections.abc import Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -42,6 +42,11 @@ class TrainingError(PrefshiftError):
 class RunLog:
     steps: list[dict] = field(default_factory=list)
     drift: list[dict] = field(default_factory=list)
+    drift_mse: list[dict] = field(default_factory=list)
+
+    def add_drift(self, rows: tuple[dict, dict]) -> None:
+        self.drift.append(rows[0])
+        self.drift_mse.append(rows[1])
 
 
 def seed_everything(seed: int) -> None:
@@ -80,15 +85,16 @@ def _probe_states(model: RewardModel, batch: dict, layers: Sequence[int]) -> tor
     return select_response(hidden, layers, batch["response_mask"].to(hidden[0].device)).float()
 
 
-def measure_drift(model: RewardModel, probe: dict, reference: torch.Tensor, step: int) -> dict:
-    """Per-layer mean cosine similarity (and MSE) between current and starting states."""
+def measure_drift(model: RewardModel, probe: dict, reference: torch.Tensor, step: int) -> tuple[dict, dict]:
+    """Per-layer mean cosine similarity, and MSE, between current and starting states."""
     layers = range(1, reference.shape[0] + 1)
     current = _probe_states(model, probe, layers)
-    row: dict = {"step": step}
+    cos: dict = {"step": step}
+    mse: dict = {"step": step}
     for i, k in enumerate(layers):
-        row[f"layer_{k}"] = F.cosine_similarity(current[i], reference[i], dim=-1).mean().item()
-        row[f"mse_layer_{k}"] = (current[i] - reference[i]).pow(2).mean().item()
-    return row
+        cos[f"layer_{k}"] = F.cosine_similarity(current[i], reference[i], dim=-1).mean().item()
+        mse[f"layer_{k}"] = (current[i] - reference[i]).pow(2).mean().item()
+    return cos, mse
 
 
 def build_reference(
@@ -211,7 +217,7 @@ def train_reward_model(
             last_ckpt = state_file.parent
             accelerator.load_state(str(last_ckpt))
             step, start_epoch, start_batch = state["step"], state["epoch"], state["batch"]
-            log = RunLog(state["steps"], state["drift"])
+            log = RunLog(state["steps"], state["drift"], state["drift_mse"])
 
     unwrapped = accelerator.unwrap_model(model)
     window_loss, window_acc, window_n = 0.0, 0.0, 0
@@ -279,7 +285,7 @@ def train_reward_model(
                     )
                     window_loss, window_acc, window_n = 0.0, 0.0, 0
                 if step % cfg.drift_every == 0:
-                    log.drift.append(measure_drift(unwrapped, probe, probe_ref, step))
+                    log.add_drift(measure_drift(unwrapped, probe, probe_ref, step))
                 at_epoch_end = bi == len(batches) - 1
                 due = step % cfg.checkpoint_every == 0 if cfg.checkpoint_every else at_epoch_end
                 if checkpoint_dir is not None and due:
@@ -290,17 +296,16 @@ def train_reward_model(
                         "batch": next_batch,
                         "fingerprint": fingerprint,
                     }
-                    _save_checkpoint(
-                        accelerator, checkpoint_dir, {**state, "steps": log.steps, "drift": log.drift}
-                    )
+                    _save_checkpoint(accelerator, checkpoint_dir, {**state, **asdict(log)})
                     last_ckpt = checkpoint_dir / "last"
     if not log.drift or log.drift[-1]["step"] != step:
-        log.drift.append(measure_drift(unwrapped, probe, probe_ref, step))
+        log.add_drift(measure_drift(unwrapped, probe, probe_ref, step))
     result = {
         "name": name,
         "objective": objective.name,
         "steps": log.steps,
         "drift": log.drift,
+        "drift_mse": log.drift_mse,
         "total_steps": total_steps,
         "pairs": len(items),
         "wall_s": time.perf_counter() - start_time,

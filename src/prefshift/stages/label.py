@@ -8,7 +8,6 @@ labels carry the split version they were made from (parquet metadata
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -20,7 +19,9 @@ from rich.console import Console
 from prefshift.atomic import atomic_path, write_json
 from prefshift.config import Params
 from prefshift.data.schema import SkipCounter, read_groups, read_pairs
+from prefshift.data.splits import check_version, load_manifest
 from prefshift.errors import PrefshiftError
+from prefshift.metrics import accuracy
 from prefshift.paths import Layout
 from prefshift.scoring import load_for_scoring, score_groups, score_pairs
 
@@ -30,16 +31,6 @@ VERSION_KEY = b"split_version"
 
 class StaleLabelsError(PrefshiftError):
     """Labels that do not belong to the current splits."""
-
-
-def split_version(layout: Layout) -> str:
-    path = layout.split_manifest
-    if not path.exists():
-        raise PrefshiftError(f"{path}: split manifest not found (run `prefshift split`)")
-    try:
-        return str(json.loads(path.read_text())["version"])
-    except (KeyError, json.JSONDecodeError) as err:
-        raise PrefshiftError(f"{path}: no readable 'version' key ({err})") from None
 
 
 def write_frame(path: Path, frame: pd.DataFrame, metadata: dict[bytes, bytes] | None = None) -> None:
@@ -58,24 +49,14 @@ def read_labels(path: Path, layout: Layout) -> dict[str, float]:
     if not {"pair_id", "q"} <= set(table.column_names):
         raise StaleLabelsError(f"{path}: expected columns pair_id and q, got {table.column_names}")
     found = (table.schema.metadata or {}).get(VERSION_KEY)
-    current = split_version(layout)
-    if found is None or found.decode() != current:
-        shown = found.decode() if found is not None else "none"
-        raise StaleLabelsError(
-            f"{path}: made for split version {shown}, splits are at {current}; rerun label"
-        )
+    if found is None:
+        raise StaleLabelsError(f"{path}: carries no split_version metadata; rerun the stage that writes it")
+    check_version(layout, found.decode(), str(path))
     return dict(zip(table.column("pair_id").to_pylist(), table.column("q").to_pylist(), strict=True))
 
 
-def accuracy(delta: pd.Series) -> float:
-    """Share of pairs ranked as gold does (chosen is always gold's preferred side); ties count half."""
-    if len(delta) == 0:
-        return float("nan")
-    return float(((delta > 0).astype(float) + 0.5 * (delta == 0).astype(float)).mean())
-
-
 def run(params: Params, layout: Layout) -> dict:
-    version = split_version(layout)
+    version = str(load_manifest(layout)["version"])
     model, tokenizer = load_for_scoring(layout.teacher_dir, params)
     meta = {VERSION_KEY: version.encode()}
     skips: dict[str, dict] = {}
@@ -95,7 +76,7 @@ def run(params: Params, layout: Layout) -> dict:
 
     metrics: dict = {
         "split_version": version,
-        "accuracy": {},
+        "accuracy_pp": {},
         "pairs": {},
         "mean_q": float(labels["q"].mean()),
     }
@@ -103,10 +84,10 @@ def run(params: Params, layout: Layout) -> dict:
         counter = SkipCounter()
         frame = score_pairs(model, tokenizer, read_pairs(layout.split(split)), params, counter)
         write_frame(layout.scores("teacher", split), frame, meta)
-        metrics["accuracy"][split] = accuracy(frame["delta"])
+        metrics["accuracy_pp"][split] = accuracy(frame["delta"])
         metrics["pairs"][split] = len(frame)
         skips[split] = counter.as_dict()
-        console.print(f"teacher {split}: accuracy {metrics['accuracy'][split]:.3f} on {len(frame)} pairs")
+        console.print(f"teacher {split}: accuracy {metrics['accuracy_pp'][split]:.1f}% on {len(frame)} pairs")
     for dataset in [params.data.source, *params.data.targets]:
         path = layout.split_groups(dataset)
         if path.exists():

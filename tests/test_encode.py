@@ -1,0 +1,125 @@
+"""Rendering, response masks, the truncation policy, skips and batching."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from prefshift.config import EncodeConfig
+from prefshift.data.encode import Encoder, collate, length_grouped_batches, render
+from prefshift.data.schema import SkipCounter, make_pair
+from tiny_models import pairs, tokenizer
+
+PROMPT = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "how do I fix the door?"}]
+
+
+def _decode(ids):
+    return tokenizer().decode(ids)
+
+
+def test_plain_transcript_render():
+    head, response = render(tokenizer(), PROMPT, "oil it")
+    assert head == "system: be brief\nuser: how do I fix the door?\nassistant: "
+    assert response == "oil it"
+
+
+def test_response_mask_marks_exactly_the_response():
+    seq = Encoder(tokenizer(), EncodeConfig(max_length=128)).encode_one(PROMPT, "first fix it gently")
+    ids = torch.tensor(seq.input_ids)
+    mask = torch.tensor(seq.response_mask, dtype=torch.bool)
+    assert seq.input_ids[0] == tokenizer().bos_token_id
+    assert _decode(ids[mask].tolist()) == "first fix it gently"
+    assert _decode(ids[~mask][1:].tolist()) == render(tokenizer(), PROMPT, "")[0]
+    assert seq.response_tokens == int(mask.sum())
+
+
+def test_prompt_is_truncated_from_the_left_first():
+    enc = Encoder(tokenizer(), EncodeConfig(max_length=128))
+    response = "first fix it gently"
+    full = enc.encode_one(PROMPT, response)
+    n_resp = sum(full.response_mask)
+    short = Encoder(tokenizer(), EncodeConfig(max_length=n_resp + 4)).encode_one(PROMPT, response)
+    assert len(short.input_ids) == n_resp + 4
+    assert sum(short.response_mask) == n_resp  # response untouched
+    assert short.input_ids[1:4] == full.input_ids[-n_resp - 3 : -n_resp]  # the prompt's end survives
+    assert short.input_ids[0] == tokenizer().bos_token_id
+
+
+def test_response_is_truncated_from_the_right_after_the_prompt():
+    response = "first fix it gently, then check the door again and again"
+    enc = Encoder(tokenizer(), EncodeConfig(max_length=8))
+    seq = enc.encode_one(PROMPT, response)
+    assert len(seq.input_ids) == 8
+    assert seq.response_mask == [0] + [1] * 7  # BOS, then no prompt left, the response's head
+    full_ids = tokenizer()(response, add_special_tokens=False)["input_ids"]
+    assert seq.input_ids[1:] == full_ids[:7]
+    assert seq.response_tokens == len(full_ids)
+
+
+def test_pairs_losing_their_response_are_skipped_and_counted():
+    skips = SkipCounter()
+    cfg = EncodeConfig(max_length=8, min_response_tokens=10)
+    out = Encoder(tokenizer(), cfg).encode_pairs(pairs(3), skips=skips)
+    assert out == []
+    assert skips.as_dict()["skipped"] == {"response_truncated": 3}
+    assert skips.kept == 0
+
+
+def test_targets_default_to_gold_and_can_be_given():
+    pair = make_pair(dataset="t", category="helpful", prompt=PROMPT, chosen="a b", rejected="c", gold=0.8)
+    enc = Encoder(tokenizer(), EncodeConfig())
+    assert enc.encode_pairs([pair])[0].target == pytest.approx(0.8)
+    assert enc.encode_pairs([pair], [0.3])[0].target == pytest.approx(0.3)
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_collate_puts_chosen_then_rejected_in_one_padded_batch(side):
+    items = Encoder(tokenizer(), EncodeConfig()).encode_pairs(pairs(3))
+    batch = collate(items, pad_id=tokenizer().pad_token_id, padding_side=side)
+    assert batch["input_ids"].shape[0] == 6
+    assert batch["keys"][:3] == [(it.pair_id, "chosen") for it in items]
+    assert batch["keys"][3:] == [(it.pair_id, "rejected") for it in items]
+    for row, seq in enumerate([it.chosen for it in items] + [it.rejected for it in items]):
+        attn = batch["attention_mask"][row].bool()
+        assert batch["input_ids"][row][attn].tolist() == seq.input_ids
+        assert batch["response_mask"][row][attn].tolist() == [bool(m) for m in seq.response_mask]
+        assert not batch["response_mask"][row][~attn].any()
+        pads = batch["input_ids"][row][~attn]
+        assert (pads == tokenizer().pad_token_id).all()
+        if side == "left" and (~attn).any():
+            assert not attn[0]
+
+
+def test_length_grouped_batches_are_seeded_and_complete():
+    lengths = [5, 40, 7, 33, 12, 9, 50, 2, 18, 21]
+    a = length_grouped_batches(lengths, 3, seed=1, mega=2)
+    assert a == length_grouped_batches(lengths, 3, seed=1, mega=2)
+    assert sorted(i for b in a for i in b) == list(range(10))
+    assert a != length_grouped_batches(lengths, 3, seed=2, mega=2)
+    for batch in a:  # inside a mega-batch, batches are length-sorted
+        assert [lengths[i] for i in batch] == sorted((lengths[i] for i in batch), reverse=True)
+
+
+def test_encoder_tokenizers_get_cls_and_sep():
+    from transformers import BertTokenizerFast
+
+    words = [
+        "[PAD]",
+        "[UNK]",
+        "[CLS]",
+        "[SEP]",
+        "[MASK]",
+        "user",
+        ":",
+        "fix",
+        "door",
+        "assistant",
+        "oil",
+        "it",
+    ]
+    tok = BertTokenizerFast(vocab={w: i for i, w in enumerate(words)})
+    seq = Encoder(tok, EncodeConfig()).encode_one([{"role": "user", "content": "fix door"}], "oil it")
+    ids = seq.input_ids
+    assert ids[0] == tok.cls_token_id and ids[-1] == tok.sep_token_id
+    resp = [i for i, m in zip(ids, seq.response_mask, strict=True) if m]
+    assert tok.convert_ids_to_tokens(resp) == ["oil", "it"]

@@ -1,0 +1,171 @@
+"""Reward reading (left/right padding, pad == EOS), plain-transformers round trip, backbones, load errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from prefshift.config import LMSpec
+from prefshift.models.backbone import SOURCE_FILE, pretrain_lm, resolve_pretrained
+from prefshift.models.reward import (
+    ModelLoadError,
+    RewardModel,
+    disable_dropout,
+    ensure_pad_token,
+    last_token_index,
+    load_reward_model,
+    save_reward_model,
+)
+from tiny_models import SPEC, TEXTS, base_dir, fresh_tokenizer, reward_model, tokenizer
+
+SEQS = [[1, 40, 41, 42, 43, 44], [1, 50, 51], [1, 60, 61, 62]]
+
+
+def _batch(seqs, pad_id, side):
+    width = max(map(len, seqs))
+    ids = torch.full((len(seqs), width), pad_id)
+    attn = torch.zeros((len(seqs), width), dtype=torch.long)
+    for row, seq in enumerate(seqs):
+        cols = slice(width - len(seq), width) if side == "left" else slice(0, len(seq))
+        ids[row, cols] = torch.tensor(seq)
+        attn[row, cols] = 1
+    return ids, attn
+
+
+def _single_rewards(model, seqs):
+    return torch.stack(
+        [model(torch.tensor([s]), torch.ones(1, len(s), dtype=torch.long)).rewards[0] for s in seqs]
+    )
+
+
+def test_last_token_index_from_the_mask():
+    right = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
+    left = torch.tensor([[0, 1, 1, 1], [0, 0, 1, 1]])
+    assert last_token_index(right).tolist() == [2, 1]
+    assert last_token_index(left).tolist() == [3, 3]
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_rewards_do_not_depend_on_padding_side(side):
+    model = reward_model().eval()
+    ids, attn = _batch(SEQS, tokenizer().pad_token_id, side)
+    got = model(ids, attn).rewards
+    assert torch.allclose(got, _single_rewards(model, SEQS), atol=1e-5)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_pad_equal_to_eos_is_read_from_the_mask(side):
+    model = reward_model().eval()
+    eos = tokenizer().eos_token_id
+    seqs = [[*s, eos] for s in SEQS]  # every sequence really ends with EOS, and padding is EOS too
+    ids, attn = _batch(seqs, eos, side)
+    got = model(ids, attn).rewards
+    assert torch.allclose(got, _single_rewards(model, seqs), atol=1e-5)
+
+
+def test_saved_model_reloads_with_plain_transformers(tmp_path):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    model = reward_model(seed=3).eval()
+    save_reward_model(model, tokenizer(), tmp_path / "rm")
+    plain = AutoModelForSequenceClassification.from_pretrained(tmp_path / "rm").eval()
+    plain_tok = AutoTokenizer.from_pretrained(tmp_path / "rm")
+    assert plain_tok.pad_token_id == tokenizer().pad_token_id == plain.config.pad_token_id
+    ids, attn = _batch(SEQS, plain_tok.pad_token_id, "right")
+    with torch.no_grad():
+        ours = model(ids, attn).rewards
+        theirs = plain(input_ids=ids, attention_mask=attn).logits.squeeze(-1)
+        reloaded, _ = load_reward_model(tmp_path / "rm")
+        again = reloaded(ids, attn).rewards
+    assert torch.allclose(ours, theirs, atol=1e-5)
+    assert torch.equal(ours, again)
+
+
+def test_encoder_reward_is_the_cls_head():
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=100,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        num_labels=1,
+    )
+    hf = BertForSequenceClassification(config)
+    disable_dropout(hf)
+    assert config.hidden_dropout_prob == 0.0 and config.attention_probs_dropout_prob == 0.0
+    model = RewardModel(hf).eval()
+    ids, attn = _batch([[2, 5, 6, 3], [2, 7, 3]], 0, "right")
+    with torch.no_grad():
+        out = model(ids, attn, output_hidden_states=True)
+        plain = hf(input_ids=ids, attention_mask=attn).logits.squeeze(-1)
+    assert torch.equal(out.rewards, plain)
+    assert len(out.hidden_states) == 3 and model.num_layers == 2
+
+
+def test_tokenizer_without_pad_gets_eos_as_pad():
+    tok = fresh_tokenizer()
+    tok.pad_token = None
+    model = reward_model()
+    ensure_pad_token(tok, model.hf)
+    assert tok.pad_token_id == tok.eos_token_id == model.config.pad_token_id
+
+
+def test_load_from_backbone_dir_adds_head_and_turns_dropout_off(tmp_path):
+    from transformers import LlamaForCausalLM
+
+    from prefshift.models.backbone import save_backbone, tiny_config
+
+    config = tiny_config(SPEC, tokenizer(), 64)
+    config.attention_dropout = 0.2
+    save_backbone(LlamaForCausalLM(config), tokenizer(), tmp_path / "base", {})
+    model, tok = load_reward_model(tmp_path / "base")
+    assert model.config.attention_dropout == 0.0
+    assert model.hf.score.out_features == 1
+    assert tok.pad_token_id == model.config.pad_token_id
+
+
+def test_missing_local_dir_and_offline_hub_id_fail_clearly(tmp_path):
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        load_reward_model(tmp_path / "nope")
+    with pytest.raises(ModelLoadError, match="offline"):
+        load_reward_model("prefshift-test/definitely-not-cached")
+
+
+def test_resolve_copies_a_local_dir_and_refuses_unknown_hub_ids(tmp_path):
+    src = base_dir(tmp_path)
+    source = resolve_pretrained(LMSpec(name_or_path=str(src)), tmp_path / "models" / "weak")
+    assert source["name_or_path"] == str(src)
+    assert json.loads((tmp_path / "models" / "weak" / SOURCE_FILE).read_text())["name_or_path"] == str(src)
+    load_reward_model(tmp_path / "models" / "weak")
+    with pytest.raises(ModelLoadError, match="not in the local Hugging Face cache"):
+        resolve_pretrained(LMSpec(name_or_path="prefshift-test/not-cached"), tmp_path / "models" / "strong")
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        resolve_pretrained(LMSpec(name_or_path="./missing/model"), tmp_path / "models" / "strong")
+
+
+def test_pretraining_lowers_the_loss():
+    spec = LMSpec(
+        hidden_size=16,
+        num_layers=1,
+        num_heads=2,
+        intermediate_size=32,
+        pretrain_steps=30,
+        pretrain_batch_size=4,
+        pretrain_seq_len=32,
+        pretrain_lr=1e-2,
+    )
+    _, first = pretrain_lm(spec.model_copy(update={"pretrain_steps": 1}), tokenizer(), TEXTS, 0, 64)
+    model, stats = pretrain_lm(spec, tokenizer(), TEXTS, 0, 64)
+    assert stats["final_loss"] < first["final_loss"] - 1.0
+    again, _ = pretrain_lm(spec, tokenizer(), TEXTS, 0, 64)
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(model.state_dict().values(), again.state_dict().values(), strict=True)
+    )
