@@ -202,6 +202,12 @@ def test_pull_loads_with_plain_transformers_and_matches_our_scoring(promoted, tm
     assert [r["reward"] for r in ours] == pytest.approx([float(e) for e in expected], abs=1e-5)
     assert len({round(r["reward"], 6) for r in ours}) == 3
 
+    by_cli = tmp_path / "by-cli"
+    uri = f"models:/{params.tracking.registered_model}@champion"
+    result = CliRunner().invoke(app, ["pull", uri, "--out", str(by_cli), "--root", str(layout.root)])
+    assert result.exit_code == 0, result.output
+    assert registry.content_hash(by_cli) == info["content_hash"]
+
 
 def test_pyfunc_wrapper_scores_prompt_response_rows(promoted):
     import mlflow
