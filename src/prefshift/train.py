@@ -12,6 +12,7 @@ import json
 import math
 import random
 import resource
+import shutil
 import time
 from collections.abc import Sequence
 from contextlib import nullcontext
@@ -22,14 +23,21 @@ import torch
 import torch.nn.functional as F
 
 from prefshift.anchor_cache import ReferenceStates, frozen_copy, hidden_fn
-from prefshift.atomic import atomic_path
-from prefshift.config import AnchorConfig, TrainConfig
-from prefshift.data.encode import EncodedPair, collate, length_grouped_batches, sorted_batches
-from prefshift.data.schema import content_hash
+from prefshift.atomic import atomic_path, write_json
+from prefshift.config import AnchorConfig, Params, TrainConfig
+from prefshift.data.encode import EncodedPair, Encoder, collate, length_grouped_batches, sorted_batches
+from prefshift.data.schema import Pair, SkipCounter, content_hash
 from prefshift.errors import PrefshiftError
 from prefshift.methods.anchor import select_response
 from prefshift.methods.base import BatchOut, Objective
-from prefshift.models.reward import RewardModel, _peft_base, is_decoder_head
+from prefshift.models.reward import (
+    RewardModel,
+    _peft_base,
+    is_decoder_head,
+    load_reward_model,
+    save_reward_model,
+)
+from prefshift.paths import Layout
 
 STATE_FILE = "trainer_state.json"
 
@@ -341,3 +349,46 @@ class _NullProgress(nullcontext):
 
     def update(self, *args, **kwargs) -> None:
         return None
+
+
+def fit(
+    params: Params,
+    layout: Layout,
+    *,
+    name: str,
+    method: str,
+    base_dir: Path,
+    pairs: Sequence[Pair],
+    targets: Sequence[float],
+    cfg: TrainConfig,
+    out_dir: Path,
+) -> dict:
+    """Train one reward model from `base_dir` on (pairs, targets), save it to `out_dir`, log the run.
+
+    Shared by the teacher and student stages; the resumable checkpoint is removed once
+    the model is saved.
+    """
+    from prefshift.methods import build_objective
+
+    seed_everything(params.seed)
+    model, tokenizer = load_reward_model(base_dir, trust_remote_code=params.backbone.trust_remote_code)
+    objective = build_objective(method, params, model.num_layers)
+    skips = SkipCounter()
+    items = Encoder(tokenizer, params.encode).encode_pairs(pairs, targets, skips)
+    ckpt = layout.checkpoint_dir(name)
+    model, log = train_reward_model(
+        model,
+        tokenizer,
+        items,
+        objective,
+        cfg,
+        seed=params.seed,
+        name=name,
+        anchor=params.anchor,
+        checkpoint_dir=ckpt,
+    )
+    save_reward_model(model, tokenizer, out_dir)
+    log["skips"] = skips.as_dict()
+    write_json(layout.train_log(name), log)
+    shutil.rmtree(ckpt, ignore_errors=True)
+    return log

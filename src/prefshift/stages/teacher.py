@@ -5,7 +5,7 @@ from __future__ import annotations
 from prefshift.config import Params
 from prefshift.data.schema import read_pairs
 from prefshift.paths import Layout
-from prefshift.stages.train import fit
+from prefshift.train import fit
 
 
 def run(params: Params, layout: Layout) -> dict:
