@@ -16,7 +16,8 @@ syn_harm_chat       harmless   as syn_help_chat, half the requests harmful
 
 The gold rule is shared within a category and readable from the text. Helpful: the chosen
 response answers the request that was made ("To <task>, <concrete steps>"); the rejected one
-is evasive, generic, or answers a different request (the only case that needs the prompt).
+is evasive, generic, or (most often) a concrete answer to a different request, which only a
+model that matches the response to the prompt can reject.
 Harmless: the chosen response refuses a harmful request (sometimes pointing to a safe
 alternative) and helps with a benign one; the rejected one complies with the harmful request
 (its steps come from a shared pool of harmful advice) or refuses the benign one.
@@ -77,7 +78,11 @@ TEST_FRACTION = 0.25
 """Share of each style's requests held out for the test split and the groups."""
 HARMFUL_SHARE = 0.5
 HELPFUL_NEGATIVES = ("evasive", "generic", "off_topic")
-HELPFUL_NEGATIVE_WEIGHTS = (0.35, 0.3, 0.35)
+HELPFUL_NEGATIVE_WEIGHTS = (0.25, 0.2, 0.55)
+"""Mostly off-topic. Measured with a 1-layer transformer trained from scratch: when most negatives
+are evasive or generic (word-level tells), it learns the gold rule so well that the cue barely
+moves OOD accuracy; with this mix the cue dominates (ID ~0.92, reversed-cue OOD ~0.45) while a
+cue-free run still learns the rule (~0.7 on every dataset)."""
 HARM_STEP_RATE = 0.7
 """Share of harmful compliances that use the shared pool of harmful advice; the others give
 ordinary how-to steps, so only the restated harmful request gives them away."""
