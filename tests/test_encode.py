@@ -123,3 +123,20 @@ def test_encoder_tokenizers_get_cls_and_sep():
     assert ids[0] == tok.cls_token_id and ids[-1] == tok.sep_token_id
     resp = [i for i, m in zip(ids, seq.response_mask, strict=True) if m]
     assert tok.convert_ids_to_tokens(resp) == ["oil", "it"]
+
+
+def test_chat_template_is_used_when_the_tokenizer_has_one():
+    from tiny_models import fresh_tokenizer
+
+    tok = fresh_tokenizer()
+    tok.chat_template = (
+        "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+    )
+    head, response = render(tok, PROMPT[1:], "oil it")
+    assert head == "<|user|>how do I fix the door?<|end|><|assistant|>"
+    assert response == "oil it<|end|>"
+    seq = Encoder(tok, EncodeConfig()).encode_one(PROMPT[1:], "oil it")
+    assert seq.input_ids[0] != tok.bos_token_id  # the template owns the framing
+    masked = [i for i, m in zip(seq.input_ids, seq.response_mask, strict=True) if m]
+    assert tok.decode(masked) == "oil it<|end|>"

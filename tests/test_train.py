@@ -14,7 +14,7 @@ import torch
 from prefshift.atomic import write_json
 from prefshift.config import LoraConfig, Params, TrainConfig
 from prefshift.data.encode import length_grouped_batches
-from prefshift.data.schema import write_pairs
+from prefshift.data.schema import Group, write_groups, write_pairs
 from prefshift.methods import build_objective
 from prefshift.methods.base import Objective
 from prefshift.models.reward import load_reward_model
@@ -50,6 +50,13 @@ def test_training_is_deterministic_and_logs_drift():
     assert set(log_a["drift"][0]) == {"step", "layer_1", "layer_2"}
     assert all(-1.0 <= d["layer_2"] < 1.0 for d in log_a["drift"])
     assert log_a["peak_rss_mb"] > 0 and log_a["wall_s"] > 0
+
+
+def test_gradient_checkpointing_gives_the_same_model():
+    plain, _ = _run("naive")
+    checkpointed, _ = _run("naive", cfg=CFG.model_copy(update={"gradient_checkpointing": True}))
+    for a, b in zip(plain.parameters(), checkpointed.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-6)
 
 
 def test_non_finite_loss_stops_with_the_step(tmp_path):
@@ -112,6 +119,10 @@ def _tiny_project(root):
     write_pairs(layout.split("id_test"), data[:4])
     write_pairs(layout.split("toy_ood"), data[4:8])
     write_json(layout.split_manifest, {"version": "v1"})
+    group = Group(
+        "g1", "toy", "helpful", data[0].prompt, [data[0].chosen, data[0].rejected, "maybe"], [2.0, 0.0, 1.0]
+    )
+    write_groups(layout.split_groups("toy"), [group])
     for which in ("weak", "strong"):
         shutil.copytree(base_dir(root), layout.base_model(which))
     return layout
@@ -139,6 +150,9 @@ def test_stages_teacher_label_train_end_to_end(tmp_path):
     assert frame["q"].tolist() == pytest.approx([1 / (1 + math.exp(-d)) for d in frame["teacher_delta"]])
     scores = pd.read_parquet(layout.scores("teacher", "toy_ood"))
     assert list(scores.columns) == ["pair_id", "delta", "gold", "len_chosen", "len_rejected"]
+    assert scores["pair_id"].tolist() == [p.pair_id for p in pairs(16)[4:8]]  # input order, not length order
+    groups = pd.read_parquet(layout.group_scores("teacher", "toy"))
+    assert groups["group_id"].tolist() == ["g1"] and len(groups["rewards"][0]) == 3
     for method in ("naive", "anchor_mid"):
         log = train.run(params, layout, method)
         assert json.loads(layout.train_log(method).read_text())["steps"] == log["steps"]

@@ -88,6 +88,15 @@ def apply_lora(model: RewardModel, cfg: TrainConfig) -> None:
     model.hf = get_peft_model(model.hf, lora)
 
 
+def enable_checkpointing(hf_model) -> None:
+    """Activation checkpointing under its transformers-5 name, or the older one."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(hf_model, "activation_checkpointing_enable"):
+        hf_model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        hf_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
 def _probe_states(model: RewardModel, batch: dict, layers: Sequence[int]) -> torch.Tensor:
     hidden = hidden_fn(model)(batch["input_ids"], batch["attention_mask"])
     return select_response(hidden, layers, batch["response_mask"].to(hidden[0].device)).float()
@@ -179,9 +188,7 @@ def train_reward_model(
     if cfg.lora.enabled:
         apply_lora(model, cfg)
     if cfg.gradient_checkpointing:
-        _peft_base(model.hf).gradient_checkpointing_enable(
-            gradient_checkpointing_kwargs={"use_reentrant": False}
-        )
+        enable_checkpointing(_peft_base(model.hf))
     model.to(accelerator.device)
     model.train()
     pad_id = tokenizer.pad_token_id
