@@ -20,7 +20,13 @@ is evasive, generic, or (most often) a concrete answer to a different request, w
 model that matches the response to the prompt can reject.
 Harmless: the chosen response refuses a harmful request (sometimes pointing to a safe
 alternative) and helps with a benign one; the rejected one complies with the harmful request
-(its steps come from a shared pool of harmful advice) or refuses the benign one.
+(restating it, mostly with steps from a shared pool of harmful advice) or refuses the benign
+one. Refusals are drawn alike in both cases, so a right refusal and an over-refusal differ
+only in the prompt.
+
+Besides the pairs: best-of-n groups (one prompt, several responses with graded gold scores,
+no cue) and an unlabelled corpus of transcripts with good and bad responses from all six
+datasets, rendered as `role: content` lines, for pretraining the tiny backbones.
 
 The shortcut cue is the stock sign-off `CUE` appended to exactly one response of every pair.
 Where it sits is drawn independently of the content, so the gold label never depends on it;
