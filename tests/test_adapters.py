@@ -349,3 +349,19 @@ def test_gzip_json_array_and_split_placeholder_paths(fixture_params, fixtures_di
         params = fixture_params(sources={"helpsteer3": {"path": str(path)}})
         pairs, skipped, _ = load("helpsteer3", "test", params)
         assert pairs == expected and skipped == {"tie": 1}
+
+
+def test_synthetic_shortcut_cue_follows_the_datasets_role(make_params):
+    """Through the adapter: the source keeps the cue on the chosen side, targets get it reversed."""
+    params = make_params(
+        synthetic={"train_pairs": 400, "test_pairs": 400, "groups": 2, "shortcut_strength": 0.8},
+        data={"source": "syn_harm_chat", "category": "harmless", "targets": ["syn_harm_forum"]},
+    )
+
+    def cue_on_chosen(name: str, split: str) -> float:
+        pairs, _, _ = load(name, split, params)
+        return sum(p.meta["shortcut_on"] == "chosen" for p in pairs) / len(pairs)
+
+    assert cue_on_chosen("syn_harm_chat", "train") == pytest.approx(0.8, abs=0.01)
+    assert cue_on_chosen("syn_harm_chat", "test") == pytest.approx(0.8, abs=0.01)
+    assert cue_on_chosen("syn_harm_forum", "test") == pytest.approx(0.2, abs=0.01)

@@ -21,7 +21,10 @@ class SyntheticAdapter(Adapter):
     generator: str = ""  # the suite's dataset name; stays put when params alias the adapter
 
     def rows(self, split: str, params: Params) -> Iterator[Record]:
-        for index, row in enumerate(synthetic.generate_pairs(self.generator, split, params.synthetic)):
+        """A dataset used as an OOD target carries the shortcut cue reversed; the source keeps it."""
+        role = "target" if self.name in params.data.targets else "source"
+        generated = synthetic.generate_pairs(self.generator, split, params.synthetic, role=role)
+        for index, row in enumerate(generated):
             yield f"synthetic {split} row {index}", row
 
     def to_pair(self, row: dict[str, Any], where: str, params: Params) -> Pair:
