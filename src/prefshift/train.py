@@ -152,6 +152,19 @@ def _save_checkpoint(accelerator, ckpt_dir: Path, state: dict) -> None:
         (tmp / STATE_FILE).write_text(json.dumps(state, sort_keys=True))
 
 
+def _restore(accelerator, checkpoint_dir: Path | None, fingerprint: str):
+    """(step, epoch, batch, log, checkpoint) to resume from; a checkpoint of other settings is ignored."""
+    state_file = checkpoint_dir / "last" / STATE_FILE if checkpoint_dir is not None else None
+    if state_file is None or not state_file.exists():
+        return 0, 0, 0, RunLog(), None
+    state = json.loads(state_file.read_text())
+    if state.get("fingerprint") != fingerprint:
+        return 0, 0, 0, RunLog(), None
+    accelerator.load_state(str(state_file.parent))
+    log = RunLog(state["steps"], state["drift"], state["drift_mse"])
+    return state["step"], state["epoch"], state["batch"], log, state_file.parent
+
+
 def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -219,20 +232,10 @@ def train_reward_model(
     model, optimizer = accelerator.prepare(model, optimizer)
     accelerator.register_for_checkpointing(scheduler)
 
-    log = RunLog()
-    step, start_epoch, start_batch = 0, 0, 0
-    last_ckpt = None
     fingerprint = content_hash(
         name, objective.name, cfg.model_dump(), seed, [(it.pair_id, it.target) for it in items]
     )
-    state_file = checkpoint_dir / "last" / STATE_FILE if checkpoint_dir is not None else None
-    if state_file is not None and state_file.exists():
-        state = json.loads(state_file.read_text())
-        if state.get("fingerprint") == fingerprint:
-            last_ckpt = state_file.parent
-            accelerator.load_state(str(last_ckpt))
-            step, start_epoch, start_batch = state["step"], state["epoch"], state["batch"]
-            log = RunLog(state["steps"], state["drift"], state["drift_mse"])
+    step, start_epoch, start_batch, log, last_ckpt = _restore(accelerator, checkpoint_dir, fingerprint)
 
     unwrapped = accelerator.unwrap_model(model)
     window_loss, window_acc, window_n = 0.0, 0.0, 0

@@ -9,8 +9,6 @@ so DVC versions exactly what later stages load.
 from __future__ import annotations
 
 import json
-import os
-import random
 import shutil
 import time
 from collections.abc import Sequence
@@ -20,7 +18,7 @@ import torch
 
 from prefshift.atomic import atomic_path
 from prefshift.config import LMSpec
-from prefshift.models.reward import ModelLoadError, quiet_transformers
+from prefshift.models.reward import ModelLoadError, hub_offline, quiet_transformers
 
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>")
 SOURCE_FILE = "prefshift_source.json"
@@ -138,19 +136,24 @@ def resolve_pretrained(spec: LMSpec, out_dir: Path) -> dict:
 
 
 def _snapshot(spec: LMSpec) -> tuple[Path, str | None]:
+    """Download (or find in the cache) the files a model needs; .bin weights only without safetensors."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
-    offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
-    try:
-        path = Path(
+    def fetch(patterns: list[str]) -> Path:
+        return Path(
             snapshot_download(
                 spec.name_or_path,
                 revision=spec.revision,
-                allow_patterns=_SNAPSHOT_PATTERNS,
-                local_files_only=offline,
+                allow_patterns=patterns,
+                local_files_only=hub_offline(),
             )
         )
+
+    try:
+        path = fetch(_SNAPSHOT_PATTERNS)
+        if not any(path.glob("*.safetensors")):
+            path = fetch([*_SNAPSHOT_PATTERNS, "*.bin"])
     except LocalEntryNotFoundError:
         raise ModelLoadError(
             f"backbone {spec.name_or_path!r} is not in the local Hugging Face cache and the hub is offline; "
@@ -159,10 +162,3 @@ def _snapshot(spec: LMSpec) -> tuple[Path, str | None]:
     except Exception as err:
         raise ModelLoadError(f"backbone {spec.name_or_path!r}: cannot fetch from the hub: {err}") from None
     return path, path.name
-
-
-def seeded_sample(texts: Sequence[str], n: int, seed: int) -> list[str]:
-    """A fixed subset of the corpus for tokenizer training (BPE cost grows with text size)."""
-    if len(texts) <= n:
-        return list(texts)
-    return random.Random(seed).sample(list(texts), n)

@@ -114,7 +114,7 @@ def ensure_pad_token(tokenizer, model: nn.Module | None = None) -> None:
         model.config.get_text_config().pad_token_id = tokenizer.pad_token_id
 
 
-def _offline() -> bool:
+def hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
 
 
@@ -153,7 +153,7 @@ def load_reward_model(
             str(name_or_path), num_labels=1, dtype=torch_dtype, **kwargs
         )
     except OSError as err:
-        hint = " (HF_HUB_OFFLINE is set and no local copy exists)" if _offline() else ""
+        hint = " (HF_HUB_OFFLINE is set and no local copy exists)" if hub_offline() else ""
         raise ModelLoadError(f"cannot load model {name_or_path!s}{hint}: {err}") from None
     ensure_pad_token(tokenizer, hf)
     disable_dropout(hf)
