@@ -85,6 +85,12 @@ def label(params: ParamsOption = Path("params.yaml"), set_: SetOption = None, ro
     _call(_stage("stages.label"), _params(params, set_), Layout(root))
 
 
+@app.command("seam-label")
+def seam_label(params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")):
+    """SEAM soft labels for student_train: strong-LM principles, teacher judgements (data/seam_labels/)."""
+    _call(_stage("stages.seam_label"), _params(params, set_), Layout(root))
+
+
 @app.command()
 def train(
     method: Annotated[str, typer.Option("--method", "-m", help="naive, confidence, seam, anchor_last, ...")],

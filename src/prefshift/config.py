@@ -191,6 +191,14 @@ class SeamConfig(Strict):
     keep_top_k: int = Field(2, ge=1, description="Principle nodes kept per pair, by weak confidence.")
     weighting: Literal["confidence", "entropy"] = "entropy"
     include_plain: bool = Field(True, description="Also score the pair without a principle, as one node.")
+    principle_position: Literal["last_user", "system"] = Field(
+        "last_user",
+        description="Where the teacher reads a principle: preamble of the last user turn, or a system turn.",
+    )
+    generation_batch_size: int = Field(32, ge=1, description="Prompts per batched `generate` call.")
+    max_context_tokens: int = Field(
+        256, ge=8, description="Conversation tokens (the most recent) shown to the strong LM per prompt."
+    )
 
 
 class EvaluateConfig(Strict):

@@ -57,8 +57,21 @@ class Layout:
         return self.root / "data" / "weak_labels" / "student_train.parquet"
 
     @property
+    def seam_dir(self) -> Path:
+        """The seam-label stage's outputs: labels, counts and the generation cache (not under weak_labels)."""
+        return self.root / "data" / "seam_labels"
+
+    @property
     def seam_labels(self) -> Path:
-        return self.root / "data" / "weak_labels" / "seam" / "student_train.parquet"
+        return self.seam_dir / "student_train.parquet"
+
+    @property
+    def seam_generations(self) -> Path:
+        return self.seam_dir / "generations.parquet"
+
+    @property
+    def seam_counts(self) -> Path:
+        return self.seam_dir / "counts.json"
 
     def scores_dir(self, model: str) -> Path:
         """Per-model reward margins: `teacher` (written by label) or a method (written by evaluate)."""
