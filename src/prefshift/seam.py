@@ -270,22 +270,19 @@ def propose(
     for pair in pairs:
         prompts.setdefault(content_hash(pair.category, pair.prompt), (pair.category, pair.prompt))
     texts: dict[str, str] = {}
-    missing: dict[str, str] = {}
+    missing: dict[str, tuple[str, str]] = {}
     for pid, (category, prompt) in prompts.items():
         rendered = generator.render(category, prompt)
         key = content_hash(model_key, TEMPLATE_VERSION, rendered, cfg.max_new_tokens)
         cached = cache.get(key)
         if cached is None:
-            missing[pid] = key
-            texts[pid] = rendered
+            missing[pid] = (key, rendered)
         else:
             texts[pid] = cached
-    hits = len(prompts) - len(missing)
-    if missing:
-        generated = generator.generate([texts[pid] for pid in missing])
-        for (pid, key), text in zip(missing.items(), generated, strict=True):
-            cache.put(key, text)
-            texts[pid] = text
+    generated = generator.generate([rendered for _, rendered in missing.values()]) if missing else []
+    for (pid, (key, _)), text in zip(missing.items(), generated, strict=True):
+        cache.put(key, text)
+        texts[pid] = text
     parsed = {pid: principles_for(texts[pid], prompts[pid][0], cfg.max_principles) for pid in prompts}
     by_pair, fallback = {}, {}
     for pair in pairs:
@@ -296,7 +293,7 @@ def propose(
         "prompts": len(prompts),
         "generated": len(missing),
         "generate_calls": generator.calls,
-        "cache_hits": hits,
+        "cache_hits": len(prompts) - len(missing),
         "parsed_ok": len(prompts) - fell_back,
         "fallback": fell_back,
         "pairs_fallback": sum(fallback.values()),

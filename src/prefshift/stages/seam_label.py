@@ -8,7 +8,6 @@ like the teacher's, so `train --method seam` refuses labels from other splits.
 
 from __future__ import annotations
 
-import gc
 import time
 from pathlib import Path
 
@@ -59,8 +58,7 @@ def run(params: Params, layout: Layout) -> dict:
     generator = PrincipleGenerator(strong, cfg, params.backbone.trust_remote_code)
     principles = propose_principles(pairs, cache, model_key(strong), cfg, generator)
     cache.save(layout.seam_generations)
-    del generator
-    gc.collect()
+    del generator  # frees the strong LM before the teacher loads
     generated_s = time.perf_counter() - started
 
     model, tokenizer = load_for_scoring(layout.teacher_dir, params)
