@@ -225,3 +225,20 @@ def test_generation_is_bounded_and_deterministic(tmp_path):
     assert generator.generate(texts[::-1]) == first[::-1]  # batching and left padding do not change outputs
     assert all(len(tokenizer()(t, add_special_tokens=False)["input_ids"]) <= 5 for t in first)
     assert generator.calls == 4
+
+
+@pytest.mark.slow
+def test_train_seam_reads_the_seam_labels(tmp_path):
+    from prefshift.stages import train
+
+    layout = _project(tmp_path)
+    params = Params.model_validate(
+        {**PARAMS.model_dump(include={"seam"}), "student": {"batch_size": 4, "epochs": 1, "drift_every": 1}}
+    )
+    seam_label.run(params, layout)
+    assert train._targets(params, layout, "seam", _pairs()) == pytest.approx(
+        pq.read_table(layout.seam_labels).column("q").to_pylist()
+    )
+    train.run(params, layout, "seam")
+    model, _ = load_reward_model(layout.student_dir("seam"))
+    assert model.num_layers == 2
