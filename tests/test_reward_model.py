@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -150,22 +151,19 @@ def test_resolve_copies_a_local_dir_and_refuses_unknown_hub_ids(tmp_path):
         resolve_pretrained(LMSpec(name_or_path="./missing/model"), tmp_path / "models" / "strong")
 
 
-def test_pretraining_lowers_the_loss():
+def test_pretraining_is_seeded_and_learns():
     spec = LMSpec(
         hidden_size=16,
         num_layers=1,
         num_heads=2,
         intermediate_size=32,
-        pretrain_steps=30,
+        pretrain_steps=10,
         pretrain_batch_size=4,
         pretrain_seq_len=32,
         pretrain_lr=1e-2,
     )
-    _, first = pretrain_lm(spec.model_copy(update={"pretrain_steps": 1}), tokenizer(), TEXTS, 0, 64)
     model, stats = pretrain_lm(spec, tokenizer(), TEXTS, 0, 64)
-    assert stats["final_loss"] < first["final_loss"] - 1.0
+    assert stats["final_loss"] < math.log(len(tokenizer())) - 0.5  # well below a uniform guess
     again, _ = pretrain_lm(spec, tokenizer(), TEXTS, 0, 64)
-    assert all(
-        torch.equal(a, b)
-        for a, b in zip(model.state_dict().values(), again.state_dict().values(), strict=True)
-    )
+    pairs = zip(model.state_dict().values(), again.state_dict().values(), strict=True)
+    assert all(torch.equal(a, b) for a, b in pairs)
