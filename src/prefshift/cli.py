@@ -209,5 +209,28 @@ def preset(
     typer.echo(f"wrote {written} from preset {name}")
 
 
+@app.command()
+def bench(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Directory for bench.json and bench.md.")] = Path(
+        "reports"
+    ),
+    quick: Annotated[bool, typer.Option("--quick", help="Tiny sizes, one repetition (smoke test).")] = False,
+    reps: Annotated[int | None, typer.Option("--reps", help="Timed repetitions (default 3).")] = None,
+    pipeline: Annotated[bool, typer.Option("--pipeline", help="Also time full and no-op dvc repro.")] = False,
+    threads: Annotated[int, typer.Option("--threads", help="torch intra-op threads per run.")] = 1,
+    note: Annotated[str | None, typer.Option("--note", help="A line for the report.")] = None,
+):
+    """Training vs TRL, ANCHOR overhead, scoring throughput (and the pipeline): reports/bench.{json,md}."""
+    _call(
+        _stage("bench.run", "run_bench"),
+        out,
+        quick=quick,
+        reps=reps,
+        pipeline=pipeline,
+        threads=threads,
+        note=note,
+    )
+
+
 def main() -> None:
     app()

@@ -1,0 +1,33 @@
+"""`python -m prefshift.bench`: the same as `prefshift bench`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m prefshift.bench", description=__doc__)
+    parser.add_argument(
+        "--out", type=Path, default=Path("reports"), help="Directory for bench.json/bench.md."
+    )
+    parser.add_argument("--quick", action="store_true", help="Tiny sizes, one repetition (smoke test).")
+    parser.add_argument("--reps", type=int, default=None, help="Timed repetitions (default 3, quick 1).")
+    parser.add_argument("--pipeline", action="store_true", help="Also time a full and a no-op dvc repro.")
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads per run.")
+    parser.add_argument("--note", default=None, help="A line for the report (e.g. machine load).")
+    args = parser.parse_args(argv)
+    from prefshift.bench.run import run_bench
+
+    run_bench(
+        args.out,
+        quick=args.quick,
+        reps=args.reps,
+        pipeline=args.pipeline,
+        threads=args.threads,
+        note=args.note,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+"""ANCHOR's cost: anchor_last against naive on the same run, with and without the reference cache.
+
+Each run is a fresh process (see `common.isolated`), so its peak RSS is its own. We
+report the whole-process peak (what the machine must have) and the increment over
+the RSS just before training (what the training itself adds: activations, the cache
+or the frozen copy), because on small models the libraries dominate the first.
+The LoRA variant anchors to the same model with its adapters disabled: no copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+from prefshift.bench.common import (
+    MODELS,
+    Workload,
+    encoded_items,
+    hf_reward_model,
+    interleave,
+    isolated,
+    load_tokenizer,
+    ratio,
+    summary,
+)
+from prefshift.bench.training import measured, train_config
+from prefshift.config import AnchorConfig, LoraConfig, Params
+
+VARIANTS = {
+    "naive": ("naive", True, False),
+    "anchor_cached": ("anchor_last", True, False),
+    "anchor_uncached": ("anchor_last", False, False),
+    "lora_naive": ("naive", True, True),
+    "lora_anchor_shared_base": ("anchor_last", False, True),
+}
+"""name -> (method, anchor.cache, LoRA)."""
+COMPARED = {
+    "anchor_cached": "naive",
+    "anchor_uncached": "naive",
+    "lora_anchor_shared_base": "lora_naive",
+}
+TARGETS = {"anchor_cached": {"wall": 1.10, "peak_rss": 1.15}}
+
+
+def run_variant(spec_name: str, work: Workload, tok_dir: Path, items, epochs: int, variant: str) -> dict:
+    """One training run of `variant`, in this (fresh) process, after a two-step warm-up run."""
+    from prefshift.methods import build_objective
+    from prefshift.models.reward import RewardModel
+    from prefshift.train import train_reward_model
+
+    method, cache, lora = VARIANTS[variant]
+    tokenizer = load_tokenizer(tok_dir)
+    anchor = AnchorConfig(cache=cache)
+    params = Params(anchor=anchor)
+    cfg = train_config(work, 1, lora=LoraConfig(enabled=lora))
+
+    def prepared(data, n_epochs: int) -> Callable[[], dict]:
+        model = RewardModel(hf_reward_model(MODELS[spec_name], tokenizer, work.max_length, work.seed))
+        objective = build_objective(method, params, model.num_layers)
+        return partial(
+            train_reward_model,
+            model,
+            tokenizer,
+            data,
+            objective,
+            cfg.model_copy(update={"epochs": n_epochs}),
+            seed=work.seed,
+            name=variant,
+            anchor=anchor,
+            progress=False,
+        )
+
+    prepared(items[: 2 * work.batch_size], 1)()
+    return measured(prepared(items, epochs), epochs * len(items))
+
+
+def bench_anchor(
+    tok_dir: Path, spec_name: str, pairs: int, epochs: int, reps: int, log: Callable[[str], None]
+) -> dict:
+    work = Workload(pairs=pairs)
+    items = encoded_items(load_tokenizer(tok_dir), work)
+    log(f"ANCHOR overhead, {spec_name}")
+    variants = {
+        name: partial(isolated, run_variant, spec_name, work, tok_dir, items, epochs, name, label=name)
+        for name in VARIANTS
+    }
+    runs = interleave(variants, reps, warmup=0, log=log)
+    walls = {name: [r["wall_s"] for r in rs] for name, rs in runs.items()}
+    peaks = {name: [r["peak_rss_mb"] for r in rs] for name, rs in runs.items()}
+    increments = {name: [max(r["peak_increment_mb"], 1e-3) for r in rs] for name, rs in runs.items()}
+    ratios = {
+        name: {
+            "baseline": base,
+            "wall": ratio(walls[name], walls[base]),
+            "peak_rss": ratio(peaks[name], peaks[base]),
+            "peak_increment": ratio(increments[name], increments[base]),
+        }
+        for name, base in COMPARED.items()
+    }
+    for name, target in TARGETS.items():
+        ratios[name]["target"] = {
+            **target,
+            "met": all(ratios[name][key]["ratio"] <= limit for key, limit in target.items()),
+        }
+    return {
+        "workload": {
+            "model": spec_name,
+            "pairs": len(items),
+            "epochs": epochs,
+            "batch_size": work.batch_size,
+        },
+        "wall_s": {name: summary(v) for name, v in walls.items()},
+        "peak_rss_mb": {name: summary(v) for name, v in peaks.items()},
+        "peak_increment_mb": {name: summary(v) for name, v in increments.items()},
+        "ratios": ratios,
+    }

@@ -1,0 +1,261 @@
+"""What every benchmark shares: the workload, isolated runs, interleaving and summaries."""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from prefshift.config import EncodeConfig, LMSpec, SyntheticConfig
+from prefshift.errors import PrefshiftError
+
+PRELOAD = [
+    "torch",
+    "transformers",
+    "transformers.optimization",
+    "accelerate",
+    "datasets",
+    "peft",
+    "trl",
+    "prefshift.train",
+    "prefshift.scoring",
+]
+"""Imported once by the fork server (a missing one, e.g. trl, is skipped), not by every run."""
+MODELS = {
+    "tiny_2x64": LMSpec(hidden_size=64, num_layers=2, num_heads=2, intermediate_size=128),
+    "small_4x256": LMSpec(hidden_size=256, num_layers=4, num_heads=4, intermediate_size=512),
+}
+SOURCE = "syn_help_forum"
+
+
+class BenchError(PrefshiftError):
+    """A benchmark that could not run (a failed child process names its variant)."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The data every variant of one comparison sees: same pairs, same encoding, same batches."""
+
+    pairs: int
+    max_length: int = 128
+    batch_size: int = 8
+    vocab_size: int = 600
+    seed: int = 0
+
+
+def versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name in ("torch", "transformers", "accelerate", "trl", "peft", "dvc", "prefshift"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def machine() -> dict[str, Any]:
+    import os
+
+    model = platform.processor() or "unknown"
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    return {
+        "cpu": model,
+        "cores": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "load_avg_1_5_15": list(load) if load else None,
+    }
+
+
+@cache
+def tokenizer_dir(root: Path, vocab_size: int) -> Path:
+    """A byte-level BPE tokenizer trained on the synthetic corpus, saved once per bench run."""
+    from prefshift.data.synthetic import generate_corpus
+    from prefshift.models.backbone import train_tokenizer
+
+    out = root / f"tokenizer-{vocab_size}"
+    if not out.exists():
+        tok = train_tokenizer(generate_corpus(SyntheticConfig(corpus_docs=600)), vocab_size)
+        tok.save_pretrained(out)
+    return out
+
+
+def load_tokenizer(path: Path):
+    from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast.from_pretrained(str(path))
+
+
+def synthetic_pairs(n: int, split: str = "train"):
+    """`n` validated pairs of the embedded default's source dataset."""
+    from prefshift.data.schema import make_pair
+    from prefshift.data.synthetic import generate_pairs
+
+    cfg = SyntheticConfig(train_pairs=max(n, 10), test_pairs=max(n, 10))
+    rows = generate_pairs(SOURCE, split, cfg)[:n]
+    return [
+        make_pair(
+            dataset=SOURCE,
+            category="helpful",
+            prompt=r["prompt"],
+            chosen=r["chosen"],
+            rejected=r["rejected"],
+            gold=r.get("gold", 1.0),
+            where=f"synthetic {split} row {i}",
+        )
+        for i, r in enumerate(rows)
+    ]
+
+
+def encoded_items(tokenizer, work: Workload, split: str = "train"):
+    from prefshift.data.encode import Encoder
+
+    return Encoder(tokenizer, EncodeConfig(max_length=work.max_length)).encode_pairs(
+        synthetic_pairs(work.pairs, split)
+    )
+
+
+def hf_reward_model(spec: LMSpec, tokenizer, max_length: int, seed: int):
+    """A freshly initialised Llama-style sequence classifier, dropout off, pad id set."""
+    import torch
+    from transformers import LlamaForSequenceClassification
+
+    from prefshift.models.backbone import tiny_config
+    from prefshift.models.reward import disable_dropout, ensure_pad_token
+
+    torch.manual_seed(seed)
+    config = tiny_config(spec, tokenizer, max_length)
+    config.num_labels = 1
+    model = LlamaForSequenceClassification(config)
+    disable_dropout(model)
+    ensure_pad_token(tokenizer, model)
+    return model
+
+
+def padding_efficiency(batches: Sequence[Sequence[int]], lengths: Sequence[int], width: int | None) -> float:
+    """Real tokens / computed tokens over `batches` (1.0 = no padding waste)."""
+    real = sum(lengths[i] for b in batches for i in b)
+    computed = sum(len(b) * (width or max(lengths[i] for i in b)) for b in batches)
+    return real / computed
+
+
+# --- isolated runs -------------------------------------------------------------------------
+
+
+def _vm_kb(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def reset_peak() -> int:
+    """Reset this process's peak RSS (Linux clear_refs 5) and return its current RSS in KiB."""
+    with contextlib.suppress(OSError):
+        Path("/proc/self/clear_refs").write_text("5")
+    return _vm_kb("VmRSS")
+
+
+def peak_rss_kb() -> int:
+    import resource
+
+    hwm = _vm_kb("VmHWM")
+    return hwm or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+_threads = {"n": 1}
+
+
+def set_threads(n: int) -> None:
+    """Intra-op threads for this process and every isolated run started after this call.
+
+    On a shared 2-core machine two OpenMP threads spin against other processes and a
+    step can take 30x longer than with one; one thread measures the work, not the contention.
+    """
+    import torch
+
+    _threads["n"] = n
+    torch.set_num_threads(n)
+
+
+def _child(fn: Callable[..., dict], args: tuple, threads: int, conn) -> None:
+    try:
+        import torch
+
+        torch.set_num_threads(threads)
+        conn.send(("ok", fn(*args)))
+    except BaseException as err:  # reported to the parent, which raises with the variant's name
+        conn.send(("error", f"{type(err).__name__}: {err}"))
+    finally:
+        conn.close()
+
+
+@cache
+def _context():
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
+    return ctx
+
+
+def isolated(fn: Callable[..., dict], *args: Any, label: str = "") -> dict:
+    """Run `fn(*args)` in a fresh process (torch already imported) and return its dict."""
+    ctx = _context()
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child, args=(fn, args, _threads["n"], child))
+    proc.start()
+    child.close()
+    try:
+        status, payload = parent.recv()
+    except EOFError:
+        status, payload = "error", "the process died without a result"
+    proc.join()
+    if status != "ok":
+        raise BenchError(f"benchmark variant {label or fn.__name__} failed: {payload}")
+    return payload
+
+
+# --- interleaving and summaries ----------------------------------------------------------------
+
+
+def interleave(
+    variants: dict[str, Callable[[], dict]], reps: int, warmup: int = 1, log: Callable[[str], None] = print
+) -> dict[str, list[dict]]:
+    """Run A B C A B C ...: `warmup` discarded rounds, then `reps` timed rounds; results per variant."""
+    results: dict[str, list[dict]] = {name: [] for name in variants}
+    for round_ in range(warmup + reps):
+        for name, run in variants.items():
+            start = time.perf_counter()
+            out = run()
+            tag = "warm-up" if round_ < warmup else f"rep {round_ - warmup + 1}/{reps}"
+            log(f"  {name:<24} {tag:<10} {time.perf_counter() - start:6.2f} s")
+            if round_ >= warmup:
+                results[name].append(out)
+    return results
+
+
+def summary(values: Sequence[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def ratio(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
+    """median(a) / median(b), and the min–max of the per-round ratios (rounds were interleaved)."""
+    per_round = [x / y for x, y in zip(a, b, strict=True)]
+    return {
+        "ratio": statistics.median(a) / statistics.median(b),
+        "round_min": min(per_round),
+        "round_max": max(per_round),
+    }

@@ -1,0 +1,80 @@
+"""Scoring throughput: the batched, length-sorted `score_pairs` against batch 1 and fixed padding.
+
+All three call the shipped `score_pairs` (encoding included); batch 1 sets
+evaluate.batch_size=1, fixed padding swaps its collate for one that pads every batch
+to encode.max_length. They must agree on every margin, which we check.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from prefshift.bench.common import (
+    MODELS,
+    interleave,
+    load_tokenizer,
+    ratio,
+    summary,
+    synthetic_pairs,
+)
+
+BATCH = 32
+MAX_LENGTH = 128
+TARGET = 5.0
+
+
+def bench_evaluation(
+    tok_dir: Path, spec_name: str, pairs: int, reps: int, log: Callable[[str], None]
+) -> dict:
+    import prefshift.scoring as scoring
+    from prefshift.bench.batching import ablation
+    from prefshift.bench.common import hf_reward_model
+    from prefshift.config import Params
+    from prefshift.models.reward import RewardModel
+
+    tokenizer = load_tokenizer(tok_dir)
+    model = RewardModel(hf_reward_model(MODELS[spec_name], tokenizer, MAX_LENGTH, seed=0)).eval()
+    data = synthetic_pairs(pairs, split="test")
+    batched = Params(evaluate={"batch_size": BATCH}, encode={"max_length": MAX_LENGTH})
+    single = Params(evaluate={"batch_size": 1}, encode={"max_length": MAX_LENGTH})
+    frames: dict = {}
+
+    def variant(name: str, params: Params, kind: str) -> Callable[[], dict]:
+        def run() -> dict:
+            with ablation(scoring, kind, MAX_LENGTH):
+                start = time.perf_counter()
+                frames[name] = scoring.score_pairs(model, tokenizer, data, params)
+                wall = time.perf_counter() - start
+            return {"wall_s": wall, "pairs_per_s": len(frames[name]) / wall}
+
+        return run
+
+    log(f"evaluation throughput, {spec_name}")
+    runs = interleave(
+        {
+            "batched_sorted": variant("batched_sorted", batched, "shipped"),
+            "per_pair": variant("per_pair", single, "shipped"),
+            "fixed_padding": variant("fixed_padding", batched, "fixed_padding"),
+        },
+        reps,
+        log=log,
+    )
+    rates = {name: [r["pairs_per_s"] for r in rs] for name, rs in runs.items()}
+    reference = frames["batched_sorted"]["delta"]
+    vs = {name: ratio(rates["batched_sorted"], v) for name, v in rates.items() if name != "batched_sorted"}
+    return {
+        "workload": {
+            "model": spec_name,
+            "pairs": len(reference),
+            "batch_size": BATCH,
+            "max_length": MAX_LENGTH,
+        },
+        "pairs_per_s": {name: summary(v) for name, v in rates.items()},
+        "batched_over": vs,
+        "max_abs_margin_difference": {
+            name: float((frame["delta"] - reference).abs().max()) for name, frame in frames.items()
+        },
+        "target": {"batched_over_per_pair_min": TARGET, "met": vs["per_pair"]["ratio"] >= TARGET},
+    }

@@ -1,0 +1,142 @@
+"""reports/bench.json and the markdown table the README quotes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefshift.atomic import write_json, write_text
+
+
+def _range(s: dict, fmt: str = "{:.2f}") -> str:
+    return f"{fmt.format(s['median'])} ({fmt.format(s['min'])}–{fmt.format(s['max'])})"
+
+
+def _ratio(r: dict) -> str:
+    return f"{r['ratio']:.2f}x ({r['round_min']:.2f}–{r['round_max']:.2f})"
+
+
+def _met(target: dict | None) -> str:
+    if target is None:
+        return "n/a"
+    return "met" if target["met"] else "**missed**"
+
+
+def _training(section: dict) -> list[str]:
+    lines = ["## Training throughput vs TRL", ""]
+    if section.get("trl_skipped"):
+        lines += [f"TRL comparison skipped: {section['trl_skipped']}", ""]
+    for model, entry in section["models"].items():
+        work = entry["workload"]
+        eff = work["padding_efficiency"]
+        lines += [
+            f"### {model}",
+            "",
+            f"{work['pairs']} pairs x {work['epochs']} epoch(s) = {work['optimizer_steps']} optimizer steps"
+            f" per run (batch {work['batch_size']} pairs, max length {work['max_length']}, fp32,"
+            " dropout off);"
+            f" mean {work['mean_tokens_per_sequence']:.0f} tokens per sequence. Real ÷ computed tokens: "
+            + ", ".join(f"{k} {v:.2f}" for k, v in eff.items())
+            + ".",
+            "",
+            "| variant | pairs/s median (min–max) | ours ÷ variant | peak RSS MB |",
+            "|---|---|---|---|",
+        ]
+        for name, rate in entry["pairs_per_s"].items():
+            vs = "—" if name == "ours" else _ratio(entry["vs_ours"][name])
+            lines.append(f"| {name} | {_range(rate)} | {vs} | {entry['peak_rss_mb'][name]['median']:.0f} |")
+        lines += ["", f"Target ours ÷ trl >= 1.3: {_met(entry['target'])}.", ""]
+    return lines
+
+
+def _anchor(section: dict) -> list[str]:
+    work = section["workload"]
+    lines = [
+        "## ANCHOR overhead",
+        "",
+        f"{work['model']}, {work['pairs']} pairs, {work['epochs']} epochs, batch {work['batch_size']};"
+        " every run in a fresh process.",
+        "",
+        "| variant | wall s median (min–max) | peak RSS MB | RSS added by training MB |",
+        "|---|---|---|---|",
+    ]
+    for name, wall in section["wall_s"].items():
+        lines.append(
+            f"| {name} | {_range(wall)} | {_range(section['peak_rss_mb'][name], '{:.0f}')}"
+            f" | {_range(section['peak_increment_mb'][name], '{:.0f}')} |"
+        )
+    lines += [
+        "",
+        "| variant ÷ baseline | wall | peak RSS | RSS added by training | target |",
+        "|---|---|---|---|---|",
+    ]
+    for name, r in section["ratios"].items():
+        target = r.get("target")
+        goal = f"wall <= {target['wall']}, RSS <= {target['peak_rss']}: {_met(target)}" if target else ""
+        lines.append(
+            f"| {name} ÷ {r['baseline']} | {_ratio(r['wall'])} | {_ratio(r['peak_rss'])}"
+            f" | {_ratio(r['peak_increment'])} | {goal} |"
+        )
+    return [*lines, ""]
+
+
+def _evaluation(section: dict) -> list[str]:
+    work = section["workload"]
+    lines = [
+        "## Evaluation throughput",
+        "",
+        f"{work['model']}, {work['pairs']} test pairs, batch {work['batch_size']},"
+        f" max length {work['max_length']}.",
+        "",
+        "| variant | pairs/s median (min–max) | batched ÷ variant | max abs margin difference |",
+        "|---|---|---|---|",
+    ]
+    for name, rate in section["pairs_per_s"].items():
+        vs = "—" if name == "batched_sorted" else _ratio(section["batched_over"][name])
+        lines.append(f"| {name} | {_range(rate)} | {vs} | {section['max_abs_margin_difference'][name]:.1e} |")
+    target = section["target"]
+    lines += ["", f"Target batched ÷ per_pair >= {target['batched_over_per_pair_min']}: {_met(target)}.", ""]
+    return lines
+
+
+def _pipeline(section: dict | None) -> list[str]:
+    lines = ["## Pipeline (embedded default)", ""]
+    if not section:
+        return [*lines, "Not measured in this run (`prefshift bench --pipeline`).", ""]
+    if section.get("date"):
+        lines += [f"Measured {section['date']}.", ""]
+    lines += ["| measure | value | limit | |", "|---|---|---|---|"]
+    for key, target in section["targets"].items():
+        lines.append(f"| {key} | {section[key]:.1f} | {target['max']:.0f} | {_met(target)} |")
+    stages = ", ".join(f"{k} {v:.0f} s" for k, v in section["stages_s"].items())
+    return [*lines, "", f"Stages: {stages}.", ""]
+
+
+def render_markdown(result: dict) -> str:
+    m = result["machine"]
+    v = result["versions"]
+    lines = [
+        "# prefshift benchmarks",
+        "",
+        f"{result['date']} on {m['cpu']} ({m['cores']} cores),"
+        f" {result['settings']['threads']} torch thread(s); load average at start {m['load_avg_1_5_15']}.",
+        f"torch {v['torch']}, transformers {v['transformers']}, accelerate {v['accelerate']},"
+        f" trl {v['trl']}.",
+        f"Regenerate: `{result['settings']['command']}`. Medians of {result['settings']['reps']} interleaved"
+        " repetitions, (min–max); ratios are median ÷ median, (min–max) over the paired rounds.",
+        "",
+    ]
+    if result.get("note"):
+        lines += [f"Note: {result['note']}", ""]
+    for key, render in (("training", _training), ("anchor", _anchor), ("evaluation", _evaluation)):
+        if result.get(key):
+            lines += render(result[key])
+    lines += _pipeline(result.get("pipeline"))
+    lines += ["## GPU", "", result["gpu"], ""]
+    return "\n".join(lines)
+
+
+def write_reports(result: dict, out_dir: Path) -> tuple[Path, Path]:
+    json_path, md_path = out_dir / "bench.json", out_dir / "bench.md"
+    write_json(json_path, result)
+    write_text(md_path, render_markdown(result))
+    return json_path, md_path

@@ -1,0 +1,85 @@
+"""The benchmark machinery (not its timings): batching ablations, and a quick run's reports."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from prefshift.bench.batching import fixed_collate, random_batches
+from prefshift.bench.common import padding_efficiency, ratio, summary
+from prefshift.data.encode import collate
+from tiny_models import items, tokenizer
+
+
+def test_padding_efficiency_counts_real_over_computed_tokens():
+    lengths = [10, 6, 4, 4]
+    assert padding_efficiency([[0, 1], [2, 3]], lengths, None) == pytest.approx(24 / (2 * 10 + 2 * 4))
+    assert padding_efficiency([[0, 1], [2, 3]], lengths, 16) == pytest.approx(24 / 64)
+
+
+def test_random_batches_cover_every_index_once():
+    batches = random_batches([5] * 10, 4, seed=3)
+    assert [len(b) for b in batches] == [4, 4, 2]
+    assert sorted(i for b in batches for i in b) == list(range(10))
+    assert batches == random_batches([5] * 10, 4, seed=3)
+
+
+def test_fixed_collate_pads_to_the_width_and_keeps_the_content():
+    data = items(3)
+    pad = tokenizer().pad_token_id
+    dynamic, fixed = collate(data, pad), fixed_collate(data, pad, width=64)
+    width = dynamic["input_ids"].shape[1]
+    assert fixed["input_ids"].shape == (6, 64)
+    assert torch.equal(fixed["input_ids"][:, :width], dynamic["input_ids"])
+    assert (fixed["input_ids"][:, width:] == pad).all()
+    assert fixed["attention_mask"][:, width:].sum() == 0
+    assert torch.equal(fixed["response_mask"].sum(1), dynamic["response_mask"].sum(1))
+
+
+def test_summary_and_ratio_of_interleaved_rounds():
+    assert summary([3.0, 1.0, 2.0]) == {"median": 2.0, "min": 1.0, "max": 3.0, "n": 3}
+    r = ratio([4.0, 6.0, 5.0], [2.0, 2.0, 5.0])
+    assert r == {"ratio": 5.0 / 2.0, "round_min": 1.0, "round_max": 3.0}
+
+
+@pytest.mark.slow
+def test_quick_bench_writes_well_formed_reports(tmp_path):
+    from prefshift.bench.run import run_bench
+
+    earlier = {
+        "date": "2026-01-01 00:00 UTC",
+        "pipeline": {
+            "noop_repro_s": 2.0,
+            "full_repro_s": 300.0,
+            "max_stage_peak_rss_mb": 900.0,
+            "stages_s": {"prepare": 3.0},
+            "noop_ran_stages": [],
+            "targets": {"noop_repro_s": {"max": 5.0, "met": True}},
+        },
+    }
+    (tmp_path / "bench.json").write_text(json.dumps(earlier))
+    lines: list[str] = []
+    run_bench(tmp_path, quick=True, log=lines.append)
+    result = json.loads((tmp_path / "bench.json").read_text())
+    assert {"date", "machine", "versions", "settings"} <= set(result)
+    assert result["machine"]["cores"] >= 1 and result["versions"]["torch"]
+    tiny = result["training"]["models"]["tiny_2x64"]
+    assert tiny["workload"]["optimizer_steps"] == 2  # 16 pairs, batch 8, one epoch
+    for name, rate in tiny["pairs_per_s"].items():
+        assert 0 < rate["min"] <= rate["median"] <= rate["max"], name
+    if result["training"]["trl_skipped"] is None:
+        assert tiny["vs_ours"]["trl"]["ratio"] > 0 and "met" in tiny["target"]
+    anchor = result["anchor"]
+    assert set(anchor["ratios"]) == {"anchor_cached", "anchor_uncached", "lora_anchor_shared_base"}
+    assert all(anchor["peak_rss_mb"][v]["median"] > 0 for v in anchor["peak_rss_mb"])
+    evaluation = result["evaluation"]
+    assert set(evaluation["pairs_per_s"]) == {"batched_sorted", "per_pair", "fixed_padding"}
+    assert max(evaluation["max_abs_margin_difference"].values()) < 1e-3  # same margins every way
+    assert result["pipeline"]["date"] == "2026-01-01 00:00 UTC"  # kept until re-measured
+    markdown = (tmp_path / "bench.md").read_text()
+    for heading in ("## Training throughput vs TRL", "## ANCHOR overhead", "## Evaluation throughput"):
+        assert heading in markdown
+    assert "| anchor_cached ÷ naive |" in markdown and "Measured 2026-01-01 00:00 UTC" in markdown
+    assert any("rep 1/1" in line for line in lines)
