@@ -44,7 +44,9 @@ def atomic_path(target: str | Path, directory: bool = False) -> Iterator[Path]:
 def write_json(target: str | Path, payload: Any) -> None:
     """Stable JSON (sorted keys, fixed float repr) so identical runs give identical bytes."""
     with atomic_path(target) as tmp:
-        tmp.write_text(json.dumps(payload, indent=2, sort_keys=True, allow_nan=False) + "\n", encoding="utf-8")
+        tmp.write_text(
+            json.dumps(payload, indent=2, sort_keys=True, allow_nan=False) + "\n", encoding="utf-8"
+        )
 
 
 def write_text(target: str | Path, text: str) -> None:

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from prefshift.errors import PrefshiftError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from prefshift.errors import PrefshiftError
 
 METHODS = ("naive", "confidence", "seam", "anchor_last", "anchor_mid", "ceiling")
 CATEGORIES = ("helpful", "harmless")
@@ -34,7 +35,8 @@ class DatasetSource(Strict):
     hf_config: str | None = Field(None, description="Dataset config / subset name on the hub.")
     revision: str | None = Field(None, description="Hub revision (commit sha or tag) for reproducibility.")
     adapter: str | None = Field(
-        None, description="Adapter to read this entry with; `local` or a built-in name (the key becomes an alias)."
+        None,
+        description="Adapter to read this entry with; `local` or a built-in name (the key becomes an alias).",
     )
     category: Literal["helpful", "harmless"] | None = Field(
         None, description="Category of a `local` dataset (built-in adapters know their own)."

@@ -103,11 +103,15 @@ def make_pair(
     """Validate one candidate pair; `where` (e.g. 'file.jsonl line 7') goes into every message."""
     where = f"{dataset} {where}".strip()
     if category not in ("helpful", "harmless"):
-        raise RowError("bad_category", f"{where}: field 'category' must be helpful|harmless, got {category!r}")
+        raise RowError(
+            "bad_category", f"{where}: field 'category' must be helpful|harmless, got {category!r}"
+        )
     messages = _check_messages(prompt, where)
     for name, value in (("chosen", chosen), ("rejected", rejected)):
         if not isinstance(value, str):
-            raise RowError("bad_type", f"{where}: field {name!r} must be a string, got {type(value).__name__}")
+            raise RowError(
+                "bad_type", f"{where}: field {name!r} must be a string, got {type(value).__name__}"
+            )
         if not value.strip():
             raise RowError("empty_response", f"{where}: field {name!r} is empty")
     if chosen.strip() == rejected.strip():
