@@ -92,9 +92,9 @@ def bench_anchor(
     ratios = {
         name: {
             "baseline": base,
-            "wall": ratio(walls[name], walls[base]),
-            "peak_rss": ratio(peaks[name], peaks[base]),
-            "peak_increment": ratio(increments[name], increments[base]),
+            "wall": ratio(walls[name], walls[base], higher_is_better=False),
+            "peak_rss": ratio(peaks[name], peaks[base], higher_is_better=False),
+            "peak_increment": ratio(increments[name], increments[base], higher_is_better=False),
         }
         for name, base in COMPARED.items()
     }

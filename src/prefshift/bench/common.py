@@ -251,11 +251,14 @@ def summary(values: Sequence[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
 
 
-def ratio(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
-    """median(a) / median(b), and the min–max of the per-round ratios (rounds were interleaved)."""
+def ratio(a: Sequence[float], b: Sequence[float], higher_is_better: bool = True) -> dict[str, float]:
+    """median(a) / median(b), the min–max of the per-round ratios (rounds were interleaved), and
+    the ratio of the best runs (under machine load, the least disturbed run of each variant)."""
     per_round = [x / y for x, y in zip(a, b, strict=True)]
+    best = max if higher_is_better else min
     return {
         "ratio": statistics.median(a) / statistics.median(b),
+        "best_runs": best(a) / best(b),
         "round_min": min(per_round),
         "round_max": max(per_round),
     }

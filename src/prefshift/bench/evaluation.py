@@ -25,9 +25,12 @@ MAX_LENGTH = 128
 TARGET = 5.0
 
 
-def bench_evaluation(
-    tok_dir: Path, spec_name: str, pairs: int, reps: int, log: Callable[[str], None]
-) -> dict:
+def bench_evaluation(tok_dir: Path, plan: dict[str, int], reps: int, log: Callable[[str], None]) -> dict:
+    """Per model (model -> test pairs): pairs/s of each scorer and the batched scorer's speed-up."""
+    return {"models": {name: _bench_model(tok_dir, name, pairs, reps, log) for name, pairs in plan.items()}}
+
+
+def _bench_model(tok_dir: Path, spec_name: str, pairs: int, reps: int, log: Callable[[str], None]) -> dict:
     import prefshift.scoring as scoring
     from prefshift.bench.batching import ablation
     from prefshift.bench.common import hf_reward_model

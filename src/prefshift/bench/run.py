@@ -22,16 +22,17 @@ class Plan:
     """Sizes chosen so the default run takes a few minutes on a 2-core machine."""
 
     training: dict[str, tuple[int, int]] = field(
-        default_factory=lambda: {"tiny_2x64": (64, 2), "small_4x256": (32, 1)}
+        default_factory=lambda: {"tiny_2x64": (64, 2), "small_4x256": (64, 1)}
     )
     """model -> (pairs, epochs)."""
     anchor: tuple[str, int, int] = ("tiny_2x64", 64, 2)
-    evaluation: tuple[str, int] = ("small_4x256", 128)
+    evaluation: dict[str, int] = field(default_factory=lambda: {"tiny_2x64": 128, "small_4x256": 128})
+    """model -> test pairs."""
     reps: int = 3
 
 
 QUICK = Plan(
-    training={"tiny_2x64": (16, 1)}, anchor=("tiny_2x64", 16, 2), evaluation=("tiny_2x64", 16), reps=1
+    training={"tiny_2x64": (16, 1)}, anchor=("tiny_2x64", 16, 2), evaluation={"tiny_2x64": 16}, reps=1
 )
 
 
@@ -84,8 +85,7 @@ def run_bench(
         result["training"] = bench_training(tok, plan.training, reps, log)
         model, pairs, epochs = plan.anchor
         result["anchor"] = bench_anchor(tok, model, pairs, epochs, reps, log)
-        model, pairs = plan.evaluation
-        result["evaluation"] = bench_evaluation(tok, model, pairs, reps, log)
+        result["evaluation"] = bench_evaluation(tok, plan.evaluation, reps, log)
     json_path = out_dir / "bench.json"
     result["pipeline"] = bench_pipeline(repo, log) if pipeline else _previous_pipeline(json_path)
     paths = write_reports(result, out_dir)
