@@ -86,3 +86,35 @@ def test_quick_bench_writes_well_formed_reports(tmp_path):
         assert heading in markdown
     assert "| anchor_cached ÷ naive |" in markdown and "Measured 2026-01-01 00:00 UTC" in markdown
     assert any("rep 1/1" in line for line in lines)
+
+
+@pytest.mark.slow
+def test_repro_timing_names_stages_and_the_largest_stage_rss(tmp_path):
+    import subprocess
+
+    from prefshift.bench.pipeline import _environment, _repro
+
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "dvc.yaml").write_text(
+        "stages:\n"
+        "  small:\n"
+        "    cmd: python -c \"open('a.txt', 'w').write('a')\"\n"
+        "    outs: [a.txt]\n"
+        "  big:\n"
+        "    cmd: python -c \"b = bytearray(200 * 2**20); open('b.txt', 'w').write('b')\"\n"
+        "    deps: [a.txt]\n"
+        "    outs: [b.txt]\n"
+    )
+    env = _environment(root)
+    for args in (
+        ["git", "init", "-q"],
+        ["dvc", "init", "-q"],
+        ["git", "add", "-A"],
+        ["git", "commit", "-qm", "t"],
+    ):
+        subprocess.run(args, cwd=root, env=env, check=True, capture_output=True)
+    first = _repro(root, env, log=lambda line: None)
+    assert set(first["stages_s"]) == {"small", "big"}
+    assert first["peak_rss_mb"] >= 200  # the bytearray stage, not dvc itself
+    assert _repro(root, env, log=lambda line: None)["stages_s"] == {}
