@@ -19,7 +19,7 @@ import yaml
 from mlflow_support import seed_database
 
 REPO = Path(__file__).resolve().parents[1]
-STUDENTS = ("naive", "confidence", "anchor_last", "anchor_mid", "ceiling")
+STUDENTS = ("naive", "confidence", "seam", "anchor_last", "anchor_mid", "ceiling")
 
 SMALL = {
     "synthetic": {"train_pairs": 400, "test_pairs": 160, "groups": 12, "corpus_docs": 600},
@@ -101,7 +101,7 @@ def pipeline(tmp_path_factory):
 def test_repro_runs_every_stage_and_writes_the_report(pipeline):
     root = pipeline["root"]
     ran = _ran_stages(pipeline["first"])
-    expected = {"prepare", "split", "backbone", "teacher", "label", "report", "promote"}
+    expected = {"prepare", "split", "backbone", "teacher", "label", "seam_label", "report", "promote"}
     expected |= {f"train@{m}" for m in STUDENTS} | {f"evaluate@{m}" for m in STUDENTS}
     assert expected <= ran
     summary = (root / "reports" / "summary.md").read_text()
