@@ -37,3 +37,22 @@ def make_params():
         return parse_params(sections, "test params")
 
     return build
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _shared_tracking_database(tmp_path_factory):
+    """Stages log to MLflow; tests that don't set a URI share one migrated sqlite database.
+
+    Migrating a fresh database costs seconds, so it is done once per session (tests of
+    tracking itself point MLFLOW_TRACKING_URI elsewhere with monkeypatch).
+    """
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        yield
+        return
+    from mlflow_support import seed_database
+
+    path = tmp_path_factory.mktemp("tracking") / "mlflow.db"
+    seed_database(tmp_path_factory, path)
+    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{path}"
+    yield
+    os.environ.pop("MLFLOW_TRACKING_URI", None)

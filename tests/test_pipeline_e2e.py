@@ -131,6 +131,11 @@ def test_every_student_has_an_mlflow_run_with_metrics_and_lineage(pipeline):
         assert {"wrg", "mean_aog", "mean_nts"} <= set(run.data.metrics)
         assert run.data.tags["git.commit"] and run.data.tags["prefshift.pipeline_run_id"]
         assert any(key.startswith("dvc.dep.") for key in run.data.tags)
+    trainings = {r.data.tags.get("method"): r for r in runs if r.data.tags.get("stage") == "train"}
+    assert set(STUDENTS) <= set(trainings)
+    assert any(r.data.tags.get("stage") == "teacher" for r in runs)
+    history = client.get_metric_history(trainings["anchor_last"].info.run_id, "train/loss")
+    assert len({m.step for m in history}) > 1, "training curves are logged per step"
     pipelines = {r.data.tags.get("prefshift.pipeline_run_id") for r in runs}
     assert len(pipelines - {None}) == 1, "one dvc repro must share one pipeline run id"
 

@@ -372,6 +372,20 @@ class StageRun:
         for start in range(0, len(rows), 500):
             self._call("log_batch", metrics=rows[start : start + 500])
 
+    def log_history(self, records: list[Mapping[str, Any]], prefix: str = "") -> None:
+        """Per-step series (each record holds a `step` and numbers), sent in batches, not a call per step."""
+        from mlflow.entities import Metric
+
+        stamp = int(time.time() * 1000)
+        rows = [
+            Metric(f"{prefix}{key}", float(value), stamp, int(record["step"]))
+            for record in records
+            for key, value in record.items()
+            if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool)
+        ]
+        for start in range(0, len(rows), 500):
+            self._call("log_batch", metrics=rows[start : start + 500])
+
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
         path = Path(path)
         if path.is_dir():

@@ -13,6 +13,7 @@ import math
 import random
 import resource
 import shutil
+import sys
 import time
 from collections.abc import Sequence
 from contextlib import nullcontext
@@ -153,16 +154,28 @@ def _save_checkpoint(accelerator, ckpt_dir: Path, state: dict) -> None:
 
 
 def _restore(accelerator, checkpoint_dir: Path | None, fingerprint: str):
-    """(step, epoch, batch, log, checkpoint) to resume from; a checkpoint of other settings is ignored."""
+    """(step, epoch, batch, log, checkpoint, window) to resume from; other settings' checkpoints are ignored.
+
+    `window` is the (loss, acc, n) sum of the logging window the checkpoint fell into, so
+    a resumed run logs the same averages as an uninterrupted one.
+    """
     state_file = checkpoint_dir / "last" / STATE_FILE if checkpoint_dir is not None else None
     if state_file is None or not state_file.exists():
-        return 0, 0, 0, RunLog(), None
+        return 0, 0, 0, RunLog(), None, (0.0, 0.0, 0)
     state = json.loads(state_file.read_text())
     if state.get("fingerprint") != fingerprint:
-        return 0, 0, 0, RunLog(), None
-    accelerator.load_state(str(state_file.parent))
+        return 0, 0, 0, RunLog(), None, (0.0, 0.0, 0)
+    try:
+        accelerator.load_state(str(state_file.parent))
+    except Exception as err:  # safetensors, torch.load and pickle fail with unrelated types
+        raise TrainingError(
+            f"checkpoint {state_file.parent} is unreadable ({type(err).__name__}: {err}); "
+            f"delete {checkpoint_dir} to train from the start"
+        ) from None
     log = RunLog(state["steps"], state["drift"], state["drift_mse"])
-    return state["step"], state["epoch"], state["batch"], log, state_file.parent
+    print(f"resuming from step {state['step']} of {state_file.parent}", file=sys.stderr)
+    window = tuple(state.get("window", (0.0, 0.0, 0)))
+    return state["step"], state["epoch"], state["batch"], log, state_file.parent, window
 
 
 def _peak_rss_mb() -> float:
@@ -235,10 +248,11 @@ def train_reward_model(
     fingerprint = content_hash(
         name, objective.name, cfg.model_dump(), seed, [(it.pair_id, it.target) for it in items]
     )
-    step, start_epoch, start_batch, log, last_ckpt = _restore(accelerator, checkpoint_dir, fingerprint)
+    restored = _restore(accelerator, checkpoint_dir, fingerprint)
+    step, start_epoch, start_batch, log, last_ckpt, window = restored
 
     unwrapped = accelerator.unwrap_model(model)
-    window_loss, window_acc, window_n = 0.0, 0.0, 0
+    window_loss, window_acc, window_n = window
     extra: dict[str, float] = {}
     bar = _progress(progress and accelerator.is_main_process)
     with bar as prog:
@@ -313,6 +327,7 @@ def train_reward_model(
                         "epoch": next_epoch,
                         "batch": next_batch,
                         "fingerprint": fingerprint,
+                        "window": [window_loss, window_acc, window_n],
                     }
                     _save_checkpoint(accelerator, checkpoint_dir, {**state, **asdict(log)})
                     last_ckpt = checkpoint_dir / "last"
@@ -378,6 +393,30 @@ def fit(
     Shared by the teacher and student stages; the resumable checkpoint is removed once
     the model is saved.
     """
+    from prefshift import tracking
+
+    stage = "teacher" if method == "teacher" else "train"
+    with tracking.stage_run(params, layout, stage, None if method == "teacher" else method) as run:
+        log = _fit(params, layout, name, method, base_dir, pairs, targets, cfg, out_dir)
+        run.log_history(log["steps"], prefix="train/")
+        run.log_history(log["drift"], prefix="drift/")
+        run.log_history(log["drift_mse"], prefix="drift_mse/")
+        run.log_metrics({"wall_s": log["wall_s"], "peak_rss_mb": log["peak_rss_mb"], "skips": log["skips"]})
+        run.log_artifact(layout.train_log(name), "train")
+    return log
+
+
+def _fit(
+    params: Params,
+    layout: Layout,
+    name: str,
+    method: str,
+    base_dir: Path,
+    pairs: Sequence[Pair],
+    targets: Sequence[float],
+    cfg: TrainConfig,
+    out_dir: Path,
+) -> dict:
     from prefshift.methods import build_objective
 
     seed_everything(params.seed)
