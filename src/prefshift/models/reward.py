@@ -142,6 +142,7 @@ def load_reward_model(
     torch_dtype: torch.dtype | None = None,
 ):
     """(RewardModel, tokenizer) from a hub id or a local dir; a causal-LM dir gets a fresh scalar head."""
+    from safetensors import SafetensorError
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     check_source(name_or_path)
@@ -155,6 +156,11 @@ def load_reward_model(
     except OSError as err:
         hint = " (HF_HUB_OFFLINE is set and no local copy exists)" if hub_offline() else ""
         raise ModelLoadError(f"cannot load model {name_or_path!s}{hint}: {err}") from None
+    except SafetensorError as err:
+        raise ModelLoadError(
+            f"cannot load model {name_or_path!s}: its safetensors weights are corrupt or truncated ({err}); "
+            "re-run the stage that wrote it"
+        ) from None
     ensure_pad_token(tokenizer, hf)
     disable_dropout(hf)
     return RewardModel(hf), tokenizer

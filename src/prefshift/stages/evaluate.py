@@ -261,9 +261,16 @@ def metrics_document(
         "split_version": str(manifest["version"]),
         "data_hashes": data_hashes(manifest),
         "setting": setting(params, {**_train_sizes(manifest), **sizes}),
-        "training": training_summary(training_log),
+        "training": _without_timings(training_summary(training_log)),
     }
     return _rounded(document)
+
+
+def _without_timings(summary: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Wall time and peak memory vary run to run; the metrics file must not (same seed, same bytes)."""
+    if summary is None:
+        return None
+    return {k: v for k, v in summary.items() if k not in ("wall_s", "peak_rss_mb")}
 
 
 def _rounded(tree: Any) -> Any:

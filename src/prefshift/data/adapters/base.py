@@ -147,11 +147,14 @@ def read_records(path: Path, columns: tuple[str, ...] = ()) -> Iterator[Record]:
         records = _table(path, _read_csv(path))
     else:
         raise SchemaError(f"{path}: unsupported file type (use {', '.join(SUFFIXES)})")
-    for where, row in records:
-        missing = [c for c in columns if c not in row]
-        if missing:
-            raise SchemaError(f"{where}: missing column(s) {missing}; found {sorted(row)}")
-        yield where, row
+    try:
+        for where, row in records:
+            missing = [c for c in columns if c not in row]
+            if missing:
+                raise SchemaError(f"{where}: missing column(s) {missing}; found {sorted(row)}")
+            yield where, row
+    except UnicodeDecodeError as err:
+        raise SchemaError(f"{path}: not valid UTF-8 ({err.reason}); re-save it as UTF-8") from None
 
 
 def _open_text(path: Path):
@@ -161,11 +164,16 @@ def _open_text(path: Path):
 
 
 def _jsonl(path: Path) -> Iterator[Record]:
-    with _open_text(path) as handle:
-        for number, line in enumerate(handle, start=1):
+    """Lines are decoded one by one so a bad byte is reported with its line."""
+    with gzip.open(path, "rb") if path.name.endswith(".gz") else path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            where = f"{path} line {number}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise SchemaError(f"{where}: not valid UTF-8 ({err.reason} at byte {err.start})") from None
             if not line.strip():
                 continue
-            where = f"{path} line {number}"
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as err:

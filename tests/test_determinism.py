@@ -1,0 +1,32 @@
+"""Same params and seed, two project roots: byte-identical metrics on CPU (issue 8, item 6)."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+
+from mlflow_support import seed_database
+from prefshift.paths import Layout
+from tiny_project import pipeline_root, run_pipeline, tiny_params
+
+
+@pytest.mark.slow
+def test_two_runs_give_byte_identical_metrics(tmp_path_factory):
+    first = Layout(pipeline_root(tmp_path_factory))
+    root = tmp_path_factory.mktemp("tiny-pipeline-again")
+    seed_database(tmp_path_factory, root / "mlflow.db")
+    second = run_pipeline(root, tiny_params())
+
+    for path in ("metrics", "teacher_metrics"):
+        a = getattr(first, path)("naive") if path == "metrics" else getattr(first, path)
+        b = getattr(second, path)("naive") if path == "metrics" else getattr(second, path)
+        assert a.read_bytes() == b.read_bytes(), f"{a.name} differs between two identical runs"
+    labels_a, labels_b = pq.read_table(first.weak_labels), pq.read_table(second.weak_labels)
+    assert labels_a.equals(labels_b) and labels_a.schema.metadata == labels_b.schema.metadata
+    assert len(labels_a) == 80
+    for split in ("id_test", "syn_help_chat"):
+        scores = [pq.read_table(layout.scores("naive", split)) for layout in (first, second)]
+        assert scores[0].equals(scores[1])
+    assert (first.student_dir("naive") / "model.safetensors").read_bytes() == (
+        second.student_dir("naive") / "model.safetensors"
+    ).read_bytes()

@@ -1,0 +1,80 @@
+"""A tiny project root (the embedded default, shrunk) for the reliability tests.
+
+The whole pipeline up to `evaluate --method naive` runs in-process once per session;
+tests copy the finished root (or a part of it) so each one starts from real stage
+outputs in seconds.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import yaml
+
+from mlflow_support import seed_database
+from prefshift.config import Params, parse_params
+from prefshift.paths import Layout
+
+LM = {"num_heads": 2, "pretrain_steps": 3, "pretrain_batch_size": 8, "pretrain_seq_len": 48}
+TINY = {
+    "methods": ["naive", "anchor_last"],
+    "synthetic": {"train_pairs": 200, "test_pairs": 60, "groups": 4, "corpus_docs": 200},
+    "data": {"caps": {"teacher_train": 80, "student_train": 80, "id_test": 40, "ood": 40, "groups": 4}},
+    "backbone": {
+        "vocab_size": 200,
+        "weak": {"hidden_size": 32, "num_layers": 1, "intermediate_size": 64, **LM},
+        "strong": {"hidden_size": 32, "num_layers": 2, "intermediate_size": 64, **LM},
+    },
+    "encode": {"max_length": 64},
+    "teacher": {"epochs": 1, "batch_size": 16},
+    "student": {"epochs": 1, "batch_size": 8, "drift_every": 5},
+    "evaluate": {"bootstrap": 20, "batch_size": 64},
+}
+
+_BUILT: dict[str, Path] = {}
+
+
+def tiny_params(**overrides) -> Params:
+    raw = yaml.safe_load(yaml.safe_dump(TINY))
+    for section, values in overrides.items():
+        raw.setdefault(section, {})
+        raw[section] = {**raw[section], **values} if isinstance(values, dict) else values
+    return parse_params(raw, "tiny params")
+
+
+def write_params(root: Path, params: Params) -> Path:
+    path = root / "params.yaml"
+    path.write_text(yaml.safe_dump(params.resolved(), sort_keys=False), encoding="utf-8")
+    return path
+
+
+def run_pipeline(root: Path, params: Params) -> Layout:
+    """prepare → split → backbone → teacher → label → train naive → evaluate naive, in-process."""
+    from prefshift.stages import backbone, evaluate, label, prepare, split, teacher, train
+
+    layout = Layout(root)
+    write_params(root, params)
+    prepare.run(params, layout)
+    split.run(params, layout)
+    backbone.run(params, layout)
+    teacher.run(params, layout)
+    label.run(params, layout)
+    train.run(params, layout, "naive")
+    evaluate.run(params, layout, "naive")
+    return layout
+
+
+def pipeline_root(tmp_path_factory) -> Path:
+    """The finished tiny pipeline, built once per session (treat it as read-only)."""
+    if "root" not in _BUILT:
+        root = tmp_path_factory.mktemp("tiny-pipeline")
+        seed_database(tmp_path_factory, root / "mlflow.db")
+        run_pipeline(root, tiny_params())
+        _BUILT["root"] = root
+    return _BUILT["root"]
+
+
+def copy_project(source: Path, target: Path) -> Layout:
+    shutil.copytree(source, target, dirs_exist_ok=True)
+    return Layout(target)
