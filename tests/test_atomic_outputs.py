@@ -1,0 +1,159 @@
+"""Stages killed with SIGKILL never leave an output that looks complete but is not (issue 8, item 2).
+
+Each stage runs as a real `prefshift` process on a copy of the tiny pipeline, with its
+outputs removed first (as `dvc repro` removes a stage's outs before running it), and
+is killed either as soon as one of its temporary paths appears (mid-write) or after a
+random delay. Afterwards every output path is either absent or complete: parquet
+files read back with the manifest's count and hash, a model directory loads, JSON
+parses. Temporaries left behind are hidden `.<name>.*.tmp` siblings that no reader
+opens, and a rerun of the stage completes over them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from prefshift.data.schema import read_pairs
+from prefshift.data.splits import file_sha256
+from prefshift.models.reward import load_reward_model
+from prefshift.paths import Layout
+from tiny_project import copy_project, pipeline_root
+
+PREFSHIFT = str(Path(sys.executable).parent / "prefshift")
+
+
+def _kill(
+    layout: Layout, args: list[str], *, when_tmp_in: Path | None, delay: float, timeout: float = 120
+) -> bool:
+    """Run `prefshift ARGS`; SIGKILL it once a new temporary in `when_tmp_in` holds a file, or after `delay`.
+
+    Returns whether it was killed (False: it finished first).
+    """
+    cmd = [PREFSHIFT, *args, "--root", str(layout.root), "--params", str(layout.root / "params.yaml")]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    stale = set(_temporaries(when_tmp_in)) if when_tmp_in is not None else set()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    start = time.time()
+    try:
+        while proc.poll() is None and time.time() - start < timeout:
+            if when_tmp_in is None:
+                due = time.time() - start >= delay
+            else:
+                due = any(_holds_a_file(t) for t in set(_temporaries(when_tmp_in)) - stale)
+            if due:
+                proc.send_signal(signal.SIGKILL)
+                break
+            time.sleep(0.005)
+    finally:
+        proc.kill()
+        proc.wait()
+    return proc.returncode == -signal.SIGKILL
+
+
+def _temporaries(under: Path) -> list[Path]:
+    return list(under.rglob(".*.tmp")) if under.exists() else []
+
+
+def _holds_a_file(temporary: Path) -> bool:
+    try:
+        return any(p.is_file() for p in temporary.rglob("*"))
+    except FileNotFoundError:  # renamed into place meanwhile
+        return False
+
+
+def _assert_only_hidden_temporaries(root: Path) -> None:
+    for path in root.rglob("*"):
+        if ".tmp" in path.name and not any(
+            part.startswith(".") and part.endswith(".tmp") for part in path.parts
+        ):
+            raise AssertionError(f"temporary output outside a hidden .tmp path: {path}")
+
+
+def _assert_splits_complete_or_absent(layout: Layout) -> None:
+    if not layout.splits_dir.exists():
+        return
+    manifest = json.loads(layout.split_manifest.read_text())  # the manifest is written last, inside the swap
+    for name, entry in manifest["splits"].items():
+        path = layout.root / entry["path"]
+        assert file_sha256(path) == entry["sha256"], name
+        if not name.startswith("groups/"):
+            assert len(read_pairs(path)) == entry["count"], name
+    listed = {layout.root / e["path"] for e in manifest["splits"].values()} | {layout.split_manifest}
+    assert {p for p in layout.splits_dir.rglob("*") if p.is_file()} == listed
+
+
+def _assert_model_complete_or_absent(directory: Path, log: Path) -> None:
+    if directory.exists():
+        model, _ = load_reward_model(directory)
+        assert model.num_layers == 1
+    if log.exists():
+        assert json.loads(log.read_text())["steps"]
+
+
+def _assert_evaluation_complete_or_absent(layout: Layout, sizes: dict[str, int]) -> None:
+    for split, size in sizes.items():
+        path = layout.scores("naive", split)
+        if path.exists():
+            table = pq.read_table(path)
+            assert len(table) == size and table.schema.metadata[b"split_version"]
+    if layout.metrics("naive").exists():
+        assert json.loads(layout.metrics("naive").read_text())["method"] == "naive"
+
+
+@pytest.fixture
+def project(tmp_path_factory, tmp_path) -> Layout:
+    return copy_project(pipeline_root(tmp_path_factory), tmp_path / "project")
+
+
+@pytest.mark.slow
+def test_killed_split_leaves_old_or_new_splits_never_a_mix(project):
+    layout, rng = project, random.Random(0)
+    before = layout.split_manifest.read_bytes()
+    for when, delay in ((layout.root / "data", 0.0), (None, rng.uniform(1.0, 6.0))):
+        _kill(
+            layout, ["split"], when_tmp_in=when, delay=delay
+        )  # a fast split may finish first: still checked
+        _assert_splits_complete_or_absent(layout)
+        _assert_only_hidden_temporaries(layout.root)
+        if layout.splits_dir.exists():
+            assert layout.split_manifest.read_bytes() == before  # same params: same splits, byte for byte
+    shutil.rmtree(layout.splits_dir, ignore_errors=True)
+    _kill(layout, ["split"], when_tmp_in=layout.root / "data", delay=0)
+    _assert_splits_complete_or_absent(layout)
+
+
+@pytest.mark.slow
+def test_killed_teacher_leaves_no_half_written_model(project):
+    layout = project
+    shutil.rmtree(layout.teacher_dir)
+    layout.train_log("teacher").unlink()
+    assert _kill(layout, ["teacher"], when_tmp_in=layout.root / "models", delay=0)
+    _assert_model_complete_or_absent(layout.teacher_dir, layout.train_log("teacher"))
+    _assert_only_hidden_temporaries(layout.root)
+    last = layout.checkpoint_dir("teacher") / "last"
+    assert not last.exists() or {"model.safetensors", "trainer_state.json"} <= {
+        p.name for p in last.iterdir()
+    }
+
+
+@pytest.mark.slow
+def test_killed_evaluate_leaves_only_complete_score_files(project):
+    layout = project
+    shutil.rmtree(layout.scores_dir("naive"))
+    layout.metrics("naive").unlink()
+    sizes = {split: len(read_pairs(layout.split(split))) for split in ("id_test", "syn_help_instruct")}
+    assert _kill(layout, ["evaluate", "-m", "naive"], when_tmp_in=layout.root / "data" / "scores", delay=0)
+    _assert_evaluation_complete_or_absent(layout, sizes)
+    _assert_only_hidden_temporaries(layout.root)
+    assert not layout.metrics("naive").exists()
