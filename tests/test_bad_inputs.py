@@ -408,3 +408,28 @@ def test_every_error_above_is_a_prefshift_error():
         TrainingError,
     ):
         assert issubclass(error, PrefshiftError)
+
+
+# --- safe loading (issue 8, item 7): no pickles, no remote code unless params say so ----------------
+
+
+def test_every_torch_load_in_the_package_is_weights_only():
+    import re
+
+    package = Path(__file__).resolve().parents[1] / "src" / "prefshift"
+    calls = [
+        (path.name, call)
+        for path in package.rglob("*.py")
+        for call in re.findall(r"torch\.load\([^)]*\)", path.read_text(encoding="utf-8"))
+    ]
+    assert calls, "the anchor cache's spill files are read with torch.load"
+    assert [c for c in calls if "weights_only=True" not in c[1]] == []
+
+
+def test_remote_code_is_off_by_default_and_tagged_when_on(tmp_path):
+    from prefshift import tracking
+
+    assert Params().backbone.trust_remote_code is False
+    on = Params.model_validate({"backbone": {"trust_remote_code": True}})
+    for params, tag in ((on, "true"), (Params(), "false")):
+        assert tracking.run_tags(params, Layout(tmp_path), "teacher", None, "p1")["trust_remote_code"] == tag

@@ -102,7 +102,7 @@ class ReferenceStates:
 
     def _load(self, key: Key) -> torch.Tensor:
         entry = self.entries[key]
-        return torch.load(entry) if isinstance(entry, Path) else entry
+        return torch.load(entry, weights_only=True) if isinstance(entry, Path) else entry
 
     def fill(self, batches: Iterable[dict]) -> None:
         """Compute every missing (pair, side) once, before training, while `compute` is the start."""
