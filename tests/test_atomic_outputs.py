@@ -24,6 +24,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from prefshift.atomic import write_json
 from prefshift.data.schema import read_pairs
 from prefshift.data.splits import file_sha256
 from prefshift.models.reward import load_reward_model
@@ -157,3 +158,16 @@ def test_killed_evaluate_leaves_only_complete_score_files(project):
     _assert_evaluation_complete_or_absent(layout, sizes)
     _assert_only_hidden_temporaries(layout.root)
     assert not layout.metrics("naive").exists()
+
+
+def test_a_rerun_clears_what_a_killed_writer_left_and_nothing_else(tmp_path):
+    target = tmp_path / "scores" / "metrics.json"
+    stale = tmp_path / "scores" / ".metrics.json.k1ll3d0n.tmp"
+    other = tmp_path / "scores" / ".metrics.json.v2.a1b2c3d4.tmp"  # another target's temporary
+    for directory in (stale, other):
+        directory.mkdir(parents=True)
+        (directory / "half").write_text("{")
+    write_json(target, {"b": 1.5, "a": [1, 2]})
+    assert target.read_text() == '{\n  "a": [\n    1,\n    2\n  ],\n  "b": 1.5\n}\n'
+    assert not stale.exists() and (other / "half").exists()
+    assert sorted(p.name for p in target.parent.iterdir()) == [other.name, "metrics.json"]

@@ -6,6 +6,7 @@ stage or DVC would accept as complete, so every output goes through here.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
@@ -21,6 +22,7 @@ def atomic_path(target: str | Path, directory: bool = False) -> Iterator[Path]:
     """Yield a temporary sibling path; on success it replaces `target` in one rename."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
+    _clear_stale(target)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     work = tmp if directory else tmp / target.name
     try:
@@ -39,6 +41,16 @@ def atomic_path(target: str | Path, directory: bool = False) -> Iterator[Path]:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _clear_stale(target: Path) -> None:
+    """Remove temporaries that a killed writer of `target` left (mkdtemp names: 8 random characters).
+
+    Inside a directory output they would otherwise be committed with it by a later
+    `dvc commit`; one writer per target at a time is assumed, as for the rename itself.
+    """
+    for stale in target.parent.glob(f".{glob.escape(target.name)}.{'?' * 8}.tmp"):
+        shutil.rmtree(stale, ignore_errors=True)
 
 
 def write_json(target: str | Path, payload: Any) -> None:
