@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import shutil
+from dataclasses import replace
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -25,6 +26,7 @@ from prefshift.seam import (
     SeamError,
     aggregate,
     condition,
+    generation_context,
     parse_principles,
     principles_for,
 )
@@ -108,6 +110,8 @@ def test_principle_goes_before_the_last_user_turn_or_into_a_system_turn():
     user = condition(pair, "Is it kind?", "last_user", 2)
     assert user.pair_id == f"{pair.pair_id}#2"
     assert [m["content"] for m in user.prompt] == ["hi", "hello", preamble + "fix the door?"]
+    assert generation_context(pair, "request") == [pair.prompt[2]]
+    assert generation_context(pair, "conversation") == pair.prompt
     system = condition(pair, "Is it kind?", "system", 1)
     assert system.prompt[0] == {"role": "system", "content": preamble.rstrip()}
     assert system.prompt[1:] == pair.prompt
@@ -122,7 +126,7 @@ def test_cache_rejects_a_foreign_file(tmp_path):
 
 
 def _pairs():
-    """Six pairs over three prompts: principles are generated per prompt, not per pair."""
+    """Seven pairs over three requests (the last one after small talk): principles are made per request."""
     out = []
     for i in range(6):
         noun = ("door", "window", "lamp")[i % 3]
@@ -135,6 +139,8 @@ def _pairs():
                 rejected="no idea" + " really" * i,
             )
         )
+    small_talk = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    out.append(replace(out[0], pair_id="after-small-talk", prompt=small_talk + out[0].prompt))
     return out
 
 
@@ -163,11 +169,11 @@ def test_stage_falls_back_on_junk_and_a_second_run_generates_nothing(tmp_path):
         0,
         1,
     )
-    assert first["fallback"] == 3 and first["parsed_ok"] == 0 and first["pairs_fallback"] == 6
+    assert first["fallback"] == 3 and first["parsed_ok"] == 0 and first["pairs_fallback"] == 7
     labels = pq.read_table(layout.seam_labels)
     assert labels.schema.metadata[b"split_version"] == b"v1"
     assert labels.column_names == ["pair_id", "q", "teacher_delta", "n_principles", "fallback"]
-    assert labels.column("n_principles").to_pylist() == [4] * 6
+    assert labels.column("n_principles").to_pylist() == [4] * 7
     assert all(labels.column("fallback").to_pylist())
     assert set(read_labels(layout.seam_labels, layout)) == {p.pair_id for p in _pairs()}
 
@@ -195,7 +201,7 @@ def test_seam_labels_follow_the_teacher_under_the_parsed_principles(tmp_path):
     counts = seam_label.run(PARAMS, layout)
     assert (counts["generated"], counts["parsed_ok"], counts["fallback"]) == (0, 3, 0)
     labels = pq.read_table(layout.seam_labels).to_pandas()
-    assert labels["n_principles"].tolist() == [2] * 6 and not labels["fallback"].any()
+    assert labels["n_principles"].tolist() == [2] * 7 and not labels["fallback"].any()
 
     model, tok = load_reward_model(layout.teacher_dir)
     pairs = read_pairs(layout.split("student_train"))

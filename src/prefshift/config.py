@@ -197,7 +197,10 @@ class SeamConfig(Strict):
         "last_user",
         description="Where the teacher reads a principle: preamble of the last user turn, or a system turn.",
     )
-    generation_batch_size: int = Field(32, ge=1, description="Prompts per batched `generate` call.")
+    principle_context: Literal["request", "conversation"] = Field(
+        "request", description="What the strong LM sees: the final user turn, or the whole conversation."
+    )
+    generation_batch_size: int = Field(64, ge=1, description="Prompts per batched `generate` call.")
     max_context_tokens: int = Field(
         256, ge=8, description="Conversation tokens (the most recent) shown to the strong LM per prompt."
     )

@@ -4,11 +4,14 @@ SEAM (OpenReview jF4rnVgWlN) has no public code; every choice below is ours and
 named here so the README and the report can state it.
 
 1. Principles come from the strong backbone used as a causal LM, once per unique
-   (category, conversation): the responses are not shown, so a principle cannot
-   favour one side by quoting it. Greedy decoding, `seam.max_new_tokens`, batches
-   of `seam.generation_batch_size` prompts, left padding. The prompt is
-   `TEMPLATE` (through the tokenizer's chat template when it has one, else plain
-   text) over the most recent `seam.max_context_tokens` conversation tokens.
+   (category, context). The context is the final user turn (`seam.principle_context:
+   request`, the default: principles judge how a request should be answered, and
+   the embedded default has ~200 requests behind ~1,800 dialogues) or the whole
+   `conversation`. The responses are never shown, so a principle cannot favour one
+   side by quoting it. Greedy decoding, `seam.max_new_tokens`, batches of
+   `seam.generation_batch_size` prompts, left padding. The prompt is `TEMPLATE`
+   (through the tokenizer's chat template when it has one, else plain text) over
+   the most recent `seam.max_context_tokens` tokens of the context.
 2. The paper's "principle tree" is flattened to an ordered list of at most
    `seam.max_principles` yes/no questions; we do not branch on the answers.
 3. Parsing keeps lines that, after stripping list markers, start with a yes/no
@@ -103,6 +106,13 @@ def principles_for(text: str, category: str, max_principles: int) -> tuple[list[
     if parsed:
         return parsed, False
     return list(DEFAULT_PRINCIPLES[category][:max_principles]), True
+
+
+def generation_context(pair: Pair, context: str) -> list[dict[str, str]]:
+    """What the strong LM is shown: the final user turn (`request`) or the whole `conversation`."""
+    if context == "conversation":
+        return pair.prompt
+    return [next(m for m in reversed(pair.prompt) if m["role"] == "user")]
 
 
 def conversation_text(prompt: Sequence[dict[str, str]]) -> str:
@@ -267,8 +277,11 @@ def propose(
 ) -> Principles:
     """Principles for every pair, generating only for prompts the cache lacks (the LM loads only then)."""
     prompts: dict[str, tuple[str, list[dict[str, str]]]] = {}
+    units = {}
     for pair in pairs:
-        prompts.setdefault(content_hash(pair.category, pair.prompt), (pair.category, pair.prompt))
+        context = generation_context(pair, cfg.principle_context)
+        units[pair.pair_id] = content_hash(pair.category, context)
+        prompts.setdefault(units[pair.pair_id], (pair.category, context))
     texts: dict[str, str] = {}
     missing: dict[str, tuple[str, str]] = {}
     for pid, (category, prompt) in prompts.items():
@@ -286,7 +299,7 @@ def propose(
     parsed = {pid: principles_for(texts[pid], prompts[pid][0], cfg.max_principles) for pid in prompts}
     by_pair, fallback = {}, {}
     for pair in pairs:
-        pid = content_hash(pair.category, pair.prompt)
+        pid = units[pair.pair_id]
         by_pair[pair.pair_id], fallback[pair.pair_id] = parsed[pid]
     fell_back = sum(flag for _, flag in parsed.values())
     counts = {
