@@ -68,7 +68,9 @@ def datasets():
 
 
 @app.command()
-def backbone(params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")):
+def backbone(
+    params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")
+):
     """Resolve (or pretrain, for the embedded default) the weak and strong backbones (models/base/)."""
     _call(_stage("stages.backbone"), _params(params, set_), Layout(root))
 
@@ -86,7 +88,9 @@ def label(params: ParamsOption = Path("params.yaml"), set_: SetOption = None, ro
 
 
 @app.command("seam-label")
-def seam_label(params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")):
+def seam_label(
+    params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")
+):
     """SEAM soft labels for student_train: strong-LM principles, teacher judgements (data/seam_labels/)."""
     _call(_stage("stages.seam_label"), _params(params, set_), Layout(root))
 
