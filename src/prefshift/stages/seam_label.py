@@ -4,6 +4,8 @@ The strong backbone proposes principles per prompt (cached), the teacher scores
 each pair under every principle, and confidence-selected nodes are averaged into
 q_i (see prefshift.seam for each assumption). The labels carry the split version
 like the teacher's, so `train --method seam` refuses labels from other splits.
+The generation cache (data/seam_labels/generations.parquet) only saves work if
+DVC keeps it between runs: declare it `persist: true`.
 """
 
 from __future__ import annotations
