@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -34,32 +35,31 @@ from tiny_project import copy_project, pipeline_root
 PREFSHIFT = str(Path(sys.executable).parent / "prefshift")
 
 
-def _kill(
-    layout: Layout, args: list[str], *, when_tmp_in: Path | None, delay: float, timeout: float = 120
-) -> bool:
-    """Run `prefshift ARGS`; SIGKILL it once a new temporary in `when_tmp_in` holds a file, or after `delay`.
+def _kill(layout: Layout, args: list[str], due: Callable[[float], bool], timeout: float = 120) -> int:
+    """Run `prefshift ARGS`, SIGKILL it once `due(seconds since start)` holds; return its exit status.
 
-    Returns whether it was killed (False: it finished first).
+    -SIGKILL: killed; anything else: it ended first (a fast stage may beat the trigger).
     """
     cmd = [PREFSHIFT, *args, "--root", str(layout.root), "--params", str(layout.root / "params.yaml")]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    stale = set(_temporaries(when_tmp_in)) if when_tmp_in is not None else set()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     start = time.time()
     try:
         while proc.poll() is None and time.time() - start < timeout:
-            if when_tmp_in is None:
-                due = time.time() - start >= delay
-            else:
-                due = any(_holds_a_file(t) for t in set(_temporaries(when_tmp_in)) - stale)
-            if due:
+            if due(time.time() - start):
                 proc.send_signal(signal.SIGKILL)
                 break
             time.sleep(0.005)
     finally:
         proc.kill()
         proc.wait()
-    return proc.returncode == -signal.SIGKILL
+    return proc.returncode
+
+
+def _mid_write(under: Path) -> Callable[[float], bool]:
+    """True once a temporary that was not there at the start holds a file: the kill lands mid-write."""
+    stale = set(_temporaries(under))
+    return lambda _: any(_holds_a_file(t) for t in set(_temporaries(under)) - stale)
 
 
 def _temporaries(under: Path) -> list[Path]:
@@ -121,16 +121,15 @@ def project(tmp_path_factory, tmp_path) -> Layout:
 def test_killed_split_leaves_old_or_new_splits_never_a_mix(project):
     layout, rng = project, random.Random(0)
     before = layout.split_manifest.read_bytes()
-    for when, delay in ((layout.root / "data", 0.0), (None, rng.uniform(1.0, 6.0))):
-        _kill(
-            layout, ["split"], when_tmp_in=when, delay=delay
-        )  # a fast split may finish first: still checked
+    delay = rng.uniform(1.0, 6.0)
+    for due in (_mid_write(layout.root / "data"), lambda elapsed: elapsed >= delay):
+        _kill(layout, ["split"], due)  # a fast split may finish first: its outputs are checked all the same
         _assert_splits_complete_or_absent(layout)
         _assert_only_hidden_temporaries(layout.root)
         if layout.splits_dir.exists():
             assert layout.split_manifest.read_bytes() == before  # same params: same splits, byte for byte
     shutil.rmtree(layout.splits_dir, ignore_errors=True)
-    _kill(layout, ["split"], when_tmp_in=layout.root / "data", delay=0)
+    _kill(layout, ["split"], _mid_write(layout.root / "data"))
     _assert_splits_complete_or_absent(layout)
 
 
@@ -139,7 +138,7 @@ def test_killed_teacher_leaves_no_half_written_model(project):
     layout = project
     shutil.rmtree(layout.teacher_dir)
     layout.train_log("teacher").unlink()
-    assert _kill(layout, ["teacher"], when_tmp_in=layout.root / "models", delay=0)
+    assert _kill(layout, ["teacher"], _mid_write(layout.root / "models")) == -signal.SIGKILL
     _assert_model_complete_or_absent(layout.teacher_dir, layout.train_log("teacher"))
     _assert_only_hidden_temporaries(layout.root)
     last = layout.checkpoint_dir("teacher") / "last"
@@ -154,10 +153,11 @@ def test_killed_evaluate_leaves_only_complete_score_files(project):
     shutil.rmtree(layout.scores_dir("naive"))
     layout.metrics("naive").unlink()
     sizes = {split: len(read_pairs(layout.split(split))) for split in ("id_test", "syn_help_instruct")}
-    assert _kill(layout, ["evaluate", "-m", "naive"], when_tmp_in=layout.root / "data" / "scores", delay=0)
+    first = layout.scores("naive", "id_test")  # written first; more splits, groups and metrics follow
+    assert _kill(layout, ["evaluate", "-m", "naive"], lambda _: first.exists()) == -signal.SIGKILL
     _assert_evaluation_complete_or_absent(layout, sizes)
     _assert_only_hidden_temporaries(layout.root)
-    assert not layout.metrics("naive").exists()
+    assert first.exists() and not layout.metrics("naive").exists()
 
 
 def test_a_rerun_clears_what_a_killed_writer_left_and_nothing_else(tmp_path):

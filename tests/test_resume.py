@@ -47,7 +47,7 @@ def _env() -> dict[str, str]:
 
 
 def _kill_after_checkpoint(root: Path, min_step: int, timeout: float = 240.0) -> int:
-    """Start training, SIGKILL it once a checkpoint at step >= min_step exists; return that step."""
+    """Start training, SIGKILL it once a checkpoint at step >= min_step exists; return the last one's step."""
     state = Layout(root).checkpoint_dir(METHOD) / "last" / STATE_FILE
     proc = subprocess.Popen(_train_cmd(root), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + timeout
@@ -65,7 +65,7 @@ def _kill_after_checkpoint(root: Path, min_step: int, timeout: float = 240.0) ->
         proc.kill()
         stderr = proc.communicate()[1].decode()
     assert proc.returncode == -signal.SIGKILL, f"training ended before it could be killed:\n{stderr[-3000:]}"
-    return step
+    return json.loads(state.read_text())["step"]  # a later checkpoint may have landed before the signal
 
 
 def _run_to_end(root: Path) -> str:
