@@ -236,5 +236,25 @@ def bench(
     )
 
 
+@app.command()
+def sweep(
+    set_: Annotated[
+        list[str],
+        typer.Option("--set", "-S", help="Grid axis, e.g. -S anchor.lambda=1e-4,1e-2,1 (repeatable)."),
+    ],
+    methods: Annotated[str, typer.Option("--methods", help="Comma-separated methods to collect.")] = (
+        "anchor_last,anchor_mid"
+    ),
+    report: Annotated[bool, typer.Option("--report/--no-report", help="Rebuild the report after.")] = True,
+    root: RootOption = Path("."),
+):
+    """Run a params grid as DVC experiments (workspace untouched) into reports/sweeps/, then the report."""
+    result = _call(_stage("sweep"), root, set_, [m.strip() for m in methods.split(",") if m.strip()], report)
+    for experiment in result["experiments"]:
+        err_console.print(f"{experiment['name']}: {', '.join(experiment['files'])}")
+    if result["report"]:
+        err_console.print(f"report: {result['report']} (`dvc repro report` records it in dvc.lock)")
+
+
 def main() -> None:
     app()
