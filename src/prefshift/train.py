@@ -9,7 +9,6 @@ checkpoint on a fixed probe batch, because drift is the mechanism ANCHOR targets
 from __future__ import annotations
 
 import json
-import math
 import random
 import resource
 import shutil
@@ -63,6 +62,20 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
     if not torch.cuda.is_available():
         torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def cpu_only() -> bool:
+    """True without CUDA or MPS. accelerate only picks gloo for a multi-process launch when
+    told it runs on CPU, and a torchrun launch (`accelerate launch --multi_gpu`, see
+    configs/accelerate/cpu-2proc.yaml) does not tell it, so the training loop does."""
+    return not (torch.cuda.is_available() or torch.backends.mps.is_available())
+
+
+def process_state():
+    """accelerate's per-process state (rank, world size), shared with the Accelerator."""
+    from accelerate import PartialState
+
+    return PartialState(cpu=cpu_only())
 
 
 def mixed_precision(precision: str) -> str:
@@ -147,10 +160,41 @@ def build_reference(
     return reference
 
 
+def rank_batches(
+    lengths: Sequence[int], batch_size: int, seed: int, rank: int, world: int
+) -> list[list[int]]:
+    """This process's share of each global batch of `batch_size * world` length-grouped pairs.
+
+    The global batches are the ones a single process with batch `batch_size * world` draws;
+    each rank takes a contiguous, near-equal slice, and a global batch too small to give
+    every rank a row is dropped. So every rank runs the same number of steps on disjoint
+    pairs, and DDP's mean of per-rank gradients is the single-process gradient whenever the
+    slices are equal in size. With one process this is `length_grouped_batches` unchanged.
+    """
+    shares = []
+    for idx in length_grouped_batches(lengths, batch_size * world, seed=seed):
+        if len(idx) < world:
+            continue
+        base, extra = divmod(len(idx), world)
+        start = rank * base + min(rank, extra)
+        shares.append(idx[start : start + base + (rank < extra)])
+    return shares
+
+
 def _save_checkpoint(accelerator, ckpt_dir: Path, state: dict) -> None:
-    with atomic_path(ckpt_dir / "last", directory=True) as tmp:
+    """Every rank saves into the main process's temporary directory (accelerate writes the
+    weights and optimizer from the main process, RNG states per rank); the main process
+    renames it once all ranks are done."""
+    from accelerate.utils import broadcast_object_list
+
+    accelerator.wait_for_everyone()
+    main = accelerator.is_main_process
+    with atomic_path(ckpt_dir / "last", directory=True) if main else nullcontext(None) as tmp:
+        tmp = broadcast_object_list([tmp])[0]
         accelerator.save_state(str(tmp))
-        (tmp / STATE_FILE).write_text(json.dumps(state, sort_keys=True))
+        if main:
+            (tmp / STATE_FILE).write_text(json.dumps(state, sort_keys=True))
+        accelerator.wait_for_everyone()
 
 
 def _restore(accelerator, checkpoint_dir: Path | None, fingerprint: str):
@@ -208,8 +252,11 @@ def train_reward_model(
         raise TrainingError(f"{name}: no training pairs left after encoding")
     start_time = time.perf_counter()
     seed_everything(seed)
+    process_state()
     accelerator = Accelerator(
-        mixed_precision=mixed_precision(cfg.precision), gradient_accumulation_steps=cfg.grad_accum
+        mixed_precision=mixed_precision(cfg.precision),
+        gradient_accumulation_steps=cfg.grad_accum,
+        cpu=cpu_only(),
     )
     if cfg.lora.enabled:
         apply_lora(model, cfg)
@@ -224,18 +271,23 @@ def train_reward_model(
     probe = collate([items[i] for i in probe_idx], pad_id)
     probe_ref = _probe_states(model, probe, all_layers)
 
+    lengths = [it.length for it in items]
+    rank, world = accelerator.process_index, accelerator.num_processes
+    schedule = [
+        rank_batches(lengths, cfg.batch_size, seed * 1000 + e, rank, world) for e in range(cfg.epochs)
+    ]
     if reference is None and objective.layers:
         spill = checkpoint_dir / "reference_cache" if checkpoint_dir is not None else None
+        if spill is not None and world > 1:
+            spill = spill / f"rank{rank}"
+        own = sorted({i for batches in schedule for idx in batches for i in idx})
         reference = build_reference(
-            model, items, objective.layers, anchor or AnchorConfig(), cfg, pad_id, spill
+            model, [items[i] for i in own], objective.layers, anchor or AnchorConfig(), cfg, pad_id, spill
         )
 
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    lengths = [it.length for it in items]
-    n_batches = math.ceil(len(items) / cfg.batch_size)
-    per_process = math.ceil(n_batches / accelerator.num_processes)
-    total_steps = max(1, (per_process * cfg.epochs) // cfg.grad_accum)
+    total_steps = max(1, sum(len(batches) for batches in schedule) // cfg.grad_accum)
     scheduler = get_scheduler(
         "linear",
         optimizer,
@@ -258,8 +310,7 @@ def train_reward_model(
     with bar as prog:
         task = prog.add_task(name, total=total_steps, completed=step, loss=float("nan"), acc=float("nan"))
         for epoch in range(start_epoch, cfg.epochs):
-            batches = length_grouped_batches(lengths, cfg.batch_size, seed=seed * 1000 + epoch)
-            batches = batches[accelerator.process_index :: accelerator.num_processes]
+            batches = schedule[epoch]
             for bi, idx in enumerate(batches):
                 if epoch == start_epoch and bi < start_batch:
                     continue
@@ -296,8 +347,13 @@ def train_reward_model(
                         accelerator.clip_grad_norm_(trainable, cfg.max_grad_norm)
                     optimizer.step()
                     optimizer.zero_grad(set_to_none=True)
-                window_loss += loss.item()
-                window_acc += ((delta.detach() > 0) == (targets > 0.5)).float().mean().item()
+                acc = ((delta.detach() > 0) == (targets > 0.5)).float().mean()
+                batch_loss, batch_acc = accelerator.reduce(torch.stack([loss.detach(), acc]), "mean").tolist()
+                if extra and world > 1:
+                    values = torch.tensor(list(extra.values()), dtype=torch.float64).to(accelerator.device)
+                    extra = dict(zip(extra, accelerator.reduce(values, "mean").tolist(), strict=True))
+                window_loss += batch_loss
+                window_acc += batch_acc
                 window_n += 1
                 if not accelerator.sync_gradients:
                     continue
@@ -391,10 +447,13 @@ def fit(
     """Train one reward model from `base_dir` on (pairs, targets), save it to `out_dir`, log the run.
 
     Shared by the teacher and student stages; the resumable checkpoint is removed once
-    the model is saved.
+    the model is saved. Under `accelerate launch` every process trains, but only the main
+    one opens the MLflow run and writes the model, log and checkpoint removal.
     """
     from prefshift import tracking
 
+    if not process_state().is_main_process:
+        return _fit(params, layout, name, method, base_dir, pairs, targets, cfg, out_dir)
     stage = "teacher" if method == "teacher" else "train"
     with tracking.stage_run(params, layout, stage, None if method == "teacher" else method) as run:
         log = _fit(params, layout, name, method, base_dir, pairs, targets, cfg, out_dir)
@@ -436,8 +495,11 @@ def _fit(
         anchor=params.anchor,
         checkpoint_dir=ckpt,
     )
-    save_reward_model(model, tokenizer, out_dir)
     log["skips"] = skips.as_dict()
-    write_json(layout.train_log(name), log)
-    shutil.rmtree(ckpt, ignore_errors=True)
+    state = process_state()
+    state.wait_for_everyone()
+    if state.is_main_process:
+        save_reward_model(model, tokenizer, out_dir)
+        write_json(layout.train_log(name), log)
+        shutil.rmtree(ckpt, ignore_errors=True)
     return log
