@@ -114,3 +114,27 @@ def test_lambda_sweep_runs_experiments_and_feeds_the_report(project):
         lambdas[r.data.tags["stage"]].add(float(r.data.params["anchor.lambda"]))
     baseline = float(yaml.safe_load(before)["anchor"]["lambda"])
     assert lambdas == {"train": {baseline, 0.01, 1.0}, "evaluate": {baseline, 0.01, 1.0}}
+
+
+def test_copy_paths_carries_untracked_uncached_outputs_but_no_cached_ones(tmp_path):
+    from prefshift.sweep import copy_paths
+
+    env = {**os.environ, **{f"GIT_{w}_{x}": "t" for w in ("AUTHOR", "COMMITTER") for x in ("NAME", "EMAIL")}}
+    stages = {
+        "a": {
+            "cmd": "true",
+            "outs": [{"reports/metrics/a.json": {"cache": False}}, {"reports/notes.txt": {"cache": False}}],
+        },
+        "b": {"cmd": "true", "outs": ["data/big", {"data/counts.json": {"cache": False}}]},
+    }
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}))
+    for rel in ("reports/metrics/a.json", "reports/notes.txt", "data/big/x", "data/counts.json"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("{}")
+    (tmp_path / "dvc.lock").write_text("schema: '2.0'\nstages: {}\n")
+    (tmp_path / "reports" / "keep.md").write_text("tracked\n")
+    _run(["git", "init", "-q"], tmp_path, env)
+    _run([str(Path(sys.executable).parent / "dvc"), "init", "-q"], tmp_path, env)
+    _run(["git", "add", "dvc.yaml", "reports/keep.md", "reports/notes.txt"], tmp_path, env)
+    # reports/ exists in the copy (keep.md), reports/metrics/ does not; data/ holds a cached out.
+    assert copy_paths(tmp_path) == (["dvc.lock", "reports/metrics"], ["data/counts.json"])

@@ -128,6 +128,7 @@ def copy_paths(root: Path) -> tuple[list[str], list[str]]:
     so each untracked output is carried by its shallowest ancestor that git does not
     track. An ancestor that would also carry DVC-cached outputs (models, parquet) is
     skipped instead: those come from the cache, and the stage owning the output reruns.
+    An untracked dvc.lock is carried too, or every stage would count as never run.
     """
     from dvc.repo import Repo
 
@@ -147,6 +148,8 @@ def copy_paths(root: Path) -> tuple[list[str], list[str]]:
             skipped.append(path.as_posix())
         else:
             roots.add(carrier.as_posix())
+    if (root / "dvc.lock").exists() and "dvc.lock" not in tracked_files:
+        roots.add("dvc.lock")
     return sorted(roots), sorted(skipped)
 
 
