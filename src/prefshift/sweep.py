@@ -103,7 +103,8 @@ def _git(root: Path, *args: str) -> str:
 
 def _dvc(root: Path, args: Sequence[str]) -> str:
     """Run dvc, echoing its output as it comes (an experiment can take minutes); return it."""
-    command = [str(Path(sys.executable).parent / "dvc"), *args]
+    sibling = Path(sys.executable).parent / "dvc"  # the dvc installed with prefshift, else PATH's
+    command = [str(sibling) if sibling.exists() else "dvc", *args]
     proc = subprocess.Popen(command, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
     for line in proc.stdout:
