@@ -229,7 +229,7 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 def _secret_values() -> dict[str, str]:
     return {
         name: value
-        for name, value in os.environ.items()
+        for name, value in dict(os.environ).items()
         if len(value) >= 8 and any(marker in name.upper() for marker in SECRET_MARKERS)
     }
 
