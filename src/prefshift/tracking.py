@@ -56,6 +56,10 @@ from prefshift.config import Params
 from prefshift.errors import PrefshiftError
 from prefshift.paths import Layout
 
+# MLflow's usage telemetry phones home (never reachable offline) from a thread that edits
+# os.environ; a user who wants it sets the variable themselves.
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
 PIPELINE_ENV = "PREFSHIFT_PIPELINE_RUN_ID"
 PIPELINE_TAG = "prefshift.pipeline_run_id"
 PARENT_TAG = "prefshift.pipeline_parent"
@@ -226,10 +230,20 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+def _environment_snapshot() -> dict[str, str]:
+    """A copy of the environment; retried because MLflow's telemetry thread may edit it meanwhile."""
+    for _ in range(5):
+        try:
+            return dict(os.environ)
+        except (KeyError, RuntimeError):
+            continue
+    return dict(os.environ)
+
+
 def _secret_values() -> dict[str, str]:
     return {
         name: value
-        for name, value in dict(os.environ).items()
+        for name, value in _environment_snapshot().items()
         if len(value) >= 8 and any(marker in name.upper() for marker in SECRET_MARKERS)
     }
 
