@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import tempfile
 from collections.abc import Callable
@@ -50,6 +51,24 @@ def _previous_pipeline(json_path: Path) -> dict | None:
     return section
 
 
+def _restoring_threads(fn: Callable[..., dict]) -> Callable[..., dict]:
+    """Restore the caller's torch thread count afterwards: results elsewhere in the same
+    process (tests, notebooks) must not change because a benchmark ran first."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs) -> dict:
+        import torch
+
+        previous = torch.get_num_threads()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            torch.set_num_threads(previous)
+
+    return wrapper
+
+
+@_restoring_threads
 def run_bench(
     out_dir: Path = Path("reports"),
     *,
@@ -61,33 +80,7 @@ def run_bench(
     note: str | None = None,
     log: Callable[[str], None] = print,
 ) -> dict:
-    """Run the benchmarks, write `out_dir`/bench.json and bench.md, return the result.
-
-    The caller's torch thread count is restored afterwards: results elsewhere in the same
-    process (tests, notebooks) must not change because a benchmark ran first.
-    """
-    import torch
-
-    previous = torch.get_num_threads()
-    try:
-        return _run_bench(
-            out_dir, quick=quick, reps=reps, pipeline=pipeline, threads=threads, repo=repo, note=note, log=log
-        )
-    finally:
-        torch.set_num_threads(previous)
-
-
-def _run_bench(
-    out_dir: Path = Path("reports"),
-    *,
-    quick: bool = False,
-    reps: int | None = None,
-    pipeline: bool = False,
-    threads: int = 1,
-    repo: Path = Path("."),
-    note: str | None = None,
-    log: Callable[[str], None] = print,
-) -> dict:
+    """Run the benchmarks, write `out_dir`/bench.json and bench.md, return the result."""
     from prefshift.bench.anchor import bench_anchor
     from prefshift.bench.evaluation import bench_evaluation
     from prefshift.bench.pipeline import bench_pipeline
