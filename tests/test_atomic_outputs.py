@@ -25,7 +25,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from prefshift.atomic import write_json
+from prefshift.atomic import atomic_path, recover_interrupted_swap, write_json
 from prefshift.data.schema import read_pairs
 from prefshift.data.splits import file_sha256
 from prefshift.models.reward import load_reward_model
@@ -175,3 +175,18 @@ def test_a_rerun_clears_what_a_killed_writer_left_and_nothing_else(tmp_path):
     assert target.read_text() == '{\n  "a": [\n    1,\n    2\n  ],\n  "b": 1.5\n}\n'
     assert not stale.exists() and (other / "half").exists()
     assert sorted(p.name for p in target.parent.iterdir()) == [other.name, "metrics.json"]
+
+
+def test_a_kill_between_the_two_renames_of_a_directory_swap_loses_nothing(tmp_path):
+    target = tmp_path / "checkpoints" / "last"
+    with atomic_path(target, directory=True) as tmp:
+        (tmp / "state.json").write_text('{"step": 3}')
+    target.rename(target.with_name(".last.old"))  # where a kill mid-swap leaves the previous copy
+    recover_interrupted_swap(target)
+    assert (target / "state.json").read_text() == '{"step": 3}'
+    target.rename(target.with_name(".last.old"))
+    with atomic_path(target, directory=True) as tmp:  # the next writer recovers it first, then replaces it
+        assert (target / "state.json").exists()
+        (tmp / "state.json").write_text('{"step": 6}')
+    assert (target / "state.json").read_text() == '{"step": 6}'
+    assert sorted(p.name for p in target.parent.iterdir()) == ["last"]

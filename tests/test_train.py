@@ -80,13 +80,20 @@ class _Interrupt(Objective):
         return super().loss(out, step, total_steps)
 
 
-def test_resume_from_checkpoint_matches_an_uninterrupted_run(tmp_path):
+def test_resume_from_checkpoint_matches_an_uninterrupted_run(tmp_path, monkeypatch):
     cfg = CFG.model_copy(update={"checkpoint_every": 1})
     full, full_log = _run("naive", cfg=cfg, checkpoint_dir=tmp_path / "a")
     with pytest.raises(KeyboardInterrupt):
         _run("naive", cfg=cfg, checkpoint_dir=tmp_path / "b", objective=_Interrupt("naive"))
     assert json.loads((tmp_path / "b" / "last" / "trainer_state.json").read_text())["step"] == 3
+    assert not list((tmp_path / "b" / "last").glob("custom_checkpoint_*"))
+    unpickling = []
+    real_load = torch.load
+    monkeypatch.setattr(
+        torch, "load", lambda *a, **kw: unpickling.append(kw.get("weights_only")) or real_load(*a, **kw)
+    )
     resumed, resumed_log = _run("naive", cfg=cfg, checkpoint_dir=tmp_path / "b")
+    assert unpickling and set(unpickling) == {True}  # optimizer and RNG states; the scheduler is in JSON
     assert _same_weights(full, resumed)
     assert [s["loss"] for s in resumed_log["steps"]] == [s["loss"] for s in full_log["steps"]]
 

@@ -23,13 +23,15 @@ def atomic_path(target: str | Path, directory: bool = False) -> Iterator[Path]:
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     _clear_stale(target)
+    if directory:
+        recover_interrupted_swap(target)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     work = tmp if directory else tmp / target.name
     try:
         yield work
         if directory:
             if target.exists():
-                old = target.with_name(f".{target.name}.old")
+                old = _swapped_out(target)
                 shutil.rmtree(old, ignore_errors=True)
                 target.rename(old)
                 tmp.rename(target)
@@ -41,6 +43,23 @@ def atomic_path(target: str | Path, directory: bool = False) -> Iterator[Path]:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _swapped_out(target: Path) -> Path:
+    return target.with_name(f".{target.name}.old")
+
+
+def recover_interrupted_swap(target: str | Path) -> None:
+    """Put back the previous complete directory if a kill landed between the two renames.
+
+    Replacing a directory takes two renames (target → old, new → target); in between,
+    only the old copy exists. It was complete, so restoring it loses nothing, and readers
+    such as a resumed run call this before looking for `target`.
+    """
+    target = Path(target)
+    old = _swapped_out(target)
+    if old.is_dir() and not target.exists():
+        old.rename(target)
 
 
 def _clear_stale(target: Path) -> None:

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from prefshift.anchor_cache import ReferenceStates, frozen_copy, hidden_fn
-from prefshift.atomic import atomic_path, write_json
+from prefshift.atomic import atomic_path, recover_interrupted_swap, write_json
 from prefshift.config import AnchorConfig, Params, TrainConfig
 from prefshift.data.encode import EncodedPair, Encoder, collate, length_grouped_batches, sorted_batches
 from prefshift.data.schema import Pair, SkipCounter, content_hash
@@ -197,12 +197,16 @@ def _save_checkpoint(accelerator, ckpt_dir: Path, state: dict) -> None:
         accelerator.wait_for_everyone()
 
 
-def _restore(accelerator, checkpoint_dir: Path | None, fingerprint: str):
+def _restore(accelerator, scheduler, checkpoint_dir: Path | None, fingerprint: str):
     """(step, epoch, batch, log, checkpoint, window) to resume from; other settings' checkpoints are ignored.
 
     `window` is the (loss, acc, n) sum of the logging window the checkpoint fell into, so
-    a resumed run logs the same averages as an uninterrupted one.
+    a resumed run logs the same averages as an uninterrupted one. The scheduler's state
+    lives in our JSON rather than in accelerate's custom-object pickle, which accelerate
+    reads back with `weights_only=False`; a checkpoint then holds no pickle that can run code.
     """
+    if checkpoint_dir is not None:
+        recover_interrupted_swap(checkpoint_dir / "last")
     state_file = checkpoint_dir / "last" / STATE_FILE if checkpoint_dir is not None else None
     if state_file is None or not state_file.exists():
         return 0, 0, 0, RunLog(), None, (0.0, 0.0, 0)
@@ -211,6 +215,7 @@ def _restore(accelerator, checkpoint_dir: Path | None, fingerprint: str):
         return 0, 0, 0, RunLog(), None, (0.0, 0.0, 0)
     try:
         accelerator.load_state(str(state_file.parent))
+        scheduler.load_state_dict(state["scheduler"])
     except Exception as err:  # safetensors, torch.load and pickle fail with unrelated types
         raise TrainingError(
             f"checkpoint {state_file.parent} is unreadable ({type(err).__name__}: {err}); "
@@ -295,12 +300,11 @@ def train_reward_model(
         num_training_steps=total_steps,
     )
     model, optimizer = accelerator.prepare(model, optimizer)
-    accelerator.register_for_checkpointing(scheduler)
 
     fingerprint = content_hash(
         name, objective.name, cfg.model_dump(), seed, [(it.pair_id, it.target) for it in items]
     )
-    restored = _restore(accelerator, checkpoint_dir, fingerprint)
+    restored = _restore(accelerator, scheduler, checkpoint_dir, fingerprint)
     step, start_epoch, start_batch, log, last_ckpt, window = restored
 
     unwrapped = accelerator.unwrap_model(model)
@@ -384,6 +388,7 @@ def train_reward_model(
                         "batch": next_batch,
                         "fingerprint": fingerprint,
                         "window": [window_loss, window_acc, window_n],
+                        "scheduler": scheduler.state_dict(),
                     }
                     _save_checkpoint(accelerator, checkpoint_dir, {**state, **asdict(log)})
                     last_ckpt = checkpoint_dir / "last"
@@ -451,55 +456,43 @@ def fit(
     one opens the MLflow run and writes the model, log and checkpoint removal.
     """
     from prefshift import tracking
+    from prefshift.methods import build_objective
 
-    if not process_state().is_main_process:
-        return _fit(params, layout, name, method, base_dir, pairs, targets, cfg, out_dir)
+    state = process_state()
     stage = "teacher" if method == "teacher" else "train"
-    with tracking.stage_run(params, layout, stage, None if method == "teacher" else method) as run:
-        log = _fit(params, layout, name, method, base_dir, pairs, targets, cfg, out_dir)
+    opened = (
+        tracking.stage_run(params, layout, stage, None if method == "teacher" else method)
+        if state.is_main_process
+        else nullcontext(None)
+    )
+    with opened as run:
+        seed_everything(params.seed)
+        model, tokenizer = load_reward_model(base_dir, trust_remote_code=params.backbone.trust_remote_code)
+        objective = build_objective(method, params, model.num_layers)
+        skips = SkipCounter()
+        items = Encoder(tokenizer, params.encode).encode_pairs(pairs, targets, skips)
+        ckpt = layout.checkpoint_dir(name)
+        model, log = train_reward_model(
+            model,
+            tokenizer,
+            items,
+            objective,
+            cfg,
+            seed=params.seed,
+            name=name,
+            anchor=params.anchor,
+            checkpoint_dir=ckpt,
+        )
+        log["skips"] = skips.as_dict()
+        state.wait_for_everyone()
+        if run is None:
+            return log
+        save_reward_model(model, tokenizer, out_dir)
+        write_json(layout.train_log(name), log)
+        shutil.rmtree(ckpt, ignore_errors=True)
         run.log_history(log["steps"], prefix="train/")
         run.log_history(log["drift"], prefix="drift/")
         run.log_history(log["drift_mse"], prefix="drift_mse/")
         run.log_metrics({"wall_s": log["wall_s"], "peak_rss_mb": log["peak_rss_mb"], "skips": log["skips"]})
         run.log_artifact(layout.train_log(name), "train")
-    return log
-
-
-def _fit(
-    params: Params,
-    layout: Layout,
-    name: str,
-    method: str,
-    base_dir: Path,
-    pairs: Sequence[Pair],
-    targets: Sequence[float],
-    cfg: TrainConfig,
-    out_dir: Path,
-) -> dict:
-    from prefshift.methods import build_objective
-
-    seed_everything(params.seed)
-    model, tokenizer = load_reward_model(base_dir, trust_remote_code=params.backbone.trust_remote_code)
-    objective = build_objective(method, params, model.num_layers)
-    skips = SkipCounter()
-    items = Encoder(tokenizer, params.encode).encode_pairs(pairs, targets, skips)
-    ckpt = layout.checkpoint_dir(name)
-    model, log = train_reward_model(
-        model,
-        tokenizer,
-        items,
-        objective,
-        cfg,
-        seed=params.seed,
-        name=name,
-        anchor=params.anchor,
-        checkpoint_dir=ckpt,
-    )
-    log["skips"] = skips.as_dict()
-    state = process_state()
-    state.wait_for_everyone()
-    if state.is_main_process:
-        save_reward_model(model, tokenizer, out_dir)
-        write_json(layout.train_log(name), log)
-        shutil.rmtree(ckpt, ignore_errors=True)
     return log
