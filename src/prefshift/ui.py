@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.parse
 import urllib.request
@@ -90,20 +91,41 @@ def _evaluate_runs(uri: str, experiment: str) -> tuple[str, list[Any]]:
 
 
 def _page_text(chromium: str, url: str, screenshot: Path | None = None) -> str:
-    """Visible text of a page after its scripts ran, from headless Chromium."""
-    base = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=20000"]
-    dom = subprocess.run(
-        [*base, "--window-size=1600,1200", "--dump-dom", url], capture_output=True, text=True, timeout=180
-    ).stdout
-    if screenshot is not None:
-        screenshot.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [*base, "--window-size=1600,2400", f"--screenshot={screenshot}", url],
-            capture_output=True,
-            timeout=180,
-        )
+    """Visible text of a page after its scripts ran, from headless Chromium.
+
+    A fresh profile and no background networking: on a closed network Chromium's own
+    update and sync lookups otherwise fail noisily at every start.
+    """
+    with tempfile.TemporaryDirectory(prefix="prefshift-chromium-") as profile:
+        base = [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={profile}",
+            "--virtual-time-budget=20000",
+        ]
+        dom = subprocess.run(
+            [*base, "--window-size=1600,2400", "--dump-dom", url], capture_output=True, text=True, timeout=180
+        ).stdout
+        if screenshot is not None:
+            screenshot.parent.mkdir(parents=True, exist_ok=True)
+            subprocess.run(
+                [*base, "--window-size=1600,1400", f"--screenshot={screenshot}", url],
+                capture_output=True,
+                timeout=180,
+            )
     text = re.sub(r"<script.*?</script>|<style.*?</style>", " ", dom, flags=re.S)
     return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", text)).split())
+
+
+def _shown(value: float) -> str:
+    """A metric value as the MLflow UI prints it: at most 4 decimals, no trailing zeros."""
+    return format(round(value, 4), "g")
 
 
 def check(
@@ -111,9 +133,11 @@ def check(
 ) -> dict[str, Any]:
     """Open the UI in headless Chromium as a user would and confirm the evaluate runs show their metrics.
 
-    Starts the UI on the project's database, opens the run-comparison page of the newest
-    pipeline run's evaluate runs, and requires every run name, and each of `metrics` with
-    the runs' logged values in column order (as MLflow prints them); saves a screenshot.
+    Starts the UI on the project's database and opens the comparison of the newest
+    pipeline run's evaluate runs (every run name must appear; its screenshot is kept),
+    then each run's own page, which must list each of `metrics` with the logged value.
+    The run page, not the comparison, is where the values are read: the comparison's
+    metric table renders only the rows in view, and `wrg` sorts below them.
     """
     chromium = find_chromium()
     uri = tracking_uri(layout)
@@ -124,25 +148,26 @@ def check(
         cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )
     base = f"http://127.0.0.1:{port}"
+    ids = urllib.parse.quote(json.dumps([r.info.run_id for r in runs]))
+    url = f"{base}/#/compare-runs?runs={ids}&experiments={urllib.parse.quote(json.dumps([experiment_id]))}"
+    missing = []
     try:
         _wait_healthy(base, server)
-        ids = urllib.parse.quote(json.dumps([r.info.run_id for r in runs]))
-        url = (
-            f"{base}/#/compare-runs?runs={ids}&experiments={urllib.parse.quote(json.dumps([experiment_id]))}"
-        )
         text = _page_text(chromium, url, screenshot)
+        missing += [f"run {r.info.run_name}" for r in runs if r.info.run_name not in text]
+        for run in runs:
+            page = f"{base}/#/experiments/{experiment_id}/runs/{run.info.run_id}"
+            shown = f" {_page_text(chromium, page)} "
+            for key in metrics:
+                value = run.data.metrics.get(key)
+                if value is None or f" {key} {_shown(value)} " not in shown:
+                    missing.append(f"{key} = {value} on {page}")
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
-    section = text[text.find("Metrics Show diff only") :]
-    missing = [r.info.run_name for r in runs if r.info.run_name not in text]
-    for key in metrics:
-        row = " ".join(format(r.data.metrics[key], "g") if key in r.data.metrics else "-" for r in runs)
-        if key not in section or f" {row} " not in f" {section} ":
-            missing.append(f"{key} = {row}")
     if missing:
         raise PrefshiftError(
-            f"MLflow UI at {url} does not show: {', '.join(missing)} (screenshot: {screenshot})"
+            f"MLflow UI does not show: {', '.join(missing)} (comparison: {url}; screenshot: {screenshot})"
         )
     return {
         "url": url,
