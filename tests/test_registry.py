@@ -169,6 +169,10 @@ def test_exactly_one_champion_and_reruns_create_no_version(promoted):
     assert champion.tags["wrg"] == "0.5000"
     assert champion.tags["nts.syn_help_chat"] == "3.0000"
     assert json.loads(champion.tags["data_hashes"]) == {"student_train": "abc123"}
+    assert (champion.tags["gate.id_tolerance"], champion.tags["gate.min_mean_aog"]) == (
+        format(params.promote.id_tolerance, "g"),
+        format(params.promote.min_mean_aog, "g"),
+    )
     assert [p["new_version"] for p in first["promoted"]] == [True, True]
     assert [p["new_version"] for p in second["promoted"]] == [False, False]
     assert [p["version"] for p in second["promoted"]] == [p["version"] for p in first["promoted"]]

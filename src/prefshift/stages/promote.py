@@ -49,7 +49,12 @@ def _number(metrics: dict[str, Any], dotted: str, path: Path) -> float:
 def gate(params: Params, layout: Layout, method: str) -> dict[str, Any]:
     """{"method", "passed", "reasons", and the numbers the gate used} for one method."""
     path = layout.metrics(method)
-    decision: dict[str, Any] = {"method": method, "passed": False, "reasons": []}
+    decision: dict[str, Any] = {
+        "method": method,
+        "passed": False,
+        "reasons": [],
+        "gate": params.promote.model_dump(),
+    }
     if method == "ceiling":
         decision["reasons"].append("ceiling is trained on gold labels; it is a reference, never promoted")
         return decision
@@ -101,6 +106,7 @@ def version_tags(decision: dict[str, Any], git: dict[str, str], pipeline_id: str
         "split_version": str(decision.get("split_version")),
         "data_hashes": json.dumps(decision["data_hashes"], sort_keys=True),
         "prefshift.pipeline_run_id": pipeline_id,
+        **{f"gate.{key}": f"{value:g}" for key, value in decision["gate"].items()},
         **git,
     }
     for name, block in decision["targets"].items():
@@ -123,6 +129,11 @@ def run(params: Params, layout: Layout) -> dict[str, Any]:
     name = params.tracking.registered_model
     result: dict[str, Any] = {"registered_model": name, "decisions": decisions, "promoted": [], "aliases": {}}
     _print_decisions(decisions)
+    if params.promote.min_mean_aog < 0:
+        print(
+            f"promote: note: promote.min_mean_aog = {params.promote.min_mean_aog:g} admits students that are "
+            "worse than their teacher out of distribution; a science gate uses 0"
+        )
     if not passing:
         result["summary"] = "nothing promoted: no student passed the gate (reasons per method above)"
         print(f"promote: {result['summary']}")
