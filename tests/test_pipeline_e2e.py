@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mlflow_support import seed_database
+from mlflow_support import free_port, seed_database
 
 REPO = Path(__file__).resolve().parents[1]
 STUDENTS = ("naive", "confidence", "seam", "anchor_last", "anchor_mid", "ceiling")
@@ -169,6 +169,19 @@ def test_champion_pulls_into_plain_transformers_with_identical_rewards(pipeline,
             with torch.inference_mode():
                 rewards.append(model(input_ids=ids).logits[0, 0].item())
         assert rewards[0] - rewards[1] == pytest.approx(ours.loc[pair.pair_id, "delta"], abs=1e-4)
+
+
+@pytest.mark.slow
+def test_mlflow_ui_in_a_real_browser_shows_each_evaluate_run_and_its_metrics(pipeline, tmp_path):
+    if not (shutil.which("chromium") or shutil.which("chromium-browser")):
+        pytest.skip("no Chromium on PATH: scripts/install_chromium.sh installs it (.ci/run does)")
+    root, env = pipeline["root"], pipeline["env"]
+    shot = tmp_path / "ui.png"
+    port = str(free_port())
+    output = _run(["prefshift", "ui", "--check", "--port", port, "--screenshot", str(shot)], root, env)
+    for method in STUDENTS:
+        assert f"evaluate@{method}" in output
+    assert shot.stat().st_size > 10_000
 
 
 @pytest.mark.slow

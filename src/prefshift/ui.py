@@ -115,7 +115,7 @@ def _page_text(chromium: str, url: str, screenshot: Path | None = None) -> str:
         if screenshot is not None:
             screenshot.parent.mkdir(parents=True, exist_ok=True)
             subprocess.run(
-                [*base, "--window-size=1600,1400", f"--screenshot={screenshot}", url],
+                [*base, "--window-size=1600,2600", f"--screenshot={screenshot}", url],
                 capture_output=True,
                 timeout=180,
             )
