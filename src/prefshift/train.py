@@ -281,14 +281,17 @@ def train_reward_model(
     schedule = [
         rank_batches(lengths, cfg.batch_size, seed * 1000 + e, rank, world) for e in range(cfg.epochs)
     ]
+    fill_s = 0.0
     if reference is None and objective.layers:
         spill = checkpoint_dir / "reference_cache" if checkpoint_dir is not None else None
         if spill is not None and world > 1:
             spill = spill / f"rank{rank}"
         own = sorted({i for batches in schedule for idx in batches for i in idx})
+        fill_start = time.perf_counter()
         reference = build_reference(
             model, [items[i] for i in own], objective.layers, anchor or AnchorConfig(), cfg, pad_id, spill
         )
+        fill_s = time.perf_counter() - fill_start
 
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -408,7 +411,7 @@ def train_reward_model(
     if torch.cuda.is_available():
         result["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
     if reference is not None:
-        result["reference"] = {"cache": reference.cache, **reference.stats()}
+        result["reference"] = {"cache": reference.cache, "fill_s": fill_s, **reference.stats()}
     return unwrapped, result
 
 
