@@ -120,7 +120,7 @@ class BackboneConfig(Strict):
     weak: LMSpec = Field(default_factory=LMSpec)
     strong: LMSpec = Field(
         default_factory=lambda: LMSpec(
-            hidden_size=128, num_layers=4, num_heads=4, intermediate_size=256, pretrain_steps=300
+            hidden_size=96, num_layers=4, num_heads=4, intermediate_size=192, pretrain_steps=300
         )
     )
 
