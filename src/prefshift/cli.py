@@ -221,6 +221,7 @@ def bench(
     quick: Annotated[bool, typer.Option("--quick", help="Tiny sizes, one repetition (smoke test).")] = False,
     reps: Annotated[int | None, typer.Option("--reps", help="Timed repetitions (default 3).")] = None,
     pipeline: Annotated[bool, typer.Option("--pipeline", help="Also time full and no-op dvc repro.")] = False,
+    keep: Annotated[bool, typer.Option("--keep", help="Keep the --pipeline clone (path printed).")] = False,
     threads: Annotated[int, typer.Option("--threads", help="torch intra-op threads per run.")] = 1,
     note: Annotated[str | None, typer.Option("--note", help="A line for the report.")] = None,
 ):
@@ -231,6 +232,7 @@ def bench(
         quick=quick,
         reps=reps,
         pipeline=pipeline,
+        keep=keep,
         threads=threads,
         note=note,
     )

@@ -14,6 +14,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="Tiny sizes, one repetition (smoke test).")
     parser.add_argument("--reps", type=int, default=None, help="Timed repetitions (default 3, quick 1).")
     parser.add_argument("--pipeline", action="store_true", help="Also time a full and a no-op dvc repro.")
+    parser.add_argument("--keep", action="store_true", help="Keep the --pipeline clone and print its path.")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads per run.")
     parser.add_argument("--note", default=None, help="A line for the report (e.g. machine load).")
     args = parser.parse_args(argv)
@@ -24,6 +25,7 @@ def main(argv: list[str] | None = None) -> None:
         quick=args.quick,
         reps=args.reps,
         pipeline=args.pipeline,
+        keep=args.keep,
         threads=args.threads,
         note=args.note,
     )

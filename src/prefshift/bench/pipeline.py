@@ -101,7 +101,9 @@ def bench_pipeline(repo: Path, log: Callable[[str], None], keep: bool = False) -
         log("pipeline: no-op dvc repro")
         noop = _repro(root, env, log)
     finally:
-        if not keep:
+        if keep:
+            log(f"pipeline: clone kept at {root}")
+        else:
             shutil.rmtree(tmp, ignore_errors=True)
     measured = {
         "noop_repro_s": noop["wall_s"],

@@ -75,6 +75,7 @@ def run_bench(
     quick: bool = False,
     reps: int | None = None,
     pipeline: bool = False,
+    keep: bool = False,
     threads: int = 1,
     repo: Path = Path("."),
     note: str | None = None,
@@ -106,7 +107,7 @@ def run_bench(
         result["anchor"] = bench_anchor(tok, model, pairs, epochs, reps, log)
         result["evaluation"] = bench_evaluation(tok, plan.evaluation, reps, log)
     json_path = out_dir / "bench.json"
-    result["pipeline"] = bench_pipeline(repo, log) if pipeline else _previous_pipeline(json_path)
+    result["pipeline"] = bench_pipeline(repo, log, keep) if pipeline else _previous_pipeline(json_path)
     paths = write_reports(result, out_dir)
     log(f"wrote {paths[0]} and {paths[1]}")
     return result
