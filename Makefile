@@ -20,7 +20,7 @@ repro: $(STAMP)
 	@echo "Runs:    $(VENV)/bin/prefshift ui   (MLflow UI on the default sqlite database)"
 
 test: $(STAMP)
-	. $(VENV)/bin/activate && HF_HUB_OFFLINE=1 ruff check src tests bench && HF_HUB_OFFLINE=1 python -m pytest -q
+	. $(VENV)/bin/activate && HF_HUB_OFFLINE=1 ruff check src tests bench && HF_HUB_OFFLINE=1 python -m pytest -q --durations=25
 
 clean-venv:
 	rm -rf $(VENV)
