@@ -18,6 +18,7 @@ repro: $(STAMP)
 	@echo ""
 	@echo "Results: reports/summary.md, reports/figures/, reports/metrics.json (dvc metrics show)."
 	@echo "Runs:    $(VENV)/bin/prefshift ui   (MLflow UI on the default sqlite database)"
+	@echo "Model:   $(VENV)/bin/prefshift pull models:/prefshift-reward@champion --out rm/   (see reports/promotion.json)"
 
 test: $(STAMP)
 	. $(VENV)/bin/activate && HF_HUB_OFFLINE=1 ruff check src tests bench && HF_HUB_OFFLINE=1 python -m pytest -q --durations=25
