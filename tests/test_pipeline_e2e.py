@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from mlflow_support import free_port, seed_database
+from prefshift.bench.pipeline import copy_tracked
 
 REPO = Path(__file__).resolve().parents[1]
 STUDENTS = ("naive", "confidence", "seam", "anchor_last", "anchor_mid", "ceiling")
@@ -66,14 +67,7 @@ def _ran_stages(output: str) -> set[str]:
 def pipeline(tmp_path_factory):
     root = tmp_path_factory.mktemp("pipeline") / "project"
     root.mkdir()
-    tracked = subprocess.run(
-        ["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True, check=True
-    ).stdout.split("\0")
-    for rel in filter(None, tracked):
-        source = REPO / rel
-        if source.is_file():
-            (root / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, root / rel)
+    copy_tracked(REPO, root)
     params = _merge(yaml.safe_load((root / "params.yaml").read_text()), SMALL)
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     seed_database(tmp_path_factory, root / "mlflow.db")

@@ -29,7 +29,9 @@ _WRAPPER = (
 )
 
 
-def _copy_tracked(repo: Path, root: Path) -> None:
+def copy_tracked(repo: Path, root: Path) -> None:
+    """The files git tracks in `repo`, as they are in its working tree, copied under `root`:
+    a clone without the working tree's data, models and caches (so every stage runs)."""
     tracked = subprocess.run(
         ["git", "ls-files", "-z"], cwd=repo, capture_output=True, text=True, check=True
     ).stdout.split("\0")
@@ -92,7 +94,7 @@ def bench_pipeline(repo: Path, log: Callable[[str], None], keep: bool = False) -
     root = tmp / "project"
     try:
         root.mkdir()
-        _copy_tracked(repo, root)
+        copy_tracked(repo, root)
         env = _environment(root)
         for args in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "bench"]):
             subprocess.run(args, cwd=root, env=env, check=True, capture_output=True)
