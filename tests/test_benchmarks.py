@@ -206,7 +206,7 @@ def test_rmbench_records_become_six_response_groups(bench_params):
         len(pairs) == 9 and len(groups) == 1 and dict(counter.counts) == {"bad_format": 1}
     )  # id 7: 2 chosen
     assert groups[0].scores == [1, 1, 1, 0, 0, 0] and groups[0].responses[0] == "xs[::-1]"
-    _, safety, safety_groups, _ = load("rmbench_safety", bench_params())
+    _, _, safety_groups, _ = load("rmbench_safety", bench_params())
     assert sorted(g.meta["domain"] for g in safety_groups) == ["safety-refuse", "safety-response"]
 
 
@@ -221,7 +221,7 @@ def test_a_benchmark_cannot_be_the_source_and_needs_the_hub_or_a_path(bench_para
     with pytest.raises(PrefshiftError, match="rewardbench_chat: no split 'train'"):
         get_adapter("rewardbench_chat", params).load_pairs("train", params, SkipCounter())
     bare = make_params()
-    with pytest.raises(PrefshiftError, match="data.sources.rmbench_chat.path"):
+    with pytest.raises(PrefshiftError, match=r"data\.sources\.rmbench_chat\.path"):
         get_adapter("rmbench_chat", bare).load_pairs("test", bare, SkipCounter())
 
 
@@ -316,7 +316,7 @@ def test_only_targets_scored_by_both_models_count_and_partial_benchmarks_have_no
     bench_params, rewards
 ):
     params = bench_params(targets=["rewardbench_chat"])
-    pairs, student, groups, student_groups = score_frames(params, rewards.__getitem__)
+    pairs, student, groups, _ = score_frames(params, rewards.__getitem__)
     teacher = {"rewardbench_chat": student["rewardbench_chat"].iloc[[0, 2]]}  # the tie (id 2) unscored
     s_block, _ = benchmark_metrics(params, pairs, student, teacher, groups, {}, {}, id_acc=(80.0, 70.0))
     cell = s_block["targets"]["rewardbench_chat"]
