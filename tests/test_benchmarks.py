@@ -329,3 +329,12 @@ def test_a_group_benchmark_without_group_scores_says_what_to_rerun(bench_params,
     pairs, student, groups, _ = score_frames(params, rewards.__getitem__)
     with pytest.raises(rules.BenchmarkError, match="no group scores"):
         benchmark_metrics(params, pairs, student, student, groups, {}, {}, id_acc=(1.0, 1.0))
+
+
+def test_a_hub_snapshot_directory_is_found_by_split_name(make_params, fixtures_dir, tmp_path):
+    snapshot = tmp_path / "reward-bench-2" / "data"
+    snapshot.mkdir(parents=True)
+    (snapshot / "test-00000-of-00001.parquet").write_bytes((fixtures_dir / FILES["rewardbench2"]).read_bytes())
+    params = make_params(data={"sources": {"rewardbench2_math": {"path": str(tmp_path / "reward-bench-2")}}})
+    _, pairs, groups, _ = load("rewardbench2_math", params)
+    assert len(pairs) == 3 and [g.meta["id"] for g in groups] == ["m1"]
