@@ -147,7 +147,7 @@ def bench_params(make_params, fixtures_dir):
             for name in names
         }
         data = {"source": "syn_help_forum", "targets": targets, "sources": sources}
-        return make_params(data=data, **sections)
+        return make_params(data=data, **{"evaluate": {"bootstrap": 200}, **sections})
 
     return build
 
@@ -309,7 +309,12 @@ def test_fixtures_score_to_the_hand_worked_official_values(bench_params, rewards
         "easy": 0.0,
     }
     table = summary_section({"teacher": {"benchmarks": t_block}, "naive": {"benchmarks": s_block}})
-    assert "| naive | 64.3 | 64.3 | 59.3 |" in table and "rewardbench overall" in table
+    assert "| naive | 64.3 [" in table and "rewardbench overall" in table
+    assert (
+        s_block["targets"]["rewardbench_chat"]["ci"]["aog"][0]
+        <= 64.3
+        <= s_block["targets"]["rewardbench_chat"]["ci"]["aog"][1]
+    )
 
 
 def test_only_targets_scored_by_both_models_count_and_partial_benchmarks_have_no_overall(
@@ -322,6 +327,21 @@ def test_only_targets_scored_by_both_models_count_and_partial_benchmarks_have_no
     cell = s_block["targets"]["rewardbench_chat"]
     assert cell["n"] == 2 and cell["score"] == 100.0 and cell["aog"] == 0.0 and cell["nts"] == 0.0
     assert s_block["overall"] == {"rewardbench": {"score": None, "aog": None}}
+    # The bootstrap is paired: the same resampled pairs for both models, so equal scores give a [0, 0] AOG.
+    assert cell["ci"]["aog"] == [0.0, 0.0] and cell["ci"]["score"] == [100.0, 100.0]
+
+
+def test_official_intervals_are_paired_bootstraps_over_examples(bench_params, rewards):
+    params = bench_params(targets=["rmbench_chat", "rewardbench2_ties"])
+    pairs, student, groups, student_groups = score_frames(params, rewards.__getitem__)
+    s_block, t_block = benchmark_metrics(
+        params, pairs, student, student, groups, student_groups, student_groups, id_acc=(1.0, 1.0)
+    )
+    for target in params.data.targets:
+        cell = s_block["targets"][target]
+        low, high = cell["ci"]["score"]
+        assert low <= cell["score"] <= high and low < high, target  # two examples (or prompts): draws vary
+        assert cell["ci"]["aog"] == [0.0, 0.0] and t_block["targets"][target]["ci"]["score"] == [low, high]
 
 
 def test_a_group_benchmark_without_group_scores_says_what_to_rerun(bench_params, rewards):
@@ -334,7 +354,8 @@ def test_a_group_benchmark_without_group_scores_says_what_to_rerun(bench_params,
 def test_a_hub_snapshot_directory_is_found_by_split_name(make_params, fixtures_dir, tmp_path):
     snapshot = tmp_path / "reward-bench-2" / "data"
     snapshot.mkdir(parents=True)
-    (snapshot / "test-00000-of-00001.parquet").write_bytes((fixtures_dir / FILES["rewardbench2"]).read_bytes())
+    fixture = fixtures_dir / FILES["rewardbench2"]
+    (snapshot / "test-00000-of-00001.parquet").write_bytes(fixture.read_bytes())
     params = make_params(data={"sources": {"rewardbench2_math": {"path": str(tmp_path / "reward-bench-2")}}})
     _, pairs, groups, _ = load("rewardbench2_math", params)
     assert len(pairs) == 3 and [g.meta["id"] for g in groups] == ["m1"]

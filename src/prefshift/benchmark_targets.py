@@ -8,19 +8,23 @@ meta, RewardBench 2 and RM-Bench from the per-response rewards of their groups. 
 and student are scored on the same pairs or groups (those both of them scored), and
 AOG_k = S_student^k − S_teacher^k, NTS_k = AOG_k − max(0, Acc_t^ID − Acc_s^ID) with S the
 official score in pp (the ID regression stays pairwise accuracy: the source is not a
-benchmark). No bootstrap interval is given for the official scores. A benchmark's overall
-score appears once every one of its sections is a target.
+benchmark). Intervals: a paired bootstrap over the target's examples (pairs, groups, or Ties
+prompts; `n` counts them), `params.evaluate.bootstrap` draws, for the student's and the
+teacher's score and the AOG; NTS gets no interval here (its ID term is resampled inside the
+pairwise metrics). A benchmark's overall score appears once every one of its sections is a
+target.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from prefshift import benchmarks as rules
+from prefshift import metrics
 from prefshift.config import Params
 from prefshift.data.adapters import get_adapter
 from prefshift.data.adapters.benchmark import BenchmarkAdapter
@@ -49,70 +53,114 @@ def rule_of(adapter: BenchmarkAdapter) -> str:
     return RULES.get(f"{adapter.benchmark}/{adapter.section}", RULES[adapter.benchmark])
 
 
+def _require(target: str, keep: Sequence[str]) -> None:
+    if not keep:
+        raise rules.BenchmarkError(f"target {target!r}: no example was scored by both teacher and student")
+
+
 def _group_rewards(
-    target: str, frame: pd.DataFrame | None, groups: Sequence[Group], keep: set[str]
+    target: str, frame: pd.DataFrame | None, groups: Sequence[Group], keep: Sequence[str]
 ) -> list[tuple[Group, list[float]]]:
     if frame is None:
         raise rules.BenchmarkError(
             f"target {target!r}: no group scores, so its official score cannot be computed; run "
             f"`prefshift prepare`, `split`, `label` and `evaluate` again (caps.groups must not be 0)"
         )
+    _require(target, keep)
     by_id = {g.group_id: g for g in groups}
-    out = [
-        (by_id[gid], list(r))
-        for gid, r in zip(frame["group_id"], frame["rewards"], strict=True)
-        if gid in keep
-    ]
-    if not out:
-        raise rules.BenchmarkError(f"target {target!r}: no group was scored by both teacher and student")
-    return out
+    rewards = dict(zip(frame["group_id"], frame["rewards"], strict=True))
+    return [(by_id[gid], list(rewards[gid])) for gid in keep]
 
 
-def score_target(
+Scorer = Callable[[np.ndarray | None], dict[str, Any]]
+
+
+def scorer(
     target: str,
     adapter: BenchmarkAdapter,
     pairs: Sequence[Pair],
     frame: pd.DataFrame,
     groups: Sequence[Group],
     group_frame: pd.DataFrame | None,
-    keep: set[str],
-) -> dict[str, Any]:
-    """One model's official score (pp) on one benchmark target, with the rule's parts.
+    keep: Sequence[str],
+) -> tuple[int, Scorer]:
+    """(number of resampling units, a function of unit indices → official score and parts) for one model.
 
-    `keep` are the pair ids (RewardBench) or group ids (the others) every compared model scored.
+    `keep` are the pair ids (RewardBench) or group ids (the others) every compared model scored,
+    in one order for all models, so the same indices pick the same examples (a paired bootstrap).
+    Units are pairs or groups; for Ties they are prompts (a ref example with its tied one), which
+    keep their number apart when a resample repeats them. None scores every unit once.
     """
     if adapter.benchmark == "rewardbench":
+        _require(target, keep)
         subset_of = {p.pair_id: p.meta["subset"] for p in pairs}
-        kept = frame[frame["pair_id"].isin(keep)]
-        subsets = rules.rewardbench_subset_accuracies(
-            kept["delta"].to_numpy(dtype=float), [subset_of[pid] for pid in kept["pair_id"]]
-        )
-        return {
-            "score": rules.rewardbench_section_score(subsets, adapter.section),
-            "subsets": subsets,
-            "n": len(kept),
-        }
+        delta = frame.set_index("pair_id")["delta"]
+        deltas = delta.reindex(list(keep)).to_numpy(dtype=float)
+        names = np.array([subset_of[pid] for pid in keep], dtype=object)
+
+        def rewardbench(idx: np.ndarray | None) -> dict[str, Any]:
+            d, n = (deltas, names) if idx is None else (deltas[idx], names[idx])
+            subsets = rules.rewardbench_subset_accuracies(d, list(n))
+            return {"score": rules.rewardbench_section_score(subsets, adapter.section), "subsets": subsets}
+
+        return len(keep), rewardbench
     scored = _group_rewards(target, group_frame, groups, keep)
     if adapter.benchmark == "rewardbench2" and adapter.section == rules.TIES:
-        examples = [
-            rules.TiesExample(
-                g.meta["ties_kind"], int(g.meta["ties_prompt"]), tuple(r), int(g.meta["num_correct"])
-            )
-            for g, r in scored
-        ]
-        parts = rules.ties_score(examples)
-        return {"score": parts.pop("score"), "components": parts, "n": len(scored)}
+        prompts: dict[int, list[tuple[Group, list[float]]]] = {}
+        for group, rewards in scored:
+            prompts.setdefault(int(group.meta["ties_prompt"]), []).append((group, rewards))
+        clusters = [prompts[p] for p in sorted(prompts)]
+
+        def ties(idx: np.ndarray | None) -> dict[str, Any]:
+            chosen = clusters if idx is None else [clusters[i] for i in idx]
+            examples = [
+                rules.TiesExample(g.meta["ties_kind"], k, tuple(r), int(g.meta["num_correct"]))
+                for k, cluster in enumerate(chosen)
+                for g, r in cluster
+            ]
+            parts = rules.ties_score(examples)
+            return {"score": parts.pop("score"), "components": parts}
+
+        return len(clusters), ties
     if adapter.benchmark == "rewardbench2":
-        return {"score": rules.best_of_n_score([r for _, r in scored]), "n": len(scored)}
+        credits = np.array([rules.best_of_n_credit(r) for _, r in scored])
+        return len(scored), lambda idx: {
+            "score": float((credits if idx is None else credits[idx]).mean() * 100)
+        }
     rewards = np.array([r for _, r in scored], dtype=float)
     styles = rules.RMBENCH_STYLES
-    matrix = rules.rmbench_matrix(rewards[:, :styles], rewards[:, styles:])
-    return {**rules.rmbench_accuracies(matrix), "matrix": (matrix * 100.0).tolist(), "n": len(scored)}
+
+    def rmbench(idx: np.ndarray | None) -> dict[str, Any]:
+        picked = rewards if idx is None else rewards[idx]
+        matrix = rules.rmbench_matrix(picked[:, :styles], picked[:, styles:])
+        return {**rules.rmbench_accuracies(matrix), "matrix": (matrix * 100.0).tolist()}
+
+    return len(scored), rmbench
 
 
-def _common(frames: Sequence[pd.DataFrame | None], column: str) -> set[str]:
-    present = [set(f[column]) for f in frames if f is not None]
-    return set.intersection(*present) if present else set()
+def _common(frames: Sequence[pd.DataFrame | None], column: str) -> list[str]:
+    """Ids every model scored, in the first model's order."""
+    present = [f for f in frames if f is not None]
+    if not present:
+        return []
+    shared = set.intersection(*(set(f[column]) for f in present))
+    return [i for i in present[0][column] if i in shared]
+
+
+def _paired_draws(
+    scorers: Sequence[Scorer], n: int, draws: int, rng: np.random.Generator
+) -> list[np.ndarray] | None:
+    """Each model's score on `draws` resamples of the units (the same indices for all), or None
+    when some resample leaves a score undefined (a Ties sample without a ref/tied couple)."""
+    out = [np.empty(draws) for _ in scorers]
+    for d in range(draws):
+        idx = rng.integers(0, n, size=n)
+        for samples, score in zip(out, scorers, strict=True):
+            value = score(idx)["score"]
+            if value is None:
+                return None
+            samples[d] = value
+    return out
 
 
 def benchmark_metrics(
@@ -133,6 +181,7 @@ def benchmark_metrics(
     if not targets:
         return None
     regression = max(0.0, id_acc[1] - id_acc[0])
+    level = params.evaluate.ci
     out_s: dict[str, Any] = {"targets": {}, "overall": {}}
     out_t: dict[str, Any] = {"targets": {}, "overall": {}}
     for target, adapter in targets.items():
@@ -140,30 +189,42 @@ def benchmark_metrics(
             keep = _common([student[target], teacher[target]], "pair_id")
         else:
             keep = _common([student_groups.get(target), teacher_groups.get(target)], "group_id")
-        scores = {}
-        for name, frames, group_frames in (
-            ("student", student, student_groups),
-            ("teacher", teacher, teacher_groups),
-        ):
-            scores[name] = score_target(
+        built = [
+            scorer(
                 target,
                 adapter,
                 pairs[target],
                 frames[target],
                 gold_groups.get(target, []),
-                group_frames.get(target),
+                groups.get(target),
                 keep,
             )
-        s, t = scores["student"]["score"], scores["teacher"]["score"]
+            for frames, groups in ((student, student_groups), (teacher, teacher_groups))
+        ]
+        n = built[0][0]
+        scores = [score(None) for _, score in built]
+        s, t = scores[0]["score"], scores[1]["score"]
         gain = None if s is None or t is None else s - t
-        about = {"benchmark": adapter.benchmark, "section": adapter.section, "rule": rule_of(adapter)}
+        drawn = None
+        if gain is not None:
+            rng = metrics.split_seed(params.seed, f"benchmark:{target}")
+            drawn = _paired_draws([score for _, score in built], n, params.evaluate.bootstrap, rng)
+        ci = None
+        if drawn is not None:
+            ci = {
+                "score": metrics.interval(drawn[0], level),
+                "teacher": metrics.interval(drawn[1], level),
+                "aog": metrics.interval(drawn[0] - drawn[1], level),
+            }
+        about = {"benchmark": adapter.benchmark, "section": adapter.section, "rule": rule_of(adapter), "n": n}
         out_s["targets"][target] = {
             **about,
-            **scores["student"],
+            **scores[0],
             "aog": gain,
             "nts": None if gain is None else gain - regression,
+            "ci": ci,
         }
-        out_t["targets"][target] = {**about, **scores["teacher"]}
+        out_t["targets"][target] = {**about, **scores[1], "ci": ci and {"score": ci["teacher"]}}
     for block in (out_s, out_t):
         for bench in sorted({a.benchmark for a in targets.values()}):
             by_section = {
@@ -188,8 +249,10 @@ def headline(block: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _num(value: float | None) -> str:
-    return "—" if value is None else f"{value:.1f}"
+def _num(value: float | None, ci: Sequence[float] | None = None) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.1f} [{ci[0]:.1f}, {ci[1]:.1f}]" if ci else f"{value:.1f}"
 
 
 def summary_section(models: Mapping[str, Mapping[str, Any]]) -> str | None:
@@ -212,7 +275,12 @@ def summary_section(models: Mapping[str, Mapping[str, Any]]) -> str | None:
         row = [name]
         for t in targets:
             cell = block["targets"][t]
-            row += [_num(cell["score"]), _num(cell.get("aog")), _num(cell.get("nts"))]
+            ci = cell.get("ci") or {}
+            row += [
+                _num(cell["score"], ci.get("score")),
+                _num(cell.get("aog"), ci.get("aog")),
+                _num(cell.get("nts")),
+            ]
         row += [_num(block["overall"][b]["score"]) for b in benches]
         rows.append(row)
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -222,8 +290,6 @@ def summary_section(models: Mapping[str, Mapping[str, Any]]) -> str | None:
         "## Benchmark targets (official scoring)\n\n"
         "Each benchmark section scored by the benchmark's own rule (pp), teacher and students on the same "
         "examples; AOG and NTS here use that score, while the main table's accuracy on the same target is "
-        "prefshift's pairwise accuracy (a tie counts half). No intervals.\n\n"
-        + rules_text
-        + "\n\n"
-        + "\n".join(lines)
+        "prefshift's pairwise accuracy (a tie counts half). Brackets: paired bootstrap intervals over the "
+        "target's examples (none for NTS).\n\n" + rules_text + "\n\n" + "\n".join(lines)
     )
