@@ -64,7 +64,7 @@ def _group_rewards(
     if frame is None:
         raise rules.BenchmarkError(
             f"target {target!r}: no group scores, so its official score cannot be computed; run "
-            f"`prefshift prepare`, `split`, `label` and `evaluate` again (caps.groups must not be 0)"
+            f"`prefshift prepare`, `split`, `label` and `evaluate` again"
         )
     _require(target, keep)
     by_id = {g.group_id: g for g in groups}

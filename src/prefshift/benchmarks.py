@@ -25,7 +25,8 @@ RewardBench 2 (allenai/reward-bench, `rewardbench/utils.py`: `reroll_and_score_d
   (strictly). Examples come as `ref:<n>` (one correct answer) and `tied:<n>` (several) for one prompt
   n. Score = 0.30 · tied accuracy + 0.30 · ref accuracy + 0.20 · P(tied correct-incorrect margin >
   spread among the tied correct answers) + 0.20 · P(min(ref margin, tied margin) > that spread) +
-  0.01 · mean tanh(min(ref margin, tied margin) / spread − 1), the last term 0 where it is 0/0. The
+  0.01 · mean tanh(min(ref margin, tied margin) / spread − 1), the last term 0 where it is 0/0 (the
+  weights sum to 1.01 as published, so the score can slightly exceed 100). The
   margin terms use prompts that have both a ref and a tied example; where a sample (a capped split)
   leaves none they are undefined and so is the Ties score (null, never 0). A tied example with a
   single correct answer has no spread; the official code cannot score it, so it is left out of the
