@@ -15,8 +15,12 @@ from prefshift.config import ConfigError, load_params
 # owner/name on the Hugging Face hub: letters, digits, '-', '_', '.'; no leading/trailing '-' or '.'.
 HUB_ID = re.compile(r"^[A-Za-z0-9](?:[\w.-]*[A-Za-z0-9])?/[A-Za-z0-9](?:[\w.-]*[A-Za-z0-9])?$")
 
-HELPFUL = ("helpful", "helpsteer3", ["hh_helpful", "ultrafeedback"])
-HARMLESS = ("harmless", "hh_harmless", ["pku_saferlhf", "rail"])
+HELPFUL = (
+    "helpful",
+    "helpsteer3",
+    ["hh_helpful", "ultrafeedback", "rewardbench_chat", "rewardbench_chat_hard", "rewardbench_reasoning"],
+)
+HARMLESS = ("harmless", "hh_harmless", ["pku_saferlhf", "rail", "rewardbench_safety"])
 LLAMA = ("meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.1-8B")
 QWEN = ("Qwen/Qwen2.5-0.5B", "Qwen/Qwen2.5-7B")
 LAPTOP = ("google/bert_uncased_L-2_H-128_A-2", "sentence-transformers/all-MiniLM-L6-v2")

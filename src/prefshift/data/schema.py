@@ -50,7 +50,11 @@ class Pair:
 
 @dataclass(frozen=True)
 class Group:
-    """Several rated responses to one prompt, for best-of-n selection accuracy."""
+    """Several rated responses to one prompt, for best-of-n selection accuracy.
+
+    `meta` holds what a benchmark's own scoring rule needs besides the responses (its
+    subset, an example id); empty for plain best-of-n sources.
+    """
 
     group_id: str
     dataset: str
@@ -58,6 +62,7 @@ class Group:
     prompt: list[dict[str, str]]
     responses: list[str]
     scores: list[float]
+    meta: dict[str, Any] = field(default_factory=dict)
 
 
 def content_hash(*parts: Any) -> str:
@@ -170,6 +175,7 @@ GROUP_SCHEMA = pa.schema(
         ("prompt", pa.string()),
         ("responses", pa.list_(pa.string())),
         ("scores", pa.list_(pa.float64())),
+        ("meta", pa.string()),
     ]
 )
 
@@ -210,7 +216,7 @@ def write_groups(path: str | Path, groups: Iterable[Group]) -> None:
     for group in groups:
         row = asdict(group)
         for name in GROUP_SCHEMA.names:
-            columns[name].append(_dump(row[name]) if name == "prompt" else row[name])
+            columns[name].append(_dump(row[name]) if name in ("prompt", "meta") else row[name])
     table = pa.table(columns, schema=GROUP_SCHEMA)
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp)
@@ -221,4 +227,7 @@ def read_groups(path: str | Path) -> list[Group]:
     if not path.exists():
         raise SchemaError(f"{path}: groups file not found")
     rows = pq.read_table(path).to_pylist()
-    return [Group(**{**row, "prompt": json.loads(row["prompt"])}) for row in rows]
+    return [
+        Group(**{**row, "prompt": json.loads(row["prompt"]), "meta": json.loads(row.get("meta") or "{}")})
+        for row in rows
+    ]

@@ -19,7 +19,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from prefshift import diagnostics, metrics
+from prefshift import benchmark_targets, diagnostics, metrics
 from prefshift.atomic import atomic_path, write_json
 from prefshift.config import LMSpec, Params
 from prefshift.data.schema import Group, Pair, SkipCounter, read_groups, read_pairs
@@ -316,6 +316,8 @@ def headline(m: Mapping[str, Any], targets: Sequence[str], student: bool = True)
         )
         for t in targets:
             out["targets"][t].update(aog=m["targets"][t]["aog"], nts=m["targets"][t]["nts"])
+    if "benchmarks" in m:
+        out["benchmarks"] = benchmark_targets.headline(m["benchmarks"])
     return out
 
 
@@ -383,6 +385,18 @@ def _score_and_compare(
         if layout.group_scores("teacher", ds).exists()
     }
     result = compute_metrics(student, teacher, ceiling, params, group_scores, gold_groups, teacher_groups)
+    official = benchmark_targets.benchmark_metrics(
+        params,
+        pairs,
+        student,
+        teacher,
+        gold_groups,
+        group_scores,
+        teacher_groups,
+        (result["id"]["acc"], result["teacher"]["id"]["acc"]),
+    )
+    if official is not None:
+        result["benchmarks"], result["teacher"]["benchmarks"] = official
     result["pairs"] = {s: {**result["pairs"][s], "skipped_by_scoring": skipped[s]} for s in splits}
     document = metrics_document(
         result,

@@ -31,6 +31,7 @@ from typing import Any
 
 import pandas as pd
 
+from prefshift import benchmark_targets
 from prefshift import report_figures as figs
 from prefshift.atomic import write_json, write_text
 from prefshift.config import METHODS, Params
@@ -466,6 +467,9 @@ def render_summary(
         "teacher; AOG = OOD gain per target; NTS = AOG minus the student's ID regression (if any).\n\n"
         + main_table(metrics, targets),
     ]
+    official = benchmark_targets.summary_section(_models(metrics))
+    if official:
+        parts.append(official)
     seeds = seeds_table(metrics, sweeps)
     if seeds:
         parts.append("## Across seeds (mean ± std)\n\n" + seeds)

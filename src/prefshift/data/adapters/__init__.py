@@ -16,6 +16,9 @@ from prefshift.data.adapters.hh_rlhf import HH_HARMLESS, HH_HELPFUL
 from prefshift.data.adapters.local import LOCAL
 from prefshift.data.adapters.pku_saferlhf import PKU_SAFERLHF, PKU_SAFERLHF_HELPFUL
 from prefshift.data.adapters.rail import RAIL
+from prefshift.data.adapters.rewardbench import REWARDBENCH_ADAPTERS
+from prefshift.data.adapters.rewardbench2 import REWARDBENCH2_ADAPTERS
+from prefshift.data.adapters.rmbench import RMBENCH_ADAPTERS
 from prefshift.data.adapters.synthetic import synthetic_adapters
 from prefshift.data.adapters.ultrafeedback import ULTRAFEEDBACK, ULTRAFEEDBACK_FULL
 
@@ -32,6 +35,9 @@ ADAPTERS: dict[str, Adapter] = {
         PKU_SAFERLHF,
         PKU_SAFERLHF_HELPFUL,
         RAIL,
+        *REWARDBENCH_ADAPTERS,
+        *REWARDBENCH2_ADAPTERS,
+        *RMBENCH_ADAPTERS,
         LOCAL,
         *synthetic_adapters(),
     )
@@ -81,7 +87,7 @@ def print_catalogue() -> None:
             adapter.category if adapter is not LOCAL else "from params",
             adapter.hf_id or "-",
             adapter.hf_config or adapter.data_dir or "-",
-            f"{adapter.splits['train']}, {adapter.splits['test']}",
+            f"{adapter.splits.get('train', '-')}, {adapter.splits['test']}",
         )
         needs.setdefault(adapter.needs, []).append(adapter.name)
     console = Console()

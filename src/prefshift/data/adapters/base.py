@@ -58,6 +58,10 @@ class Adapter:
     def to_pair(self, row: dict[str, Any], where: str, params: Params) -> Pair:
         raise NotImplementedError
 
+    def to_pairs(self, row: dict[str, Any], where: str, params: Params) -> list[Pair]:
+        """The pairs of one row: one for most sources, several where a row ranks more responses."""
+        return [self.to_pair(row, where, params)]
+
     def load_pairs(self, split: str, params: Params, counter: SkipCounter) -> list[Pair]:
         """Every valid pair of `split`; the rest skipped into `counter`, duplicates included."""
         if split not in self.splits:
@@ -66,16 +70,20 @@ class Adapter:
         seen: set[str] = set()
         for where, row in self.rows(split, params):
             try:
-                pair = self.to_pair(row, where, params)
-                content = pair_content_hash(pair)
-                if content in seen:
-                    raise RowError("duplicate", f"{where}: same prompt and responses as an earlier row")
+                row_pairs = self.to_pairs(row, where, params)
             except RowError as err:
                 counter.skip(err)
                 continue
-            seen.add(content)
-            counter.kept += 1
-            pairs.append(pair)
+            for pair in row_pairs:
+                content = pair_content_hash(pair)
+                if content in seen:
+                    counter.skip(
+                        RowError("duplicate", f"{where}: same prompt and responses as an earlier row")
+                    )
+                    continue
+                seen.add(content)
+                counter.kept += 1
+                pairs.append(pair)
         return pairs
 
     def load_groups(self, params: Params) -> list[Group]:
