@@ -313,6 +313,12 @@ def _usage_error(*args: str) -> str:
     return "".join(result.stderr.replace("│", "").split())
 
 
+def test_a_scalar_where_a_section_belongs_is_said_so_in_params_terms(tmp_path):
+    message = _cli_error("split", "-p", str(_params_file(tmp_path, {})), "-S", "data.sources.mine=3")
+    assert "data.sources.mine: expected a section of `key: value` entries (got 3)" in message
+    assert "DatasetSource" not in message
+
+
 def test_a_root_that_does_not_exist_is_refused(tmp_path):
     missing = tmp_path / "elsewhere"
     message = _usage_error("split", "--root", str(missing))

@@ -430,6 +430,8 @@ def _format_error(source: str, err: ValidationError) -> str:
             lines.append(f"  {key}: unknown key (check its spelling against params.yaml's sections)")
             continue
         message = item["msg"].removeprefix("Value error, ")
+        if item["type"] in ("model_type", "dict_type"):  # pydantic would name our class, e.g. DataConfig
+            message = "expected a section of `key: value` entries"
         given = item.get("input")
         got = "" if isinstance(given, dict) else f" (got {given!r})"  # a section's own check: the msg says it
         lines.append(f"  {key}: {message}{got}")
