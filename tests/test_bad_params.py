@@ -167,7 +167,7 @@ def _nested(key: str, value) -> dict:
     return tree
 
 
-def test_every_float_field_refuses_infinity_and_nan():
+def test_every_float_field_refuses_infinity_nan_and_booleans():
     floats = [(key, is_list) for key, kinds, is_list in _leaves(Params) if float in kinds]
     assert {"anchor.lambda", "student.lr", "label.temperature", "anchor.mid_fractions"} <= {
         k for k, _ in floats
@@ -176,6 +176,8 @@ def test_every_float_field_refuses_infinity_and_nan():
         for bad in (float("inf"), float("nan"), "1e400"):
             with pytest.raises(ConfigError, match=rf"{key}(\.0)?: Input should be a finite number"):
                 parse_params(_nested(key, [bad] if is_list else bad))
+        with pytest.raises(ConfigError, match=rf"{key}: a boolean where a number is expected"):
+            parse_params(_nested(key, [True] if is_list else True))
 
 
 def test_every_int_field_refuses_fractions_and_booleans():

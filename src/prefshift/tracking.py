@@ -161,7 +161,10 @@ def check_sqlite(uri: str, must_exist: bool = False) -> None:
     path = sqlite_path(uri)
     if path is None:
         return
-    fix = "point MLFLOW_TRACKING_URI at a writable sqlite file (or unset it for the project's mlflow.db)"
+    fix = (
+        "point the tracking URI (MLFLOW_TRACKING_URI, or the command's --to/--backend) at a writable "
+        "sqlite file, or unset MLFLOW_TRACKING_URI for the project's mlflow.db"
+    )
     if path.exists() and not path.is_file():
         raise TrackingError(f"tracking database {path} is not a file; {fix}")
     if not path.exists():
