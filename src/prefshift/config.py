@@ -433,7 +433,8 @@ def _format_error(source: str, err: ValidationError) -> str:
         if item["type"] in ("model_type", "dict_type"):  # pydantic would name our class, e.g. DataConfig
             message = "expected a section of `key: value` entries"
         given = item.get("input")
-        got = "" if isinstance(given, dict) else f" (got {given!r})"  # a section's own check: the msg says it
+        shown = repr(given) if len(repr(given)) <= 80 else f"{repr(given)[:77]}..."
+        got = "" if isinstance(given, dict) else f" (got {shown})"  # a section's own check: the msg says it
         lines.append(f"  {key}: {message}{got}")
     return "\n".join(lines)
 
