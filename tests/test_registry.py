@@ -91,7 +91,7 @@ def write_metrics(
 def _project(root: Path, factory) -> tuple[Params, Layout]:
     root.mkdir(parents=True, exist_ok=True)
     seed_database(factory, root / "mlflow.db")
-    params = Params(methods=["naive", "confidence", "anchor_last", "ceiling"])
+    params = Params(methods=["naive", "confidence", "anchor_last", "ceiling"], promote={"min_mean_aog": 0.0})
     return params, Layout(root)
 
 

@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from mlflow_support import seed_database
-from prefshift.sweep import SweepError, experiment_name, grid_points, parse_grid, sweep_filename
+from prefshift.errors import PrefshiftError
+from prefshift.sweep import experiment_name, grid_points, parse_grid, sweep_filename
 from test_pipeline_e2e import REPO, SMALL, _merge, _ran_stages, _run
 
 
@@ -40,13 +41,14 @@ def test_names_are_readable_and_ref_safe():
     ("specs", "message"),
     [
         ([], "nothing to sweep"),
-        (["anchor.lambda"], "expected key=value"),
+        (["anchor.lambda"], "expected section.key=value"),
+        (["anchor..lambda=1,2"], "has an empty part"),
         (["anchor.lambda=1,,2"], "empty value"),
         (["anchor.lambda=1", "anchor.lambda=2"], "given twice"),
     ],
 )
 def test_bad_grids_are_refused(specs, message):
-    with pytest.raises(SweepError, match=message):
+    with pytest.raises(PrefshiftError, match=message):  # key errors come from config's -S parser
         parse_grid(specs)
 
 

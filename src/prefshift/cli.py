@@ -30,7 +30,12 @@ SetOption = Annotated[
     list[str] | None,
     typer.Option("--set", "-S", help="Override a param, e.g. -S anchor.lambda=0.01 (repeatable)."),
 ]
-RootOption = Annotated[Path, typer.Option("--root", help="Project root holding data/, models/, reports/.")]
+RootOption = Annotated[
+    Path,
+    typer.Option(
+        "--root", exists=True, file_okay=False, help="Project root holding data/, models/, reports/."
+    ),
+]
 
 
 def _stage(module: str, function: str = "run") -> Any:
@@ -152,7 +157,7 @@ def score(
     root: RootOption = Path("."),
 ):
     """Rewards per row, and chosen-vs-rejected accuracy when the input has pairs."""
-    loaded = _params(params, set_) if params.exists() else Params()
+    loaded = _params(params, set_)
     result = _call(_stage("downstream", "score_command"), model, input_, out, loaded, Layout(root))
     if out is None:
         for row in result["rows"]:
@@ -165,7 +170,7 @@ def score(
 
 @app.command()
 def ui(
-    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 5000,
+    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="Port to listen on.")] = 5000,
     host: Annotated[str, typer.Option("--host", help="Interface to bind.")] = "127.0.0.1",
     backend: Annotated[str | None, typer.Option("--backend", help="Tracking DB URI.")] = None,
     check: Annotated[bool, typer.Option("--check", help="Verify the runs render in Chromium.")] = False,
@@ -219,10 +224,10 @@ def bench(
         "reports"
     ),
     quick: Annotated[bool, typer.Option("--quick", help="Tiny sizes, one repetition (smoke test).")] = False,
-    reps: Annotated[int | None, typer.Option("--reps", help="Timed repetitions (default 3).")] = None,
+    reps: Annotated[int | None, typer.Option("--reps", min=1, help="Timed repetitions (default 3).")] = None,
     pipeline: Annotated[bool, typer.Option("--pipeline", help="Also time full and no-op dvc repro.")] = False,
     keep: Annotated[bool, typer.Option("--keep", help="Keep the --pipeline clone (path printed).")] = False,
-    threads: Annotated[int, typer.Option("--threads", help="torch intra-op threads per run.")] = 1,
+    threads: Annotated[int, typer.Option("--threads", min=1, help="torch intra-op threads per run.")] = 1,
     note: Annotated[str | None, typer.Option("--note", help="A line for the report.")] = None,
 ):
     """Training vs TRL, ANCHOR overhead, scoring throughput (and the pipeline): reports/bench.{json,md}."""

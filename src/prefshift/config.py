@@ -3,15 +3,31 @@
 Every section mirrors a DVC stage's params, so `dvc repro` tracks exactly the
 keys a stage reads. Models forbid unknown keys: a typo in params.yaml must
 fail loudly with the key's path, never be silently ignored.
+
+The schema defaults *are* the embedded default: `Params()` equals the repository's
+params.yaml (tested), so a section left out of a params file means the same as in the
+embedded default. Checks every field gets without declaring them (see `Strict`): numbers
+are finite, a count is never given as `true` or `2.0`. Files and `-S` values are read
+with `read_yaml`, which refuses a key given twice, as DVC does.
 """
 
 from __future__ import annotations
 
+import types
+import typing
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from prefshift.errors import PrefshiftError
 
@@ -23,8 +39,53 @@ class ConfigError(PrefshiftError, ValueError):
     """A params file or override that cannot be used; the message names the key."""
 
 
+Seed = Annotated[int, Field(ge=0, lt=2**32)]  # what numpy's and torch's generators all accept
+INT64 = 2**63
+
+
+def _scalar_types(annotation: Any) -> set[Any]:
+    """The leaf types a field holds: `int | None` -> {int, NoneType}, `list[float]` -> {float}."""
+    if typing.get_origin(annotation) is Literal:
+        return set()
+    if typing.get_origin(annotation) is Annotated:
+        return _scalar_types(typing.get_args(annotation)[0])
+    args = typing.get_args(annotation)
+    if not args:
+        return {annotation}
+    return set().union(*(_scalar_types(arg) for arg in args if not isinstance(arg, types.EllipsisType)))
+
+
+def _refuse_lossy_number(value: Any, expected: set[Any]) -> None:
+    if isinstance(value, list):
+        for item in value:
+            _refuse_lossy_number(item, expected)
+    elif isinstance(value, bool):
+        if bool not in expected and expected & {int, float}:
+            raise ValueError("a boolean where a number is expected")
+    elif isinstance(value, float):
+        if int in expected and float not in expected:
+            raise ValueError("a fraction where a whole number is expected")
+    elif isinstance(value, int) and int in expected and not -INT64 <= value < INT64:
+        raise ValueError("out of range: a whole number that fits in 64 bits is expected")
+
+
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_assignment=True)
+    """Base of every params section; its checks cover any field a section declares.
+
+    `allow_inf_nan=False`: `.inf`, `.nan` and `1e400` (which overflows to inf) are refused
+    for every float, lists included. The validator below closes pydantic's lax coercions
+    that turn a typo into a count (`true` -> 1, `2.0` -> 2) and refuses integers past 64 bits.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid", populate_by_name=True, validate_assignment=True, allow_inf_nan=False
+    )
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _numbers_are_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        _refuse_lossy_number(value, _scalar_types(cls.model_fields[info.field_name].annotation))
+        return value
 
 
 class DatasetSource(Strict):
@@ -82,7 +143,7 @@ class DataConfig(Strict):
 class SyntheticConfig(Strict):
     """The offline preference-shift suite of the embedded default."""
 
-    seed: int = 0
+    seed: Seed = 0
     train_pairs: int = Field(4000, ge=10)
     test_pairs: int = Field(600, ge=10)
     shortcut_strength: float = Field(
@@ -114,15 +175,21 @@ class LMSpec(Strict):
         return self
 
 
+class StrongLMSpec(LMSpec):
+    """The strong backbone: the embedded default's is wider and deeper than the weak one."""
+
+    hidden_size: int = Field(96, ge=8)
+    num_layers: int = Field(4, ge=1)
+    num_heads: int = Field(4, ge=1)
+    intermediate_size: int = Field(192, ge=8)
+    pretrain_steps: int = Field(300, ge=0)
+
+
 class BackboneConfig(Strict):
     vocab_size: int = Field(600, ge=100, description="BPE vocabulary for the embedded default's tokenizer.")
     trust_remote_code: bool = False
     weak: LMSpec = Field(default_factory=LMSpec)
-    strong: LMSpec = Field(
-        default_factory=lambda: LMSpec(
-            hidden_size=96, num_layers=4, num_heads=4, intermediate_size=192, pretrain_steps=300
-        )
-    )
+    strong: StrongLMSpec = Field(default_factory=StrongLMSpec)
 
 
 class EncodeConfig(Strict):
@@ -157,6 +224,15 @@ class TrainConfig(Strict):
     probe_size: int = Field(16, ge=1, description="Pairs in the fixed batch used to measure drift.")
 
 
+class StudentConfig(TrainConfig):
+    """Student training: one pass, as is usual for reward models, with step checkpoints to resume from."""
+
+    epochs: int = Field(1, ge=1)
+    checkpoint_every: int = Field(
+        100, ge=0, description="Steps between resumable checkpoints (one epoch leaves only its end)."
+    )
+
+
 class LabelConfig(Strict):
     temperature: float = Field(1.0, gt=0)
 
@@ -171,13 +247,6 @@ class AnchorConfig(Strict):
     mid_fractions: list[float] = Field(default_factory=lambda: [0.5, 0.75])
     cache: bool = Field(True, description="Cache reference hidden states instead of a second forward pass.")
     cache_max_gb: float = Field(2.0, gt=0, description="In-memory budget of the cache before it spills.")
-
-    @field_validator("lam", mode="before")
-    @classmethod
-    def _finite(cls, value: Any) -> Any:
-        if isinstance(value, float) and value != value:
-            raise ValueError("anchor.lambda is NaN")
-        return value
 
     @field_validator("mid_fractions")
     @classmethod
@@ -215,7 +284,9 @@ class EvaluateConfig(Strict):
 
 class PromoteConfig(Strict):
     id_tolerance: float = Field(1.0, ge=0, description="Allowed ID accuracy drop vs the teacher (pp).")
-    min_mean_aog: float = Field(0.0, description="Mean AOG must exceed this (pp).")
+    min_mean_aog: float = Field(
+        -10.0, description="Mean AOG must exceed this (pp); the embedded default's demo gate, presets use 0."
+    )
 
 
 class TrackingConfig(Strict):
@@ -227,15 +298,15 @@ class TrackingConfig(Strict):
 
 
 class Params(Strict):
-    seed: int = 0
-    seeds: list[int] = Field(default_factory=lambda: [0])
+    seed: Seed = 0
+    seeds: list[Seed] = Field(default_factory=lambda: [0], min_length=1)
     methods: list[str] = Field(default_factory=lambda: list(METHODS))
     data: DataConfig = Field(default_factory=DataConfig)
     synthetic: SyntheticConfig = Field(default_factory=SyntheticConfig)
     backbone: BackboneConfig = Field(default_factory=BackboneConfig)
     encode: EncodeConfig = Field(default_factory=EncodeConfig)
     teacher: TrainConfig = Field(default_factory=TrainConfig)
-    student: TrainConfig = Field(default_factory=TrainConfig)
+    student: StudentConfig = Field(default_factory=StudentConfig)
     label: LabelConfig = Field(default_factory=LabelConfig)
     confidence: ConfidenceConfig = Field(default_factory=ConfidenceConfig)
     anchor: AnchorConfig = Field(default_factory=AnchorConfig)
@@ -247,8 +318,13 @@ class Params(Strict):
     @field_validator("methods")
     @classmethod
     def _known_methods(cls, value: list[str]) -> list[str]:
-        for name in value:
+        """An empty list would run nothing and let `promote` rewrite promotion.json with no decisions."""
+        if not value:
+            raise ValueError(f"no method listed; name at least one of {', '.join(METHODS)}")
+        for i, name in enumerate(value):
             check_method(name)
+            if name in value[:i]:
+                raise ValueError(f"{name!r} is listed twice")
         return value
 
     def resolved(self) -> dict[str, Any]:
@@ -262,13 +338,86 @@ def check_method(name: str) -> str:
     return name
 
 
-def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
-    keys = dotted.split(".")
+class DuplicateKeyError(yaml.YAMLError):
+    """A mapping that names one key twice."""
+
+
+def _refuse_duplicate_keys(node: yaml.Node, path: tuple[str, ...], seen: set[int]) -> None:
+    if id(node) in seen:  # an alias to a node already walked (or to an ancestor)
+        return
+    seen.add(id(node))
+    children: list[tuple[str, yaml.Node]] = []
+    if isinstance(node, yaml.MappingNode):
+        lines: dict[str, int] = {}
+        for key, value in node.value:
+            name = str(key.value) if isinstance(key, yaml.ScalarNode) else "?"
+            line = key.start_mark.line + 1
+            if name in lines and name != "<<":
+                where = ".".join((*path, name))
+                lines_given = f"lines {lines[name]} and {line}"
+                raise DuplicateKeyError(f"key {where} is given twice ({lines_given}); keep one")
+            lines[name] = line
+            children.append((name, value))
+    elif isinstance(node, yaml.SequenceNode):
+        children = [(str(i), item) for i, item in enumerate(node.value)]
+    for name, child in children:
+        _refuse_duplicate_keys(child, (*path, name), seen)
+
+
+class StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a key given twice in one mapping is an error.
+
+    PyYAML silently keeps the last value, while DVC (ruamel) refuses the file: a second
+    `seed:` or `anchor:` section would be ignored here and fatal in `dvc status`.
+    """
+
+    def compose_document(self) -> yaml.Node:
+        document = super().compose_document()
+        _refuse_duplicate_keys(document, (), set())
+        return document
+
+
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    if isinstance(err, yaml.MarkedYAMLError) and err.problem_mark is not None:
+        context = f"{err.context}: " if err.context else ""
+        mark = err.problem_mark
+        return f"{context}{err.problem} (line {mark.line + 1}, column {mark.column + 1})"
+    return str(err)
+
+
+def read_yaml(text: str, source: str, hint: str = "") -> Any:
+    """Parse params YAML (a file or an override value) strictly; errors name `source`."""
+    try:
+        return yaml.load(text, Loader=StrictLoader)  # a SafeLoader subclass: no arbitrary objects
+    except DuplicateKeyError as err:
+        raise ConfigError(f"{source}: {err}") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{source}: not valid YAML: {_yaml_problem(err)}{hint}") from None
+
+
+OVERRIDE_QUOTING = (
+    "; quote a string that holds { } [ ] : , or #, e.g. -S 'data.sources.x.path=\"x_{split}.jsonl\"'"
+)
+
+
+def split_override(item: str) -> tuple[list[str], str]:
+    """`section.key=value` -> (["section", "key"], "value"); the one parser of `-S` keys."""
+    key, sep, value = item.partition("=")
+    parts = [part.strip() for part in key.split(".")]
+    if not sep:
+        raise ConfigError(f"override {item!r}: expected section.key=value, e.g. -S anchor.lambda=0.01")
+    if not all(parts):
+        problem = "no key before '='" if not key.strip() else f"the key {key.strip()!r} has an empty part"
+        raise ConfigError(f"override {item!r}: {problem}; expected section.key=value, e.g. anchor.lambda=1")
+    return parts, value
+
+
+def _set_dotted(tree: dict[str, Any], keys: list[str], item: str, value: Any) -> None:
     node = tree
     for key in keys[:-1]:
         child = node.setdefault(key, {})
         if not isinstance(child, dict):
-            raise ConfigError(f"override {dotted!r}: {key!r} is not a section")
+            raise ConfigError(f"override {item!r}: {key!r} is not a section")
         node = child
     node[keys[-1]] = value
 
@@ -276,11 +425,17 @@ def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
 def _format_error(source: str, err: ValidationError) -> str:
     lines = [f"{source}: invalid params"]
     for item in err.errors():
-        key = ".".join(str(part) for part in item["loc"]) or "<root>"
+        key = ".".join(str(part) for part in item["loc"]) or "(top level)"
         if item["type"] == "extra_forbidden":
             lines.append(f"  {key}: unknown key (check its spelling against params.yaml's sections)")
-        else:
-            lines.append(f"  {key}: {item['msg']} (got {item.get('input')!r})")
+            continue
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] in ("model_type", "dict_type"):  # pydantic would name our class, e.g. DataConfig
+            message = "expected a section of `key: value` entries"
+        given = item.get("input")
+        shown = repr(given) if len(repr(given)) <= 80 else f"{repr(given)[:77]}..."
+        got = "" if isinstance(given, dict) else f" (got {shown})"  # a section's own check: the msg says it
+        lines.append(f"  {key}: {message}{got}")
     return "\n".join(lines)
 
 
@@ -294,23 +449,31 @@ def parse_params(raw: dict[str, Any], source: str = "params") -> Params:
 def load_params(path: str | Path = "params.yaml", overrides: list[str] | None = None) -> Params:
     """Read params.yaml and apply `section.key=value` overrides (values parsed as YAML)."""
     path = Path(path)
-    if not path.exists():
-        raise ConfigError(f"{path}: params file not found (run from the project root or pass --params)")
+    if not path.is_file():
+        problem = "is a directory, not a params file" if path.is_dir() else "params file not found"
+        raise ConfigError(f"{path}: {problem} (run from the project root or pass --params)")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeError) as err:
+        raise ConfigError(f"{path}: cannot read the params file ({err})") from None
+    raw = read_yaml(text, str(path))
+    if raw is None:  # `{}` is an explicit "all defaults", which are the embedded default
+        raise ConfigError(
+            f"{path}: the params file is empty (or only comments). Write one with `prefshift preset NAME` "
+            "(`prefshift preset --list` shows them) or restore the embedded default "
+            f"(`git checkout -- {path}`)"
+        )
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping of sections at the top level")
     apply_overrides(raw, overrides or [])
-    return parse_params(raw, str(path))
+    source = " -S ".join([str(path), *(overrides or [])])
+    return parse_params(raw, source)
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Set `section.key=value` items (values parsed as YAML) in the raw params tree, in place."""
     for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"override {item!r}: expected section.key=value")
-        key, value = item.split("=", 1)
-        _set_dotted(raw, key.strip(), yaml.safe_load(value))
+        keys, text = split_override(item)
+        value = read_yaml(text, f"override {item!r}", hint=OVERRIDE_QUOTING)
+        _set_dotted(raw, keys, item, value)
     return raw

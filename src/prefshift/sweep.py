@@ -30,10 +30,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from prefshift.atomic import write_json
-from prefshift.config import check_method, load_params
+from prefshift.config import check_method, load_params, read_yaml, split_override
 from prefshift.errors import PrefshiftError
 from prefshift.paths import Layout
 
@@ -65,10 +63,8 @@ def parse_grid(specs: Sequence[str]) -> dict[str, list[str]]:
         raise SweepError("nothing to sweep: pass at least one -S key=value1,value2")
     grid: dict[str, list[str]] = {}
     for spec in specs:
-        key, sep, values = spec.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise SweepError(f"-S {spec!r}: expected key=value1,value2,...")
+        keys, values = split_override(spec)
+        key = ".".join(keys)
         if key in grid:
             raise SweepError(f"-S {key}: given twice; list every value in one -S")
         points = split_values(values)
@@ -193,7 +189,7 @@ def run_point(root: Path, point: Mapping[str, str], methods: Sequence[str], copi
 def collect(root: Path, experiment: Mapping[str, Any], methods: Sequence[str], layout: Layout) -> list[Path]:
     """Write reports/sweeps/<method>__<key>=<value>.json for each method from the experiment's ref."""
     ref = experiment["ref"]
-    params = yaml.safe_load(_git(root, "show", f"{ref}:params.yaml"))
+    params = read_yaml(_git(root, "show", f"{ref}:params.yaml"), f"{ref}:params.yaml")
     sweep = {key: _dotted(params, key, f"{ref}:params.yaml") for key in experiment["point"]}
     written = []
     for method in methods:
@@ -215,6 +211,8 @@ def run(
     root = Path(root)
     layout = Layout(root)
     methods = [check_method(m) for m in methods]
+    if not methods or len(set(methods)) != len(methods):
+        raise SweepError(f"--methods {','.join(methods)!r}: name each method to collect once, e.g. naive")
     grid = parse_grid(specs)
     points = grid_points(grid)
     for point in points:  # a typo or a bad value fails here, before any experiment starts

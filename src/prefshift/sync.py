@@ -65,6 +65,7 @@ def sync(layout: Layout, target: str | None = None) -> dict[str, Any]:
     source = tracking.offline_uri(root)
     if target == source:
         raise PrefshiftError(f"sync target {target} is the offline database itself; set MLFLOW_TRACKING_URI")
+    tracking.check_sqlite(target)
     tracking.check_reachable(target)
     src, dst = tracking.client_for(source), tracking.client_for(target)
     for experiment in src.search_experiments():

@@ -21,6 +21,10 @@ dep of its DVC stage (`DVC_STAGE`, or `<stage>@<method>`), computed with DVC's o
 hashing when the run starts: dvc.lock only receives them after the stage ends, so reading
 it would tag the previous run's inputs. Without a DVC stage, the split manifest's sha256.
 
+Unusable databases. A sqlite URI whose file cannot be written (a read-only location, a
+directory that does not exist, a path that is a directory) stops the command at once,
+naming the path: MLflow itself retries opening it for about 105 s before failing.
+
 Outages. An http(s) server that does not answer at start stops the stage before any
 work, naming the URI, unless `tracking.required` is false: then the run is recorded in
 `<root>/.prefshift/offline.db` (self-gitignored, not a DVC output). A server lost mid-run
@@ -41,6 +45,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -138,9 +143,56 @@ def check_reachable(uri: str, timeout: float = 5.0) -> None:
     )
 
 
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a `sqlite:///<path>` URI (`sqlite:////abs` is absolute), else None."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    return Path(urllib.parse.unquote(uri[len("sqlite:///") :].split("?", 1)[0]))
+
+
+def check_sqlite(uri: str, must_exist: bool = False) -> None:
+    """Fail in a moment, naming the path, where sqlite could not open the database read-write.
+
+    Probed by opening the file and creating a scratch file beside it (sqlite writes its
+    journal there), not by permission bits, so a read-only mount or another user's
+    directory is caught too. `must_exist` is for readers (pull, score, the UI check): a
+    database that is not there has nothing to read, and MLflow would create an empty one.
+    """
+    path = sqlite_path(uri)
+    if path is None:
+        return
+    fix = (
+        "point the tracking URI (MLFLOW_TRACKING_URI, or the command's --to/--backend) at a writable "
+        "sqlite file, or unset MLFLOW_TRACKING_URI for the project's mlflow.db"
+    )
+    if path.exists() and not path.is_file():
+        raise TrackingError(f"tracking database {path} is not a file; {fix}")
+    if not path.exists():
+        if must_exist:
+            raise TrackingError(
+                f"no tracking database at {path}: run the pipeline first (`dvc repro`), or {fix}"
+            )
+        if not path.parent.is_dir():
+            raise TrackingError(
+                f"tracking database {path}: directory {path.parent} does not exist; "
+                f"create it (mkdir -p {path.parent}) or {fix}"
+            )
+    try:
+        if path.exists():
+            path.open("r+b").close()
+        with tempfile.TemporaryFile(dir=path.parent):
+            pass
+    except OSError as err:
+        raise TrackingError(
+            f"tracking database {path} is not writable ({err.strerror or err}); "
+            f"make {path.parent} writable or {fix}"
+        ) from None
+
+
 def resolve_uri(params: Params, layout: Layout) -> str:
     """The URI to log to after the reachability check and the offline fallback."""
     uri = tracking_uri(layout)
+    check_sqlite(uri)
     try:
         check_reachable(uri)
     except TrackingError as err:
@@ -431,6 +483,7 @@ def client_for(uri: str):
 def open_client(layout: Layout):
     """A client on the project's tracking URI for commands that must reach it (pull, score)."""
     uri = tracking_uri(layout)
+    check_sqlite(uri, must_exist=True)
     check_reachable(uri)
     return client_for(uri)
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from prefshift.errors import PrefshiftError
 from prefshift.paths import Layout
-from prefshift.tracking import PIPELINE_TAG, tracking_uri
+from prefshift.tracking import PIPELINE_TAG, check_sqlite, tracking_uri
 
 CHECKED = ("wrg", "mean_aog", "mean_nts")
 
@@ -32,6 +32,7 @@ def command(layout: Layout, host: str, port: int, backend: str | None = None) ->
     uri = backend or tracking_uri(layout)
     if uri.startswith(("http://", "https://")):
         raise PrefshiftError(f"runs are tracked on the server {uri}: open it in a browser")
+    check_sqlite(uri)
     return [
         sys.executable,
         "-m",
@@ -75,6 +76,7 @@ def _evaluate_runs(uri: str, experiment: str) -> tuple[str, list[Any]]:
     """(experiment id, evaluate runs of the newest pipeline run that has any)."""
     from mlflow import MlflowClient
 
+    check_sqlite(uri, must_exist=True)
     client = MlflowClient(uri)
     found = client.get_experiment_by_name(experiment)
     if found is None:

@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from prefshift.atomic import write_text
-from prefshift.config import ConfigError, Params, apply_overrides, parse_params
+from prefshift.config import ConfigError, Params, apply_overrides, parse_params, read_yaml
 
 PARTIAL_PREFIX = "_"
 FILE_KEYS = ("description", "extends", "notes", "params")
@@ -65,10 +65,8 @@ def _read(name: str, partial: bool) -> dict[str, Any]:
         kind = "partial" if partial else "preset"
         raise ConfigError(f"unknown {kind} {name!r}; available: {', '.join(_available(partial))}")
     filename = f"{name}.yaml"
-    try:
-        data = yaml.safe_load((resources.files(__name__) / filename).read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as err:
-        raise ConfigError(f"presets/{filename}: not valid YAML: {err}") from None
+    text = (resources.files(__name__) / filename).read_text(encoding="utf-8")
+    data = read_yaml(text, f"presets/{filename}") or {}
     if not isinstance(data, dict):
         raise ConfigError(f"presets/{filename}: expected a mapping with keys {', '.join(FILE_KEYS)}")
     unknown = sorted(set(data) - set(FILE_KEYS))
@@ -133,6 +131,8 @@ def render(name: str, overrides: list[str] | None = None) -> str:
 
 def write(name: str, out: str | Path = "params.yaml", overrides: list[str] | None = None) -> Path:
     out = Path(out)
+    if out.is_dir():
+        raise ConfigError(f"--out {out}: is a directory; name the file to write, e.g. {out / 'params.yaml'}")
     write_text(out, render(name, overrides))
     return out
 
