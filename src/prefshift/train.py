@@ -86,6 +86,14 @@ def mixed_precision(precision: str) -> str:
     return "no"
 
 
+def adamw(params: Sequence[torch.nn.Parameter], cfg: TrainConfig) -> torch.optim.AdamW:
+    """AdamW with its fused kernel, as transformers' Trainer (hence TRL) uses: one pass per
+    parameter instead of a chain of elementwise ops. On CPU torch's default is the for-loop
+    kernel, which took about twice as long per step in the issue-18 profile. The update is
+    the same up to float rounding (last-bit differences), and just as deterministic."""
+    return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True)
+
+
 def apply_lora(model: RewardModel, cfg: TrainConfig) -> None:
     """Wrap the HF model with LoRA adapters; the scalar head is trained in full and saved."""
     from peft import LoraConfig, TaskType, get_peft_model
@@ -294,7 +302,7 @@ def train_reward_model(
         fill_s = time.perf_counter() - fill_start
 
     trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(trainable, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    optimizer = adamw(trainable, cfg)
     total_steps = max(1, sum(len(batches) for batches in schedule) // cfg.grad_accum)
     scheduler = get_scheduler(
         "linear",
