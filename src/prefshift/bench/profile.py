@@ -125,8 +125,9 @@ def profile_training(
             result["variants"][name] = {
                 k: out[k] for k in ("wall_s", "work", "side_work", "settings", "profile")
             }
-    write_json(out_dir / "bench_profile.json", result)
-    write_text(out_dir / "bench_profile.md", render(result))
+            # Written after every variant: TRL as shipped can take minutes without native bf16.
+            write_json(out_dir / "bench_profile.json", result)
+            write_text(out_dir / "bench_profile.md", render(result))
     return result
 
 

@@ -37,9 +37,15 @@ def _tick(target: dict | None) -> str:
     return "" if target is None else ("✓" if target["met"] else "✗")
 
 
+def _in_order(models: dict) -> list[str]:
+    """Smallest model first (bench.json's keys are sorted by name)."""
+    return sorted(models, key=lambda m: list(MODELS).index(m) if m in MODELS else len(MODELS))
+
+
 def _training_rows(training: dict) -> list[str]:
     rows = []
-    for model, entry in training["models"].items():
+    for model in _in_order(training["models"]):
+        entry = training["models"][model]
         name, vs = MODELS.get(model, model), entry["vs_ours"]
         if "trl" in vs:
             rows.append(
@@ -84,7 +90,7 @@ def _anchor_rows(anchor: dict) -> list[str]:
 
 
 def _evaluation_rows(evaluation: dict) -> list[str]:
-    models = evaluation["models"]
+    models = {m: evaluation["models"][m] for m in _in_order(evaluation["models"])}
     names = " / ".join(MODELS.get(m, m).removeprefix("Llama ") for m in models)
     values = " / ".join(_spread(e["batched_over"]["per_pair"]) for e in models.values())
     met = all(e["target"]["met"] for e in models.values())
@@ -119,10 +125,16 @@ def readme_block(result: dict) -> str:
     spread = "min–max over invocations" if invocations > 1 else "min–max over rounds"
     lines = [
         START,
-        f"Measured {result['date']} on {m['cpu']} ({m['cores']} cores), {settings['threads']} torch thread,"
-        f" fp32 on both sides; {invocations} invocation(s) of {settings['reps']} interleaved rounds"
+        f"Measured {result['date']} on {m['cpu']} ({m['cores']} cores), {settings['threads']} torch thread;"
+        f" {invocations} invocation(s) of {settings['reps']} interleaved rounds"
         f" (`{settings['command']}`). Ratios are medians ({spread}).",
     ]
+    models = (result.get("training") or {}).get("models", {})
+    if any("settings" not in entry for entry in models.values()):
+        lines.append(
+            "This result predates the equal-work check (issue 18): its TRL rows ran `RewardConfig`'s"
+            " defaults, bf16 autocast and gradient checkpointing, against our fp32 loop."
+        )
     if result.get("note"):
         lines.append(f"Note: {result['note']}")
     lines += [
