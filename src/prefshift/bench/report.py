@@ -51,8 +51,8 @@ def _work_lines(entry: dict) -> list[str]:
         "Computed tokens differ only by padding (the batching under test). Our loop's no-grad forwards are"
         " its drift probes (a fixed batch before the first step and after the last): work TRL does not do,"
         " inside our timed run. The bare loop keeps torch's defaults. A `_as_shipped` TRL row runs"
-        " `RewardConfig`'s defaults, bf16 autocast and gradient checkpointing: other arithmetic, so its"
-        " ratio is not a like-for-like one.",
+        " `RewardConfig`'s defaults, bf16 autocast and gradient checkpointing, and an `ours_bf16` row our"
+        " loop with `train.precision: bf16`: other arithmetic, so their ratios are not like-for-like.",
         "",
     ]
 

@@ -44,9 +44,9 @@ LR = 5e-4
 WARMUP = 0.1
 
 
-def train_config(work: Workload, epochs: int, **extra) -> TrainConfig:
+def train_config(work: Workload, epochs: int, precision: str = "fp32", **extra) -> TrainConfig:
     return TrainConfig(
-        batch_size=work.batch_size, epochs=epochs, lr=LR, warmup_frac=WARMUP, precision="fp32", **extra
+        batch_size=work.batch_size, epochs=epochs, lr=LR, warmup_frac=WARMUP, precision=precision, **extra
     )
 
 
@@ -81,7 +81,14 @@ def measured(
 
 
 def run_ours(
-    spec_name: str, work: Workload, tok_dir: Path, items, epochs: int, batching: str, profile_top: int = 0
+    spec_name: str,
+    work: Workload,
+    tok_dir: Path,
+    items,
+    epochs: int,
+    batching: str,
+    profile_top: int = 0,
+    precision: str = "fp32",
 ) -> dict:
     """Our trainer with the naive objective, in this (fresh) process."""
     import prefshift.train as train_module
@@ -101,7 +108,7 @@ def run_ours(
                     tokenizer,
                     data,
                     Objective("naive"),
-                    train_config(work, n_epochs),
+                    train_config(work, n_epochs, precision),
                     seed=work.seed,
                     name="bench",
                     progress=False,
@@ -337,6 +344,9 @@ def bench_training(
             "random_batches",
             label="bare_torch_loop",
         )
+        if trl_as_shipped:  # our loop in the arithmetic TRL ships with (bf16 autocast), for comparison
+            args = (spec_name, work, tok_dir, items, epochs, "shipped", 0, "bf16")
+            variants["ours_bf16"] = partial(isolated, run_ours, *args, label="ours_bf16")
         if skipped is None:
             for name, (sampling, aligned) in TRL_VARIANTS.items():
                 if aligned or trl_as_shipped:
