@@ -72,7 +72,8 @@ def test_work_counter_counts_training_forwards_and_sees_the_arithmetic():
         "computed_tokens": 3 * 8 * max(len(ids) for ids in seqs),
         "fingerprint": fingerprint(seqs, times=3),
     }
-    assert out["side_work"] == {"no_grad_forwards": 1, "real_tokens": real}
+    side = out["side_work"]
+    assert (side["no_grad_forwards"], side["real_tokens"]) == (1, real) and side["wall_s"] > 0
     settings = out["settings"]
     assert settings["autocast"] == ["bfloat16", "off"]
     assert settings["precision"] == "bfloat16 autocast, float32 weights"
@@ -201,6 +202,7 @@ def test_quick_bench_writes_well_formed_reports(tmp_path):
     assert tiny["workload"]["work"]["pairs"] == 16 and tiny["workload"]["work"]["real_tokens"] > 0
     assert tiny["settings"]["ours"]["optimizer"]["kernel"] == "fused"
     assert tiny["side_work"]["ours"]["no_grad_forwards"] == 2  # drift probes before and after
+    assert 0 < tiny["side_work"]["ours"]["share_of_wall"]["median"] < 1
     if result["training"]["trl_skipped"] is None:
         assert tiny["vs_ours"]["trl"]["ratio"] > 0 and "met" in tiny["target"]
         for name in ("trl", "trl_group_by_length"):  # aligned with ours: fp32, no checkpointing

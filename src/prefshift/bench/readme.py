@@ -65,6 +65,12 @@ def _training_rows(training: dict) -> list[str]:
         rows.append(
             f"| … ours ÷ bare PyTorch loop (random batches), {name} | {_spread(vs['bare_torch_loop'])} | — |"
         )
+        if "side_work" in entry:
+            share = entry["side_work"]["ours"]["share_of_wall"]["median"]
+            rows.append(
+                f"| … share of our wall time in drift probes (TRL runs none), {name}"
+                f" | {100 * share:.0f}% | — |"
+            )
     return rows
 
 

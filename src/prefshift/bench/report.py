@@ -35,15 +35,16 @@ def _work_lines(entry: dict) -> list[str]:
         f"Every variant trained on the same {work['pairs']} pairs and {work['real_tokens']} real tokens"
         f" (fingerprint {work['fingerprint']}, checked per run).",
         "",
-        "| variant | computed tokens | no-grad forwards (real tokens) | precision | attention"
+        "| variant | computed tokens | no-grad forwards (real tokens; share of wall) | precision | attention"
         " | gradient checkpointing | pad multiple | threads | AdamW kernel |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, settings in entry["settings"].items():
         side = entry["side_work"][name]
+        share = 100 * side["share_of_wall"]["median"]
         lines.append(
             f"| {name} | {entry['computed_tokens'][name]}"
-            f" | {side['no_grad_forwards']} ({side['real_tokens']}) | {_settings(settings)} |"
+            f" | {side['no_grad_forwards']} ({side['real_tokens']}; {share:.1f}%) | {_settings(settings)} |"
         )
     return [
         *lines,

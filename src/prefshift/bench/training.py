@@ -363,7 +363,14 @@ def bench_training(
                 name: summary([r["real_tokens_per_s"] for r in rs]) for name, rs in runs.items()
             },
             "computed_tokens": {name: rs[0]["work"]["computed_tokens"] for name, rs in runs.items()},
-            "side_work": {name: rs[0]["side_work"] for name, rs in runs.items()},
+            "side_work": {
+                name: {
+                    "no_grad_forwards": rs[0]["side_work"]["no_grad_forwards"],
+                    "real_tokens": rs[0]["side_work"]["real_tokens"],
+                    "share_of_wall": summary([r["side_work"]["wall_s"] / r["wall_s"] for r in rs]),
+                }
+                for name, rs in runs.items()
+            },
             "settings": {name: rs[0]["settings"] for name, rs in runs.items()},
             "peak_rss_mb": {name: summary([r["peak_rss_mb"] for r in rs]) for name, rs in runs.items()},
             "vs_ours": vs,

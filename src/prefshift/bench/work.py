@@ -14,6 +14,7 @@ defaults to bf16 autocast and gradient checkpointing even when the run is on CPU
 from __future__ import annotations
 
 import hashlib
+import time
 from pathlib import Path
 
 import torch
@@ -78,6 +79,8 @@ class WorkCounter:
         self._hash_sum = 0
         self.side_forwards = 0
         self.side_real_tokens = 0
+        self.side_s = 0.0
+        self._side_start = 0.0
         self.autocast: set[str] = set()
         self.optimizer: dict | None = None
         self._side_range: record_function | None = None
@@ -99,6 +102,7 @@ class WorkCounter:
             self.side_real_tokens += int(mask.sum())
             self._side_range = record_function(SIDE_RANGE)
             self._side_range.__enter__()
+            self._side_start = time.perf_counter()
             return
         self.forwards += 1
         self.sequences += input_ids.shape[0]
@@ -113,6 +117,7 @@ class WorkCounter:
 
     def _after_forward(self, module: nn.Module, args: tuple, output) -> None:
         if self._side_range is not None:
+            self.side_s += time.perf_counter() - self._side_start
             self._side_range.__exit__(None, None, None)
             self._side_range = None
 
@@ -138,7 +143,11 @@ class WorkCounter:
                 "computed_tokens": self.computed_tokens,
                 "fingerprint": f"{self._hash_sum:016x}",
             },
-            "side_work": {"no_grad_forwards": self.side_forwards, "real_tokens": self.side_real_tokens},
+            "side_work": {
+                "no_grad_forwards": self.side_forwards,
+                "real_tokens": self.side_real_tokens,
+                "wall_s": self.side_s,
+            },
             "settings": {
                 "precision": _precision(param_dtype, autocast),
                 "autocast": autocast,
