@@ -4,9 +4,11 @@ Both sides get the same token ids (our encoding, passed to TRL pre-tokenised as
 `chosen_ids`/`rejected_ids`, which it accepts as-is), the same freshly initialised
 Llama-style classifier, batch size, learning-rate schedule, clipping, fp32 on CPU,
 dropout off and number of optimizer steps. TRL's logging, saving and evaluation are
-switched off; its length-grouped sampler reads a `length` column, which its collator
-ignores. Our loop is timed whole (accelerator set-up, drift probes included);
-TRL's `train()` call is timed, its dataset preparation and constructor are not.
+switched off, and so are its bf16 and gradient-checkpointing defaults (`run_trl`); its
+length-grouped sampler reads a `length` column, which its collator ignores. Every run
+counts the work it did (`bench.work`), and a result where any run trained on other pairs
+or tokens is refused (`check_equal_work`). Our loop is timed whole (accelerator set-up,
+drift probes included); TRL's `train()` call is timed, its dataset preparation and constructor are not.
 Each process first runs its variant for two steps on a slice of the data, so import
 and first-call costs never land in a timed run; model construction is never timed.
 Ablations of our loop (random batches, fixed padding), TRL with its own length-grouped
