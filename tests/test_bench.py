@@ -85,6 +85,30 @@ def test_work_counter_counts_training_forwards_and_sees_the_arithmetic():
     assert counter.forwards == 3
 
 
+def test_profile_table_ranks_operators_and_times_the_labelled_forwards():
+    from prefshift.bench.profile import operator_table, profiled
+
+    data = items(2)
+    batch = collate(data, tokenizer().pad_token_id)
+    model = reward_model()
+    counter = WorkCounter(model, pad_to_multiple_of=None)
+    with profiled(True) as prof:
+        with torch.no_grad():
+            model(batch["input_ids"], batch["attention_mask"])
+        a = torch.randn(256, 256)
+        for _ in range(20):
+            a = a @ a / 16
+    counter.close()
+    table = operator_table(prof, top=3)
+    ops = table["operators"]
+    assert len(ops) == 3 and ops[0]["self_cpu_s"] >= ops[1]["self_cpu_s"] >= ops[2]["self_cpu_s"]
+    assert any(op["name"] in ("aten::mm", "aten::div") for op in ops)
+    assert 0 < sum(op["share"] for op in ops) <= 1
+    assert table["spans_s"]["no_grad_forward"] > 0 and table["spans_s"]["optimizer_step"] == 0
+    with profiled(False) as nothing:
+        assert nothing is None
+
+
 def test_fingerprint_ignores_order_and_sees_a_changed_token():
     seqs = [[1, 2, 3], [4, 5], [6]]
     assert fingerprint(seqs) == fingerprint(seqs[::-1])
