@@ -8,9 +8,13 @@ import pytest
 import torch
 
 from prefshift.bench.batching import fixed_collate, random_batches
-from prefshift.bench.common import padding_efficiency, ratio, summary
+from prefshift.bench.common import BenchError, padding_efficiency, ratio, summary
+from prefshift.bench.invocations import aggregate
+from prefshift.bench.readme import END, START, ReadmeError, readme_block, update_readme
+from prefshift.bench.training import check_equal_work
+from prefshift.bench.work import WorkCounter, fingerprint
 from prefshift.data.encode import collate
-from tiny_models import items, tokenizer
+from tiny_models import items, reward_model, tokenizer
 
 
 def test_padding_efficiency_counts_real_over_computed_tokens():
@@ -45,6 +49,154 @@ def test_summary_and_ratio_of_interleaved_rounds():
     assert ratio([4.0, 6.0], [2.0, 3.0], higher_is_better=False)["best_runs"] == 2.0
 
 
+def test_work_counter_counts_training_forwards_and_sees_the_arithmetic():
+    data = items(4)
+    batch = collate(data, tokenizer().pad_token_id)
+    model = reward_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+    counter = WorkCounter(model, pad_to_multiple_of=None)
+    with torch.no_grad():  # a drift probe: side work, not training
+        model(batch["input_ids"], batch["attention_mask"])
+    for _ in range(2):
+        model(batch["input_ids"], batch["attention_mask"]).rewards.sum().backward()
+        optimizer.step()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        model(batch["input_ids"], batch["attention_mask"])
+    out = counter.summary()
+    seqs = [s.input_ids for it in data for s in (it.chosen, it.rejected)]
+    real = sum(len(ids) for ids in seqs)
+    assert out["work"] == {
+        "forwards": 3,
+        "pairs": 3 * 4,
+        "real_tokens": 3 * real,
+        "computed_tokens": 3 * 8 * max(len(ids) for ids in seqs),
+        "fingerprint": fingerprint(seqs, times=3),
+    }
+    side = out["side_work"]
+    assert (side["no_grad_forwards"], side["real_tokens"]) == (1, real) and side["wall_s"] > 0
+    settings = out["settings"]
+    assert settings["autocast"] == ["bfloat16", "off"]
+    assert settings["precision"] == "bfloat16 autocast, float32 weights"
+    assert settings["optimizer"] == {"name": "AdamW", "kernel": "fused"}
+    assert settings["attn_implementation"] == model.config._attn_implementation
+    assert settings["threads"] == torch.get_num_threads() and settings["pad_to_multiple_of"] == 1
+    assert not settings["gradient_checkpointing"]
+    model(batch["input_ids"], batch["attention_mask"])  # hooks removed: nothing more is counted
+    assert counter.forwards == 3
+
+
+def test_profile_table_ranks_operators_and_times_the_labelled_forwards():
+    from prefshift.bench.profile import operator_table, profiled
+
+    data = items(2)
+    batch = collate(data, tokenizer().pad_token_id)
+    model = reward_model()
+    counter = WorkCounter(model, pad_to_multiple_of=None)
+    with profiled(True) as prof:
+        with torch.no_grad():
+            model(batch["input_ids"], batch["attention_mask"])
+        a = torch.randn(256, 256)
+        for _ in range(20):
+            a = a @ a / 16
+    counter.close()
+    table = operator_table(prof, top=3)
+    ops = table["operators"]
+    assert len(ops) == 3 and ops[0]["self_cpu_s"] >= ops[1]["self_cpu_s"] >= ops[2]["self_cpu_s"]
+    assert any(op["name"] in ("aten::mm", "aten::div") for op in ops)
+    assert 0 < sum(op["share"] for op in ops) <= 1
+    assert table["spans_s"]["no_grad_forward"] > 0 and table["spans_s"]["optimizer_step"] == 0
+    with profiled(False) as nothing:
+        assert nothing is None
+
+
+def test_fingerprint_ignores_order_and_sees_a_changed_token():
+    seqs = [[1, 2, 3], [4, 5], [6]]
+    assert fingerprint(seqs) == fingerprint(seqs[::-1])
+    assert fingerprint(seqs) != fingerprint([[1, 2, 3], [4, 5], [7]])
+    assert fingerprint(seqs, times=2) == fingerprint(seqs + seqs)
+
+
+def test_unequal_work_is_refused():
+    data = items(4)
+    seqs = [s.input_ids for it in data for s in (it.chosen, it.rejected)]
+    real = sum(len(ids) for ids in seqs)
+    same = {"pairs": 8, "real_tokens": 2 * real, "fingerprint": fingerprint(seqs, times=2)}
+    runs = {"ours": [{"work": same}], "trl": [{"work": same, "dropped_rows": 0}]}
+    assert check_equal_work(runs, data, epochs=2) == same
+    with pytest.raises(BenchError, match=r"trl \(round 1\) did different work.*dropped 1 rows"):
+        check_equal_work({"trl": [{"work": same, "dropped_rows": 1}]}, data, epochs=2)
+    fewer = {**same, "real_tokens": real}
+    with pytest.raises(BenchError, match=r"ours \(round 2\)"):
+        check_equal_work({"ours": [{"work": same}, {"work": fewer}]}, data, epochs=2)
+
+
+def _invocation(ours: list[float], trl: list[float], load: float) -> dict:
+    return {
+        "date": f"2026-12-01 0{int(load)}:00 UTC",
+        "machine": {"cpu": "test cpu", "cores": 2, "load_avg_1_5_15": [load, load, load]},
+        "versions": {"torch": "x"},
+        "settings": {"quick": False, "reps": len(ours), "threads": 1, "invocations": 1},
+        "note": None,
+        "gpu": "none",
+        "training": {
+            "trl_skipped": None,
+            "models": {
+                "small_4x256": {
+                    "pairs_per_s": {"ours": summary(ours), "trl": summary(trl)},
+                    "settings": {"trl": {"precision": "float32"}},
+                    "vs_ours": {"trl": ratio(ours, trl)},
+                    "target": None,
+                }
+            },
+        },
+    }
+
+
+def test_invocations_merge_into_medians_with_their_spread():
+    runs = [
+        _invocation([10, 12], [8, 8], 1),
+        _invocation([13, 13], [10, 10], 2),
+        _invocation([9, 9], [9, 9], 3),
+    ]
+    merged = aggregate(runs)
+    entry = merged["training"]["models"]["small_4x256"]
+    ours = entry["pairs_per_s"]["ours"]
+    assert ours == {"median": 11.0, "min": 9, "max": 13, "n": 6, "invocation_medians": [11.0, 13.0, 9.0]}
+    r = entry["vs_ours"]["trl"]
+    assert r["invocation_ratios"] == [11 / 8, 13 / 10, 1.0]
+    assert r["ratio"] == 1.3 and (r["invocation_min"], r["invocation_max"]) == (1.0, 11 / 8)
+    assert (r["round_min"], r["round_max"]) == (1.0, 1.5)
+    assert entry["target"] == {"ours_over_trl_min": 1.3, "met": True}  # judged again on the median
+    assert entry["settings"] == {"trl": {"precision": "float32"}}  # agreeing values are kept
+    assert merged["settings"]["invocations"] == 3 and len(merged["invocation_dates"]) == 3
+    assert merged["machine"]["load_avg_1_5_15"] == [[1, 1, 1], [2, 2, 2], [3, 3, 3]]
+    broken = _invocation([1], [1], 4)
+    del broken["training"]["models"]["small_4x256"]["target"]
+    with pytest.raises(BenchError, match=r"disagree on the keys of training\.models\.small_4x256"):
+        aggregate([runs[0], broken])
+
+
+def test_readme_numbers_block_is_rewritten_from_the_result(tmp_path):
+    merged = aggregate([_invocation([12], [10], 1), _invocation([11], [10], 2), _invocation([14], [10], 3)])
+    merged["training"]["models"]["small_4x256"]["vs_ours"]["bare_torch_loop"] = ratio([12], [12])
+    merged["settings"]["command"] = "prefshift bench --invocations 3"
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# title\n\nbefore\n{START}\nold numbers 9.99×\n{END}\nafter\n")
+    update_readme(readme, merged)
+    text = readme.read_text()
+    assert text.startswith("# title\n\nbefore\n") and text.endswith(f"{END}\nafter\n")
+    assert "9.99" not in text and text.count(START) == 1
+    assert "2026-12-01 01:00 UTC on test cpu (2 cores)" in text and "3 invocation(s)" in text
+    assert (
+        "| training pairs/s, ours ÷ `trl.RewardTrainer`, Llama 4×256 | 1.20× (1.10–1.40) | ≥ 1.3 ✗ |" in text
+    )
+    assert readme_block(merged) in text
+    plain = tmp_path / "PLAIN.md"
+    plain.write_text("no markers here\n")
+    with pytest.raises(ReadmeError, match=r"PLAIN\.md has no benchmark numbers block"):
+        update_readme(plain, merged)
+
+
 @pytest.mark.slow
 def test_quick_bench_writes_well_formed_reports(tmp_path):
     from prefshift.bench.run import run_bench
@@ -70,8 +222,16 @@ def test_quick_bench_writes_well_formed_reports(tmp_path):
     assert tiny["workload"]["optimizer_steps"] == 2  # 16 pairs, batch 8, one epoch
     for name, rate in tiny["pairs_per_s"].items():
         assert 0 < rate["min"] <= rate["median"] <= rate["max"], name
+        assert tiny["real_tokens_per_s"][name]["median"] > 0, name
+    assert tiny["workload"]["work"]["pairs"] == 16 and tiny["workload"]["work"]["real_tokens"] > 0
+    assert tiny["settings"]["ours"]["optimizer"]["kernel"] == "fused"
+    assert tiny["side_work"]["ours"]["no_grad_forwards"] == 2  # drift probes before and after
+    assert 0 < tiny["side_work"]["ours"]["share_of_wall"]["median"] < 1
     if result["training"]["trl_skipped"] is None:
         assert tiny["vs_ours"]["trl"]["ratio"] > 0 and "met" in tiny["target"]
+        for name in ("trl", "trl_group_by_length"):  # aligned with ours: fp32, no checkpointing
+            assert tiny["settings"][name]["precision"] == "float32", name
+            assert tiny["settings"][name]["gradient_checkpointing"] is False, name
     anchor = result["anchor"]
     assert set(anchor["ratios"]) == {"anchor_cached", "anchor_uncached", "lora_anchor_shared_base"}
     assert all(anchor["peak_rss_mb"][v]["median"] > 0 for v in anchor["peak_rss_mb"])
@@ -80,7 +240,7 @@ def test_quick_bench_writes_well_formed_reports(tmp_path):
     assert max(evaluation["max_abs_margin_difference"].values()) < 1e-3  # same margins every way
     assert result["pipeline"]["date"] == "2026-01-01 00:00 UTC"  # kept until re-measured
     markdown = (tmp_path / "bench.md").read_text()
-    for heading in ("### tiny_2x64", "| bare_torch_loop |"):
+    for heading in ("### tiny_2x64", "| bare_torch_loop |", "| real tokens/s median |", "| AdamW kernel |"):
         assert heading in markdown
     for heading in ("## Training throughput vs TRL", "## ANCHOR overhead", "## Evaluation throughput"):
         assert heading in markdown

@@ -229,6 +229,15 @@ def bench(
     keep: Annotated[bool, typer.Option("--keep", help="Keep the --pipeline clone (path printed).")] = False,
     threads: Annotated[int, typer.Option("--threads", min=1, help="torch intra-op threads per run.")] = 1,
     note: Annotated[str | None, typer.Option("--note", help="A line for the report.")] = None,
+    invocations: Annotated[
+        int, typer.Option("--invocations", min=1, help="Run the bench N times, one process each; merge.")
+    ] = 1,
+    trl_as_shipped: Annotated[
+        bool, typer.Option("--trl-as-shipped", help="Also time TRL with its bf16 + checkpointing defaults.")
+    ] = False,
+    readme: Annotated[
+        Path | None, typer.Option("--readme", help="Rewrite this README's benchmark numbers block.")
+    ] = None,
 ):
     """Training vs TRL, ANCHOR overhead, scoring throughput (and the pipeline): reports/bench.{json,md}."""
     _call(
@@ -240,6 +249,9 @@ def bench(
         keep=keep,
         threads=threads,
         note=note,
+        invocations=invocations,
+        trl_as_shipped=trl_as_shipped,
+        readme=readme,
     )
 
 

@@ -17,6 +17,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--keep", action="store_true", help="Keep the --pipeline clone and print its path.")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads per run.")
     parser.add_argument("--note", default=None, help="A line for the report (e.g. machine load).")
+    parser.add_argument(
+        "--invocations", type=int, default=1, help="Run the bench this many times, one process each; merge."
+    )
+    parser.add_argument(
+        "--trl-as-shipped",
+        action="store_true",
+        help="Also time TRL with its own defaults (bf16 autocast, gradient checkpointing).",
+    )
+    parser.add_argument("--readme", type=Path, default=None, help="Rewrite this README's numbers block.")
     args = parser.parse_args(argv)
     from prefshift.bench.run import run_bench
 
@@ -28,6 +37,9 @@ def main(argv: list[str] | None = None) -> None:
         keep=args.keep,
         threads=args.threads,
         note=args.note,
+        invocations=args.invocations,
+        trl_as_shipped=args.trl_as_shipped,
+        readme=args.readme,
     )
 
 

@@ -77,6 +77,15 @@ def run_variant(spec_name: str, work: Workload, tok_dir: Path, items, epochs: in
     return {**result, "reference_fill_s": logs[0].get("reference_fill_s", 0.0)}
 
 
+def set_targets(ratios: dict) -> None:
+    """Judge each target on the quoted median ratios (again after invocations are merged)."""
+    for name, target in TARGETS.items():
+        ratios[name]["target"] = {
+            **target,
+            "met": all(ratios[name][key]["ratio"] <= limit for key, limit in target.items()),
+        }
+
+
 def bench_anchor(
     tok_dir: Path, spec_name: str, pairs: int, epochs: int, reps: int, log: Callable[[str], None]
 ) -> dict:
@@ -103,11 +112,7 @@ def bench_anchor(
         }
         for name, base in COMPARED.items()
     }
-    for name, target in TARGETS.items():
-        ratios[name]["target"] = {
-            **target,
-            "met": all(ratios[name][key]["ratio"] <= limit for key, limit in target.items()),
-        }
+    set_targets(ratios)
     return {
         "workload": {
             "model": spec_name,

@@ -12,7 +12,50 @@ def _range(s: dict, fmt: str = "{:.2f}") -> str:
 
 
 def _ratio(r: dict) -> str:
+    if "invocation_min" in r:  # merged from several invocations
+        return (
+            f"{r['ratio']:.2f}x (invocations {r['invocation_min']:.2f}–{r['invocation_max']:.2f};"
+            f" rounds {r['round_min']:.2f}–{r['round_max']:.2f})"
+        )
     return f"{r['ratio']:.2f}x ({r['round_min']:.2f}–{r['round_max']:.2f}; best runs {r['best_runs']:.2f}x)"
+
+
+def _settings(s: dict) -> str:
+    optimizer = s["optimizer"]["kernel"] if s.get("optimizer") else "—"
+    return (
+        f"{s['precision']} | {s['attn_implementation']} | {'on' if s['gradient_checkpointing'] else 'off'}"
+        f" | {s['pad_to_multiple_of']} | {s['threads']} | {optimizer}"
+    )
+
+
+def _work_lines(entry: dict) -> list[str]:
+    """The equal-work check, the settings table and why rows differ."""
+    work = entry["workload"]["work"]
+    lines = [
+        f"Every variant trained on the same {work['pairs']} pairs and {work['real_tokens']} real tokens"
+        f" (fingerprint {work['fingerprint']}, checked per run).",
+        "",
+        "| variant | computed tokens | no-grad forwards (real tokens; share of wall) | precision | attention"
+        " | gradient checkpointing | pad multiple | threads | AdamW kernel |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, settings in entry["settings"].items():
+        side = entry["side_work"][name]
+        share = 100 * side["share_of_wall"]["median"]
+        lines.append(
+            f"| {name} | {entry['computed_tokens'][name]}"
+            f" | {side['no_grad_forwards']} ({side['real_tokens']}; {share:.1f}%) | {_settings(settings)} |"
+        )
+    return [
+        *lines,
+        "",
+        "Computed tokens differ only by padding (the batching under test). Our loop's no-grad forwards are"
+        " its drift probes (a fixed batch before the first step and after the last): work TRL does not do,"
+        " inside our timed run. The bare loop keeps torch's defaults. A `_as_shipped` TRL row runs"
+        " `RewardConfig`'s defaults, bf16 autocast and gradient checkpointing, and an `ours_bf16` row our"
+        " loop with `train.precision: bf16`: other arithmetic, so their ratios are not like-for-like.",
+        "",
+    ]
 
 
 def _met(target: dict | None) -> str:
@@ -38,13 +81,15 @@ def _training(section: dict) -> list[str]:
             + ", ".join(f"{k} {v:.2f}" for k, v in eff.items())
             + ".",
             "",
-            "| variant | pairs/s median (min–max) | ours ÷ variant | peak RSS MB |",
-            "|---|---|---|---|",
+            "| variant | pairs/s median (min–max) | real tokens/s median | ours ÷ variant | peak RSS MB |",
+            "|---|---|---|---|---|",
         ]
         for name, rate in entry["pairs_per_s"].items():
             vs = "—" if name == "ours" else _ratio(entry["vs_ours"][name])
-            lines.append(f"| {name} | {_range(rate)} | {vs} | {entry['peak_rss_mb'][name]['median']:.0f} |")
-        lines += ["", f"Target ours ÷ trl >= 1.3: {_met(entry['target'])}.", ""]
+            tokens = entry["real_tokens_per_s"][name]["median"]
+            rss = entry["peak_rss_mb"][name]["median"]
+            lines.append(f"| {name} | {_range(rate)} | {tokens:.0f} | {vs} | {rss:.0f} |")
+        lines += ["", f"Target ours ÷ trl >= 1.3: {_met(entry['target'])}.", "", *_work_lines(entry)]
     return lines
 
 
@@ -138,6 +183,17 @@ def render_markdown(result: dict) -> str:
         " and the ratio of each variant's best run.",
         "",
     ]
+    invocations = result["settings"].get("invocations", 1)
+    if invocations > 1:
+        lines[-1:-1] = [
+            f"Merged from {invocations} separate invocations ({', '.join(result['invocation_dates'])}):"
+            " figures are medians of the invocation medians, min–max over every round; ratios are the"
+            " median of the invocation ratios, with their min–max and the min–max over every round.",
+        ]
+        lines[2] = (
+            f"{result['date']} on {m['cpu']} ({m['cores']} cores), {result['settings']['threads']} torch"
+            f" thread(s); load average at the start of each invocation {m['load_avg_1_5_15']}."
+        )
     if result.get("note"):
         lines += [f"Note: {result['note']}", ""]
     for key, render in (("training", _training), ("anchor", _anchor), ("evaluation", _evaluation)):

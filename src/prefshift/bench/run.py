@@ -68,6 +68,33 @@ def _restoring_threads(fn: Callable[..., dict]) -> Callable[..., dict]:
     return wrapper
 
 
+def _one_invocation(plan: Plan, reps: int, trl_as_shipped: bool, log: Callable[[str], None]) -> dict:
+    """Training, ANCHOR and evaluation benchmarks in this process (the pipeline is separate)."""
+    from prefshift.bench.anchor import bench_anchor
+    from prefshift.bench.evaluation import bench_evaluation
+    from prefshift.bench.training import bench_training
+
+    result: dict = {}
+    with tempfile.TemporaryDirectory(prefix="prefshift-bench-") as tmp:
+        tok = tokenizer_dir(Path(tmp), 600)
+        result["training"] = bench_training(tok, plan.training, reps, log, trl_as_shipped)
+        model, pairs, epochs = plan.anchor
+        result["anchor"] = bench_anchor(tok, model, pairs, epochs, reps, log)
+        result["evaluation"] = bench_evaluation(tok, plan.evaluation, reps, log)
+    return result
+
+
+def _command(quick: bool, pipeline: bool, invocations: int, trl_as_shipped: bool, readme: Path | None) -> str:
+    flags = [
+        "--quick" if quick else "",
+        f"--invocations {invocations}" if invocations > 1 else "",
+        "--trl-as-shipped" if trl_as_shipped else "",
+        "--pipeline" if pipeline else "",
+        f"--readme {readme}" if readme else "",
+    ]
+    return " ".join(["prefshift bench", *(f for f in flags if f)])
+
+
 @_restoring_threads
 def run_bench(
     out_dir: Path = Path("reports"),
@@ -79,35 +106,45 @@ def run_bench(
     threads: int = 1,
     repo: Path = Path("."),
     note: str | None = None,
+    invocations: int = 1,
+    trl_as_shipped: bool = False,
+    readme: Path | None = None,
     log: Callable[[str], None] = print,
 ) -> dict:
-    """Run the benchmarks, write `out_dir`/bench.json and bench.md, return the result."""
-    from prefshift.bench.anchor import bench_anchor
-    from prefshift.bench.evaluation import bench_evaluation
+    """Run the benchmarks, write `out_dir`/bench.json and bench.md, return the result.
+
+    With `invocations` > 1 the training, ANCHOR and evaluation benchmarks run that many times,
+    each as its own process, and are merged (`bench.invocations`); the pipeline runs once.
+    With `readme`, that file's numbers block is rewritten from the result (`bench.readme`).
+    """
+    from prefshift.bench.invocations import aggregate, run_invocations
     from prefshift.bench.pipeline import bench_pipeline
+    from prefshift.bench.readme import update_readme
     from prefshift.bench.report import write_reports
-    from prefshift.bench.training import bench_training
 
     plan = QUICK if quick else Plan()
     reps = reps or plan.reps
     set_threads(threads)
-    command = "prefshift bench" + (" --quick" if quick else "") + (" --pipeline" if pipeline else "")
-    result: dict = {
-        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": machine(),
-        "versions": versions(),
-        "settings": {"quick": quick, "reps": reps, "threads": threads, "command": command},
-        "note": note,
-        "gpu": NO_GPU,
-    }
-    with tempfile.TemporaryDirectory(prefix="prefshift-bench-") as tmp:
-        tok = tokenizer_dir(Path(tmp), 600)
-        result["training"] = bench_training(tok, plan.training, reps, log)
-        model, pairs, epochs = plan.anchor
-        result["anchor"] = bench_anchor(tok, model, pairs, epochs, reps, log)
-        result["evaluation"] = bench_evaluation(tok, plan.evaluation, reps, log)
+    if invocations > 1:
+        argv = ["--reps", str(reps), "--threads", str(threads)]
+        argv += (["--quick"] if quick else []) + (["--trl-as-shipped"] if trl_as_shipped else [])
+        result = aggregate(run_invocations(invocations, [*argv, *(["--note", note] if note else [])], log))
+    else:
+        result = {
+            "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": machine(),
+            "versions": versions(),
+            "settings": {"quick": quick, "reps": reps, "threads": threads, "invocations": 1},
+            "note": note,
+            "gpu": NO_GPU,
+            **_one_invocation(plan, reps, trl_as_shipped, log),
+        }
+    result["settings"]["command"] = _command(quick, pipeline, invocations, trl_as_shipped, readme)
     json_path = out_dir / "bench.json"
     result["pipeline"] = bench_pipeline(repo, log, keep) if pipeline else _previous_pipeline(json_path)
     paths = write_reports(result, out_dir)
     log(f"wrote {paths[0]} and {paths[1]}")
+    if readme is not None:
+        update_readme(readme, result)
+        log(f"rewrote the benchmark numbers in {readme}")
     return result

@@ -4,9 +4,11 @@ Both sides get the same token ids (our encoding, passed to TRL pre-tokenised as
 `chosen_ids`/`rejected_ids`, which it accepts as-is), the same freshly initialised
 Llama-style classifier, batch size, learning-rate schedule, clipping, fp32 on CPU,
 dropout off and number of optimizer steps. TRL's logging, saving and evaluation are
-switched off; its length-grouped sampler reads a `length` column, which its collator
-ignores. Our loop is timed whole (accelerator set-up, drift probes included);
-TRL's `train()` call is timed, its dataset preparation and constructor are not.
+switched off, and so are its bf16 and gradient-checkpointing defaults (`run_trl`); its
+length-grouped sampler reads a `length` column, which its collator ignores. Every run
+counts the work it did (`bench.work`), and a result where any run trained on other pairs
+or tokens is refused (`check_equal_work`). Our loop is timed whole (accelerator set-up,
+drift probes included); TRL's `train()` call is timed, its dataset preparation and constructor are not.
 Each process first runs its variant for two steps on a slice of the data, so import
 and first-call costs never land in a timed run; model construction is never timed.
 Ablations of our loop (random batches, fixed padding), TRL with its own length-grouped
@@ -25,6 +27,7 @@ from pathlib import Path
 
 from prefshift.bench.common import (
     MODELS,
+    BenchError,
     Workload,
     hf_reward_model,
     interleave,
@@ -36,34 +39,59 @@ from prefshift.bench.common import (
     reset_peak,
     summary,
 )
+from prefshift.bench.work import WorkCounter, cpu_bf16_features, fingerprint
 from prefshift.config import TrainConfig
 
 LR = 5e-4
 WARMUP = 0.1
 
 
-def train_config(work: Workload, epochs: int, **extra) -> TrainConfig:
+def train_config(work: Workload, epochs: int, precision: str = "fp32", **extra) -> TrainConfig:
     return TrainConfig(
-        batch_size=work.batch_size, epochs=epochs, lr=LR, warmup_frac=WARMUP, precision="fp32", **extra
+        batch_size=work.batch_size, epochs=epochs, lr=LR, warmup_frac=WARMUP, precision=precision, **extra
     )
 
 
-def measured(run: Callable[[], None], pairs: int) -> dict:
+def measured(
+    run: Callable[[], None], pairs: int, counter: WorkCounter | None = None, profile_top: int = 0
+) -> dict:
+    """Wall time, pairs/s and peak RSS of `run()`; with a `counter`, also the work it counted
+    (real tokens/s among it) and the settings it observed; with `profile_top`, the run is
+    profiled instead (its wall time then includes the profiler's cost) and the result
+    carries its top operators by self CPU time."""
+    from prefshift.bench.profile import operator_table, profiled
+
     before = reset_peak()
-    start = time.perf_counter()
-    run()
-    wall = time.perf_counter() - start
+    with profiled(profile_top > 0) as prof:
+        start = time.perf_counter()
+        run()
+        wall = time.perf_counter() - start
     peak = peak_rss_kb()
-    return {
+    out = {
         "wall_s": wall,
         "pairs_per_s": pairs / wall,
         "peak_rss_mb": peak / 1024,
         "rss_before_mb": before / 1024,
         "peak_increment_mb": (peak - before) / 1024,
     }
+    if counter is not None:
+        out.update(counter.summary())
+        out["real_tokens_per_s"] = out["work"]["real_tokens"] / wall
+    if prof is not None:
+        out["profile"] = operator_table(prof, profile_top)
+    return out
 
 
-def run_ours(spec_name: str, work: Workload, tok_dir: Path, items, epochs: int, batching: str) -> dict:
+def run_ours(
+    spec_name: str,
+    work: Workload,
+    tok_dir: Path,
+    items,
+    epochs: int,
+    batching: str,
+    profile_top: int = 0,
+    precision: str = "fp32",
+) -> dict:
     """Our trainer with the naive objective, in this (fresh) process."""
     import prefshift.train as train_module
     from prefshift.bench.batching import ablation
@@ -72,7 +100,7 @@ def run_ours(spec_name: str, work: Workload, tok_dir: Path, items, epochs: int, 
 
     tokenizer = load_tokenizer(tok_dir)
 
-    def prepared(data, n_epochs: int) -> Callable[[], None]:
+    def prepared(data, n_epochs: int) -> tuple[RewardModel, Callable[[], None]]:
         model = RewardModel(hf_reward_model(MODELS[spec_name], tokenizer, work.max_length, work.seed))
 
         def run() -> None:
@@ -82,20 +110,35 @@ def run_ours(spec_name: str, work: Workload, tok_dir: Path, items, epochs: int, 
                     tokenizer,
                     data,
                     Objective("naive"),
-                    train_config(work, n_epochs),
+                    train_config(work, n_epochs, precision),
                     seed=work.seed,
                     name="bench",
                     progress=False,
                 )
 
-        return run
+        return model, run
 
-    prepared(items[: 2 * work.batch_size], 1)()
-    return measured(prepared(items, epochs), epochs * len(items))
+    prepared(items[: 2 * work.batch_size], 1)[1]()
+    model, run = prepared(items, epochs)
+    return measured(run, epochs * len(items), WorkCounter(model, pad_to_multiple_of=None), profile_top)
 
 
-def run_trl(spec_name: str, work: Workload, tok_dir: Path, items, steps: int, sampling: str) -> dict:
-    """trl.RewardTrainer on the same token ids, in this (fresh) process."""
+def run_trl(
+    spec_name: str,
+    work: Workload,
+    tok_dir: Path,
+    items,
+    steps: int,
+    sampling: str,
+    aligned: bool = True,
+    profile_top: int = 0,
+) -> dict:
+    """trl.RewardTrainer on the same token ids, in this (fresh) process.
+
+    `aligned` turns off the two `RewardConfig` defaults that change the arithmetic rather than
+    the trainer: bf16 autocast (on by default even on CPU) and gradient checkpointing (a second
+    forward per layer in the backward). Without it TRL runs as shipped, for the record.
+    """
     from datasets import Dataset, disable_progress_bars
     from trl import RewardConfig, RewardTrainer
 
@@ -124,6 +167,7 @@ def run_trl(spec_name: str, work: Workload, tok_dir: Path, items, steps: int, sa
             train_sampling_strategy=sampling,
             length_column_name="length",
             remove_unused_columns=False,
+            **({"bf16": False, "gradient_checkpointing": False} if aligned else {}),
         )
         model = hf_reward_model(MODELS[spec_name], tokenizer, work.max_length, work.seed)
         dataset = Dataset.from_dict(
@@ -137,11 +181,18 @@ def run_trl(spec_name: str, work: Workload, tok_dir: Path, items, steps: int, sa
 
     with tempfile.TemporaryDirectory() as tmp:
         trainer(items[: 2 * work.batch_size], 2, tmp).train()
-        return measured(trainer(items, steps, tmp).train, steps * work.batch_size)
+        timed = trainer(items, steps, tmp)
+        counter = WorkCounter(timed.model, pad_to_multiple_of=timed.args.pad_to_multiple_of)
+        out = measured(timed.train, steps * work.batch_size, counter, profile_top)
+        out["dropped_rows"] = len(items) - len(timed.train_dataset)  # TRL filters rows over max_length
+        return out
 
 
-def run_bare(spec_name: str, work: Workload, tok_dir: Path, items, epochs: int, batching: str) -> dict:
-    """The floor: a plain PyTorch loop over the same batches (no accelerate, probes or logging)."""
+def run_bare(
+    spec_name: str, work: Workload, tok_dir: Path, items, epochs: int, batching: str, profile_top: int = 0
+) -> dict:
+    """The floor: a plain PyTorch loop over the same batches (no accelerate, probes or logging),
+    with torch's defaults (AdamW's for-loop kernel on CPU)."""
     import torch
     import torch.nn.functional as F
     from transformers import get_scheduler
@@ -152,7 +203,7 @@ def run_bare(spec_name: str, work: Workload, tok_dir: Path, items, epochs: int, 
     tokenizer = load_tokenizer(tok_dir)
     make_batches = length_grouped_batches if batching == "shipped" else random_batches
 
-    def prepared(data, n_epochs: int) -> Callable[[], None]:
+    def prepared(data, n_epochs: int):
         model = hf_reward_model(MODELS[spec_name], tokenizer, work.max_length, work.seed)
         model.train()
         optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
@@ -175,10 +226,11 @@ def run_bare(spec_name: str, work: Workload, tok_dir: Path, items, epochs: int, 
                     scheduler.step()
                     optimizer.zero_grad(set_to_none=True)
 
-        return run
+        return model, run
 
-    prepared(items[: 2 * work.batch_size], 1)()
-    return measured(prepared(items, epochs), epochs * len(items))
+    prepared(items[: 2 * work.batch_size], 1)[1]()
+    model, run = prepared(items, epochs)
+    return measured(run, epochs * len(items), WorkCounter(model, pad_to_multiple_of=None), profile_top)
 
 
 def trl_available() -> str | None:
@@ -197,7 +249,9 @@ def _workload(tok_dir: Path, pairs: int, epochs: int) -> tuple[Workload, list, d
     from prefshift.data.encode import length_grouped_batches
 
     work = Workload(pairs=pairs)
-    items = encoded_items(load_tokenizer(tok_dir), work)
+    # Equal work by construction: TRL drops a pair with a side over max_length (our encoder
+    # truncates, so none should be), and a partial last batch would be a different step count.
+    items = [it for it in encoded_items(load_tokenizer(tok_dir), work) if it.length <= work.max_length]
     items = items[: len(items) - len(items) % work.batch_size]
     lengths = [2 * it.length for it in items]
     shuffled = random_batches(lengths, work.batch_size, seed=0)
@@ -221,12 +275,52 @@ def _workload(tok_dir: Path, pairs: int, epochs: int) -> tuple[Workload, list, d
     return work, items, described
 
 
+TRL_VARIANTS = {
+    "trl": ("random", True),
+    "trl_group_by_length": ("group_by_length", True),
+    "trl_group_by_length_as_shipped": ("group_by_length", False),
+}
+"""name -> (TRL sampler, aligned to our fp32 arithmetic); the last runs only when asked for."""
+
+
+def trl_target(vs: dict) -> dict | None:
+    """Ours ÷ TRL (aligned, random sampler) >= 1.3, judged on the quoted median ratio."""
+    return {"ours_over_trl_min": 1.3, "met": vs["trl"]["ratio"] >= 1.3} if "trl" in vs else None
+
+
+def check_equal_work(runs: dict[str, list[dict]], items, epochs: int) -> dict:
+    """The work every run must have done (pairs, real tokens and their fingerprint, `epochs`
+    passes over `items`); raises BenchError naming the first run that did other work."""
+    expected = {
+        "pairs": epochs * len(items),
+        "real_tokens": epochs * sum(len(s.input_ids) for it in items for s in (it.chosen, it.rejected)),
+        "fingerprint": fingerprint(
+            [s.input_ids for it in items for s in (it.chosen, it.rejected)], times=epochs
+        ),
+    }
+    for name, rs in runs.items():
+        for i, r in enumerate(rs):
+            done = {key: r["work"][key] for key in expected}
+            if done != expected or r.get("dropped_rows", 0):
+                raise BenchError(
+                    f"benchmark variant {name} (round {i + 1}) did different work: {done}"
+                    f"{', dropped ' + str(r['dropped_rows']) + ' rows' if r.get('dropped_rows') else ''};"
+                    f" every variant must train on {expected}. Its ratio would compare unequal work"
+                )
+    return expected
+
+
 def bench_training(
-    tok_dir: Path, plan: dict[str, tuple[int, int]], reps: int, log: Callable[[str], None]
+    tok_dir: Path,
+    plan: dict[str, tuple[int, int]],
+    reps: int,
+    log: Callable[[str], None],
+    trl_as_shipped: bool = False,
 ) -> dict:
-    """Pairs/s of every variant per model config (model -> (pairs, epochs)), and ratios against TRL."""
+    """Pairs/s and real tokens/s of every variant per model config (model -> (pairs, epochs)),
+    ratios against ours, the work each did (checked equal) and the settings it ran under."""
     skipped = trl_available()
-    out: dict = {"trl_skipped": skipped, "models": {}}
+    out: dict = {"trl_skipped": skipped, "cpu_bf16_features": cpu_bf16_features(), "models": {}}
     for spec_name, (pairs, epochs) in plan.items():
         work, items, described = _workload(tok_dir, pairs, epochs)
         steps = described["optimizer_steps"]
@@ -252,19 +346,36 @@ def bench_training(
             "random_batches",
             label="bare_torch_loop",
         )
+        if trl_as_shipped:  # our loop in the arithmetic TRL ships with (bf16 autocast), for comparison
+            args = (spec_name, work, tok_dir, items, epochs, "shipped", 0, "bf16")
+            variants["ours_bf16"] = partial(isolated, run_ours, *args, label="ours_bf16")
         if skipped is None:
-            for name, sampling in (("trl", "random"), ("trl_group_by_length", "group_by_length")):
-                variants[name] = partial(
-                    isolated, run_trl, spec_name, work, tok_dir, items, steps, sampling, label=name
-                )
+            for name, (sampling, aligned) in TRL_VARIANTS.items():
+                if aligned or trl_as_shipped:
+                    args = (spec_name, work, tok_dir, items, steps, sampling, aligned)
+                    variants[name] = partial(isolated, run_trl, *args, label=name)
         runs = interleave(variants, reps, warmup=0, log=log)
+        described["work"] = check_equal_work(runs, items, epochs)
         rates = {name: [r["pairs_per_s"] for r in rs] for name, rs in runs.items()}
         vs = {name: ratio(rates["ours"], v) for name, v in rates.items() if name != "ours"}
         out["models"][spec_name] = {
             "workload": described,
             "pairs_per_s": {name: summary(v) for name, v in rates.items()},
+            "real_tokens_per_s": {
+                name: summary([r["real_tokens_per_s"] for r in rs]) for name, rs in runs.items()
+            },
+            "computed_tokens": {name: rs[0]["work"]["computed_tokens"] for name, rs in runs.items()},
+            "side_work": {
+                name: {
+                    "no_grad_forwards": rs[0]["side_work"]["no_grad_forwards"],
+                    "real_tokens": rs[0]["side_work"]["real_tokens"],
+                    "share_of_wall": summary([r["side_work"]["wall_s"] / r["wall_s"] for r in rs]),
+                }
+                for name, rs in runs.items()
+            },
+            "settings": {name: rs[0]["settings"] for name, rs in runs.items()},
             "peak_rss_mb": {name: summary([r["peak_rss_mb"] for r in rs]) for name, rs in runs.items()},
             "vs_ours": vs,
-            "target": {"ours_over_trl_min": 1.3, "met": vs["trl"]["ratio"] >= 1.3} if "trl" in vs else None,
+            "target": trl_target(vs),
         }
     return out

@@ -1,0 +1,186 @@
+"""Where a training variant's CPU time goes: `python -m prefshift.bench.profile`.
+
+Runs our loop, the bare PyTorch loop and TRL's length-grouped `RewardTrainer` (aligned to
+fp32 without gradient checkpointing, and as TRL ships it: bf16 autocast and gradient
+checkpointing) once each under `torch.profiler`, on the bench's `small_4x256` workload, each in
+a fresh process, and writes the top operators by self CPU time with their shares to
+`reports/bench_profile.json` and `bench_profile.md`. Operator shares say what a run spends
+its time on and hold up under machine load far better than wall times do; the profiler's own
+cost is in the wall times printed here, so take throughput from `prefshift bench`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import tempfile
+from collections.abc import Callable, Iterator
+from functools import partial
+from pathlib import Path
+
+from prefshift.atomic import write_json, write_text
+
+RANGES = {
+    "no_grad_forward": "prefshift::no_grad_forward",
+    "optimizer_step": "Optimizer.step#",
+    "data_loading": "enumerate(DataLoader)#",
+}
+"""Labelled spans reported with their inclusive CPU time: forwards outside training (our drift
+probes; labelled by `bench.work.WorkCounter`), optimizer steps, TRL's data loader."""
+TOP = 15
+
+
+@contextlib.contextmanager
+def profiled(enabled: bool) -> Iterator:
+    """A CPU `torch.profiler.profile` around the block, or nothing (yields None)."""
+    if not enabled:
+        yield None
+        return
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        yield prof
+
+
+def operator_table(prof, top: int) -> dict:
+    """Top `top` operators by self CPU time (seconds, share of all self time, calls), and the
+    inclusive CPU time of the labelled spans in RANGES."""
+    events = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in events)
+    ranked = sorted(events, key=lambda e: -e.self_cpu_time_total)
+    ops = [
+        {
+            "name": e.key,
+            "self_cpu_s": e.self_cpu_time_total / 1e6,
+            "share": e.self_cpu_time_total / total,
+            "calls": e.count,
+        }
+        for e in ranked[:top]
+    ]
+    spans = {
+        label: sum(e.cpu_time_total for e in events if e.key.startswith(prefix)) / 1e6
+        for label, prefix in RANGES.items()
+    }
+    return {
+        "self_cpu_total_s": total / 1e6,
+        "operators": ops,
+        "spans_s": spans,
+        "span_shares": {k: v * 1e6 / total for k, v in spans.items()},
+    }
+
+
+def _variants(tok_dir: Path, model: str, pairs: int, top: int) -> dict[str, Callable[[], dict]]:
+    from prefshift.bench.common import isolated
+    from prefshift.bench.training import _workload, run_bare, run_ours, run_trl
+
+    work, items, described = _workload(tok_dir, pairs, 1)
+    steps = described["optimizer_steps"]
+    return {
+        "ours": partial(isolated, run_ours, model, work, tok_dir, items, 1, "shipped", top, label="ours"),
+        "bare_torch_loop": partial(
+            isolated, run_bare, model, work, tok_dir, items, 1, "random_batches", top, label="bare"
+        ),
+        "trl_group_by_length": partial(
+            isolated, run_trl, model, work, tok_dir, items, steps, "group_by_length", True, top, label="trl"
+        ),
+        "trl_group_by_length_as_shipped": partial(
+            isolated,
+            run_trl,
+            model,
+            work,
+            tok_dir,
+            items,
+            steps,
+            "group_by_length",
+            False,
+            top,
+            label="trl as shipped",
+        ),
+    }
+
+
+def profile_training(
+    out_dir: Path, *, model: str = "small_4x256", pairs: int = 96, top: int = TOP, skip: tuple[str, ...] = ()
+) -> dict:
+    """Profile each variant once; write out_dir/bench_profile.{json,md}; return the result."""
+    from prefshift.bench.common import machine, set_threads, tokenizer_dir, versions
+
+    set_threads(1)
+    result: dict = {
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": machine(),
+        "versions": versions(),
+        "model": model,
+        "pairs": pairs,
+        "variants": {},
+    }
+    with tempfile.TemporaryDirectory(prefix="prefshift-profile-") as tmp:
+        tok = tokenizer_dir(Path(tmp), 600)
+        for name, run in _variants(tok, model, pairs, top).items():
+            if name in skip:
+                continue
+            print(f"profiling {name} ...", flush=True)
+            out = run()
+            result["variants"][name] = {
+                k: out[k] for k in ("wall_s", "work", "side_work", "settings", "profile")
+            }
+            # Written after every variant: TRL as shipped can take minutes without native bf16.
+            write_json(out_dir / "bench_profile.json", result)
+            write_text(out_dir / "bench_profile.md", render(result))
+    return result
+
+
+def render(result: dict) -> str:
+    m = result["machine"]
+    lines = [
+        f"# Training profile, {result['model']}, {result['pairs']} pairs, one epoch",
+        "",
+        f"{result['date']} on {m['cpu']} ({m['cores']} cores), 1 torch thread, load average at start"
+        f" {m['load_avg_1_5_15']}. Regenerate: `python -m prefshift.bench.profile`.",
+        "Top operators by self CPU time (share of the run's self CPU time, calls). Wall times include"
+        " the profiler's cost.",
+        "",
+    ]
+    for name, entry in result["variants"].items():
+        prof, settings = entry["profile"], entry["settings"]
+        spans = ", ".join(
+            f"{label} {prof['spans_s'][label]:.2f} s ({100 * prof['span_shares'][label]:.1f}%)"
+            for label in RANGES
+        )
+        lines += [
+            f"## {name}",
+            "",
+            f"Wall {entry['wall_s']:.2f} s; {settings['precision']},"
+            f" attention {settings['attn_implementation']},"
+            f" gradient checkpointing {'on' if settings['gradient_checkpointing'] else 'off'},"
+            f" optimizer {settings['optimizer']['kernel'] if settings['optimizer'] else 'none'};"
+            f" {entry['work']['real_tokens']} real of {entry['work']['computed_tokens']} computed tokens"
+            f" in training, {entry['side_work']['real_tokens']} real tokens in"
+            f" {entry['side_work']['no_grad_forwards']} no-grad forwards. Spans: {spans}.",
+            "",
+            "| operator | self CPU s | share | calls |",
+            "|---|---|---|---|",
+            *(
+                f"| `{op['name']}` | {op['self_cpu_s']:.3f} | {100 * op['share']:.1f}% | {op['calls']} |"
+                for op in prof["operators"]
+            ),
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m prefshift.bench.profile", description=__doc__)
+    parser.add_argument("--out", type=Path, default=Path("reports"))
+    parser.add_argument("--model", default="small_4x256")
+    parser.add_argument("--pairs", type=int, default=96)
+    parser.add_argument("--top", type=int, default=TOP)
+    parser.add_argument("--skip", action="append", default=[], help="A variant not to profile (repeatable).")
+    args = parser.parse_args(argv)
+    profile_training(args.out, model=args.model, pairs=args.pairs, top=args.top, skip=tuple(args.skip))
+    print(f"wrote {args.out / 'bench_profile.json'} and {args.out / 'bench_profile.md'}")
+
+
+if __name__ == "__main__":
+    main()
