@@ -52,9 +52,10 @@ def test_response_mask_marks_exactly_the_response():
     mask = torch.tensor(seq.response_mask, dtype=torch.bool)
     assert seq.input_ids[0] == tokenizer().bos_token_id
     assert _decode(ids[mask].tolist()).strip() == "first fix it gently"
-    assert _decode(ids[~mask].tolist()) + _decode(ids[mask].tolist()) == render(
-        tokenizer(), PROMPT, "first fix it gently"
-    )[0]
+    assert (
+        _decode(ids[~mask].tolist()) + _decode(ids[mask].tolist())
+        == render(tokenizer(), PROMPT, "first fix it gently")[0]
+    )
     assert seq.response_tokens == int(mask.sum())
 
 
