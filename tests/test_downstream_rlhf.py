@@ -121,7 +121,7 @@ def _policy():
     return LlamaForCausalLM(tiny_config(SPEC, tok, 256)), tok
 
 
-def _trainer(reward_dir: Path, out: Path, steps: int = 2, **kwargs):
+def _trainer(reward_dir: Path, out: Path, steps: int = 2):
     """A real GRPOTrainer whose `_calculate_rewards` (TRL's own) is recorded as it runs.
 
     bf16 is off: TRL 1.16 defaults to bf16 autocast, which rounds rewards to ~3 significant
@@ -141,8 +141,8 @@ def _trainer(reward_dir: Path, out: Path, steps: int = 2, **kwargs):
     pad, bos = tok.pad_token_id, tok.bos_token_id
     args = GRPOConfig(
         output_dir=str(out), per_device_train_batch_size=8, num_generations=4, max_completion_length=8,
-        max_steps=steps, use_cpu=True, bf16=False, report_to="none", logging_steps=1, save_strategy="no", seed=0,
-        generation_kwargs={"min_new_tokens": 4, "bad_words_ids": [[pad], [bos]]}, **kwargs,
+        max_steps=steps, use_cpu=True, bf16=False, report_to="none", logging_steps=1, save_strategy="no",
+        seed=0, generation_kwargs={"min_new_tokens": 4, "bad_words_ids": [[pad], [bos]]},
     )  # fmt: skip
     dataset = Dataset.from_list([{"prompt": p["prompt"]} for p in OOD])
     trainer = Recording(

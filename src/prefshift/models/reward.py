@@ -101,6 +101,15 @@ def disable_dropout(model: nn.Module) -> None:
             setattr(config, key, 0.0)
 
 
+def _template_writes(tokenizer, token: str) -> bool:
+    """Whether the chat template puts `token` into a rendered exchange (literally or via a variable)."""
+    probe = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
+    template = chat_template(tokenizer)
+    return token in template or token in tokenizer.apply_chat_template(
+        probe, chat_template=template, tokenize=False
+    )
+
+
 def ensure_pad_token(tokenizer, model: nn.Module | None = None) -> None:
     """Give the tokenizer a pad token and tell the model config.
 
@@ -111,7 +120,7 @@ def ensure_pad_token(tokenizer, model: nn.Module | None = None) -> None:
     """
     if tokenizer.pad_token_id is None:
         eos = tokenizer.eos_token
-        if eos is not None and eos not in chat_template(tokenizer):
+        if eos is not None and not _template_writes(tokenizer, eos):
             tokenizer.pad_token = eos
         else:
             tokenizer.add_special_tokens({"pad_token": "<|pad|>"})
