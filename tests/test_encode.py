@@ -166,3 +166,6 @@ def test_chat_template_is_used_when_the_tokenizer_has_one():
     assert seq.input_ids == tok(text, add_special_tokens=False)["input_ids"]
     masked = [i for i, m in zip(seq.input_ids, seq.response_mask, strict=True) if m]
     assert tok.decode(masked) == "oil it"
+    text, (start, end) = render(tok, PROMPT[1:], "end")  # "end" also occurs in the frame's "<|end|>"
+    assert start == len("<|user|>how do I fix the door?<|end|><|assistant|>")
+    assert text[start:end] == "end" and text[end:] == "<|end|>"

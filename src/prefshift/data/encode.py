@@ -95,18 +95,36 @@ def ensure_chat_template(tokenizer) -> None:
         tokenizer.chat_template = plain_chat_template(tokenizer)
 
 
+_SLOT = "\u2063prefshift-response\u2063"
+"""Stands in for the response to find where the template puts it (no template alters it)."""
+
+
 def render(tokenizer, prompt: Sequence[dict[str, str]], response: str) -> tuple[str, tuple[int, int]]:
-    """(text, (start, end) character span of the response in it) under `chat_template`."""
-    messages = [*({"role": m["role"], "content": m["content"]} for m in prompt)]
-    messages.append({"role": "assistant", "content": response})
-    text = tokenizer.apply_chat_template(messages, chat_template=chat_template(tokenizer), tokenize=False)
-    for needle in (response, response.strip()):
-        start = text.rfind(needle) if needle else -1
-        if start >= 0:
-            return text, (start, start + len(needle))
+    """(text, (start, end) character span of the response in it) under `chat_template`.
+
+    The span is where the template puts the assistant's content, found by rendering once
+    with a stand-in, so a response that also occurs in the frame (say "end" in
+    "<|im_end|>") is still located exactly; a template that trims content is allowed.
+    """
+    template = chat_template(tokenizer)
+    turns = [{"role": m["role"], "content": m["content"]} for m in prompt]
+
+    def apply(content: str) -> str:
+        messages = [*turns, {"role": "assistant", "content": content}]
+        return tokenizer.apply_chat_template(messages, chat_template=template, tokenize=False)
+
+    text, slotted = apply(response), apply(_SLOT)
+    at = slotted.find(_SLOT)
+    if at >= 0:
+        head, tail = slotted[:at], slotted[at + len(_SLOT) :]
+        if text == head + response + tail:
+            return text, (at, at + len(response))
+        start = text.find(response.strip(), at)
+        if start >= 0 and response.strip():
+            return text, (start, start + len(response.strip()))
     raise RenderError(
-        "the tokenizer's chat template does not write the assistant's content into the text verbatim, "
-        "so the response tokens cannot be found; use a template that renders message['content'] as is"
+        "the tokenizer's chat template does not write the assistant's content into the text, so the "
+        "response tokens cannot be found; use a template that renders message['content']"
     )
 
 
