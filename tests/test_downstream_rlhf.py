@@ -168,7 +168,7 @@ def test_grpo_training_rewards_equal_prefshift_score_for_the_pulled_champion(pro
     assert len(scorable) >= 12, trainer.recorded  # 2 steps x 8 completions, whitespace-only ones aside
     rows = [{"prompt": p, "response": c} for p, c, _ in scorable]
     ours = [r["reward"] for r in _score(layout, str(pulled), rows, tmp_path)]
-    MEASURED[("llama", "trl")] = worst = _worst([r for _, _, r in scorable], ours)
+    MEASURED[("llama", "grpo")] = worst = _worst([r for _, _, r in scorable], ours)
     assert worst <= TOLERANCE
     assert len({round(r, 4) for r in ours}) > 1  # the rewards depend on the text
 
