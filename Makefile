@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_SPEC)" || $(PY) -m pip install -q "torch>=2.4"
-	$(PY) -m pip install -q -e ".[dev,s3]"
+	$(PY) -m pip install -q -e ".[dev,s3,rlhf]"
 	touch $(STAMP)
 
 repro: $(STAMP)

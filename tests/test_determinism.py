@@ -30,3 +30,5 @@ def test_two_runs_give_byte_identical_metrics(tmp_path_factory):
     assert (first.student_dir("naive") / "model.safetensors").read_bytes() == (
         second.student_dir("naive") / "model.safetensors"
     ).read_bytes()
+    config = [(layout.student_dir("naive") / "config.json").read_bytes() for layout in (first, second)]
+    assert config[0] == config[1] and b'"mean"' in config[0]  # the id_test reward stats, reproducibly

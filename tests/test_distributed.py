@@ -70,10 +70,13 @@ def worker(root: Path, batch: int, method: str) -> None:
 def _prepare(root: Path, factory) -> None:
     import tiny_models
     from mlflow_support import seed_database
+    from prefshift.data.schema import write_pairs
+    from prefshift.paths import Layout
 
     root.mkdir(parents=True)
     seed_database(factory, root / "mlflow.db")
     tiny_models.base_dir(root, seed=1).rename(root / "base")
+    write_pairs(Layout(root).split("id_test"), tiny_models.pairs(8))  # fit writes reward stats from it
 
 
 def _launch(root: Path, batch: int, method: str, processes: int) -> subprocess.Popen:

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from prefshift.config import EncodeConfig
-from prefshift.data.encode import Encoder, collate, length_grouped_batches, render
+from prefshift.data.encode import Encoder, collate, ensure_chat_template, length_grouped_batches, render
 from prefshift.data.schema import SkipCounter, make_pair
-from tiny_models import pairs, tokenizer
+from tiny_models import fresh_tokenizer, pairs, tokenizer
 
 PROMPT = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "how do I fix the door?"}]
 
@@ -18,9 +18,32 @@ def _decode(ids):
 
 
 def test_plain_transcript_render():
-    head, response = render(tokenizer(), PROMPT, "oil it")
-    assert head == "system: be brief\nuser: how do I fix the door?\nassistant: "
-    assert response == "oil it"
+    text, (start, end) = render(tokenizer(), PROMPT, "oil it")
+    assert text == "<bos>system: be brief\nuser: how do I fix the door?\nassistant: oil it"
+    assert text[start:end] == "oil it"
+
+
+def test_plain_template_is_the_rendering_and_tokenises_to_the_same_ids():
+    """What TRL computes from a saved tokenizer: template text, then ids without added specials."""
+    tok = fresh_tokenizer()
+    ensure_chat_template(tok)
+    messages = [*PROMPT, {"role": "assistant", "content": "oil it"}]
+    text = tok.apply_chat_template(messages, tokenize=False)
+    assert text == render(tokenizer(), PROMPT, "oil it")[0]
+    seq = Encoder(tokenizer(), EncodeConfig(max_length=128)).encode_one(PROMPT, "oil it")
+    assert tok(text, add_special_tokens=False)["input_ids"] == seq.input_ids
+    head = tok.apply_chat_template(PROMPT, tokenize=False, add_generation_prompt=True)
+    assert head == "<bos>system: be brief\nuser: how do I fix the door?\nassistant: "
+
+
+def test_a_token_merged_across_the_boundary_counts_as_response():
+    """'assistant: first' tokenises 'Ġfirst' as one token spanning the boundary's space."""
+    seq = Encoder(tokenizer(), EncodeConfig(max_length=128)).encode_one(PROMPT, "first fix it")
+    tokens = tokenizer().convert_ids_to_tokens(seq.input_ids)
+    masked = [t for t, m in zip(tokens, seq.response_mask, strict=True) if m]
+    assert masked[0] == "Ġfirst"
+    separate = tokenizer()("assistant: ", add_special_tokens=False)["input_ids"]
+    assert tokenizer().convert_ids_to_tokens(separate)[-1] == "Ġ"  # what separate tokenising would keep
 
 
 def test_response_mask_marks_exactly_the_response():
@@ -28,8 +51,11 @@ def test_response_mask_marks_exactly_the_response():
     ids = torch.tensor(seq.input_ids)
     mask = torch.tensor(seq.response_mask, dtype=torch.bool)
     assert seq.input_ids[0] == tokenizer().bos_token_id
-    assert _decode(ids[mask].tolist()) == "first fix it gently"
-    assert _decode(ids[~mask][1:].tolist()) == render(tokenizer(), PROMPT, "")[0]
+    assert _decode(ids[mask].tolist()).strip() == "first fix it gently"
+    assert (
+        _decode(ids[~mask].tolist()) + _decode(ids[mask].tolist())
+        == render(tokenizer(), PROMPT, "first fix it gently")[0]
+    )
     assert seq.response_tokens == int(mask.sum())
 
 
@@ -51,7 +77,8 @@ def test_response_is_truncated_from_the_right_after_the_prompt():
     seq = enc.encode_one(PROMPT, response)
     assert len(seq.input_ids) == 8
     assert seq.response_mask == [0] + [1] * 7  # BOS, then no prompt left, the response's head
-    full_ids = tokenizer()(response, add_special_tokens=False)["input_ids"]
+    full = Encoder(tokenizer(), EncodeConfig(max_length=128)).encode_one(PROMPT, response)
+    full_ids = [i for i, m in zip(full.input_ids, full.response_mask, strict=True) if m]
     assert seq.input_ids[1:] == full_ids[:7]
     assert seq.response_tokens == len(full_ids)
 
@@ -126,17 +153,19 @@ def test_encoder_tokenizers_get_cls_and_sep():
 
 
 def test_chat_template_is_used_when_the_tokenizer_has_one():
-    from tiny_models import fresh_tokenizer
-
     tok = fresh_tokenizer()
     tok.chat_template = (
         "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
         "{% if add_generation_prompt %}<|assistant|>{% endif %}"
     )
-    head, response = render(tok, PROMPT[1:], "oil it")
-    assert head == "<|user|>how do I fix the door?<|end|><|assistant|>"
-    assert response == "oil it<|end|>"
+    text, (start, end) = render(tok, PROMPT[1:], "oil it")
+    assert text == "<|user|>how do I fix the door?<|end|><|assistant|>oil it<|end|>"
+    assert text[start:end] == "oil it"
     seq = Encoder(tok, EncodeConfig()).encode_one(PROMPT[1:], "oil it")
     assert seq.input_ids[0] != tok.bos_token_id  # the template owns the framing
+    assert seq.input_ids == tok(text, add_special_tokens=False)["input_ids"]
     masked = [i for i, m in zip(seq.input_ids, seq.response_mask, strict=True) if m]
-    assert tok.decode(masked) == "oil it<|end|>"
+    assert tok.decode(masked) == "oil it"
+    text, (start, end) = render(tok, PROMPT[1:], "end")  # "end" also occurs in the frame's "<|end|>"
+    assert start == len("<|user|>how do I fix the door?<|end|><|assistant|>")
+    assert text[start:end] == "end" and text[end:] == "<|end|>"

@@ -7,6 +7,7 @@ session in a temporary git repository; the tests below read what it produced.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -140,7 +141,6 @@ def test_champion_pulls_into_plain_transformers_with_identical_rewards(pipeline,
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from prefshift.config import load_params
-    from prefshift.data.encode import Encoder
     from prefshift.data.schema import read_pairs
     from prefshift.scoring import load_for_scoring, score_pairs
 
@@ -153,16 +153,21 @@ def test_champion_pulls_into_plain_transformers_with_identical_rewards(pipeline,
     tokenizer = AutoTokenizer.from_pretrained(out)
 
     params = load_params(root / "params.yaml")
+    params = params.model_copy(update={"encode": params.encode.model_copy(update={"max_length": 4096})})
     pairs = read_pairs(root / "data" / "splits" / "id_test.parquet")[:8]
     ours = score_pairs(*load_for_scoring(out, params), pairs, params).set_index("pair_id")
-    encoder = Encoder(tokenizer, params.encode)
     for pair in pairs:
         rewards = []
-        for response in (pair.chosen, pair.rejected):
-            ids = torch.tensor([encoder.encode_one(pair.prompt, response).input_ids])
+        for response in (pair.chosen, pair.rejected):  # rendered and tokenised the way TRL's reward path does
+            text = tokenizer.apply_chat_template(
+                [*pair.prompt, {"role": "assistant", "content": response}], tokenize=False
+            )
+            ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
             with torch.inference_mode():
                 rewards.append(model(input_ids=ids).logits[0, 0].item())
         assert rewards[0] - rewards[1] == pytest.approx(ours.loc[pair.pair_id, "delta"], abs=1e-4)
+    config = json.loads((out / "config.json").read_text())
+    assert config["std"] > 0 and math.isfinite(config["mean"])
 
 
 @pytest.mark.slow

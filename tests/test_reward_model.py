@@ -118,6 +118,31 @@ def test_tokenizer_without_pad_gets_eos_as_pad():
     assert tok.pad_token_id == tok.eos_token_id == model.config.pad_token_id
 
 
+def test_a_template_that_writes_eos_gets_a_dedicated_pad_and_hf_reads_the_true_last_token():
+    """Pad = EOS with texts ending in EOS would make HF's classifier read the token before it."""
+    from transformers import AutoModelForSequenceClassification
+
+    tok = fresh_tokenizer()
+    tok.pad_token = None
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }}{{ eos_token }}{% endfor %}"
+    model = reward_model()
+    before = model.hf.get_input_embeddings().num_embeddings
+    ensure_pad_token(tok, model.hf)
+    assert tok.pad_token == "<|pad|>" and tok.pad_token_id != tok.eos_token_id
+    assert model.hf.get_input_embeddings().num_embeddings == before + 1 == len(tok)
+    text = tok.apply_chat_template([{"role": "user", "content": "fix it"}], tokenize=False)
+    assert text.endswith(tok.eos_token)
+    batch = tok(
+        [text, text + "x"], padding=True, padding_side="right", add_special_tokens=False, return_tensors="pt"
+    )
+    with torch.no_grad():
+        ours = model(batch["input_ids"], batch["attention_mask"]).rewards
+        hf = AutoModelForSequenceClassification.from_config(model.hf.config)
+        hf.load_state_dict(model.hf.state_dict())
+        plain = hf.eval()(**batch).logits[:, 0]
+    assert torch.allclose(ours, plain, atol=1e-5)
+
+
 def test_load_from_backbone_dir_adds_head_and_turns_dropout_off(tmp_path):
     from transformers import LlamaForCausalLM
 

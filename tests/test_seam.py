@@ -145,9 +145,10 @@ def _pairs():
 
 
 def _project(root) -> Layout:
-    """student_train, a manifest, a tiny strong LM and a tiny teacher with margins large enough to matter."""
+    """student_train, id_test, a manifest, a tiny strong LM and a tiny teacher with margins that matter."""
     layout = Layout(root)
     write_pairs(layout.split("student_train"), _pairs())
+    write_pairs(layout.split("id_test"), _pairs()[:2])  # train writes its reward mean/std from it
     write_json(layout.split_manifest, {"version": "v1"})
     shutil.copytree(base_dir(root), layout.base_model("strong"))
     teacher = reward_model(seed=3)

@@ -14,10 +14,11 @@ import torch
 from prefshift.atomic import write_json
 from prefshift.config import LoraConfig, Params, TrainConfig
 from prefshift.data.encode import length_grouped_batches
-from prefshift.data.schema import Group, write_groups, write_pairs
+from prefshift.data.schema import Group, read_pairs, write_groups, write_pairs
 from prefshift.methods import build_objective
 from prefshift.methods.base import Objective
 from prefshift.models.reward import load_reward_model
+from prefshift.scoring import reward_stats
 from prefshift.train import TrainingError, train_reward_model
 from tiny_models import base_dir, items, pairs, reward_model, tokenizer
 
@@ -163,8 +164,12 @@ def test_stages_teacher_label_train_end_to_end(tmp_path):
     for method in ("naive", "anchor_mid"):
         log = train.run(params, layout, method)
         assert json.loads(layout.train_log(method).read_text())["steps"] == log["steps"]
-        model, _ = load_reward_model(layout.student_dir(method))
+        model, tok = load_reward_model(layout.student_dir(method))
         assert model.num_layers == 2
+        saved = json.loads((layout.student_dir(method) / "config.json").read_text())
+        stats = reward_stats(model.eval(), tok, read_pairs(layout.split("id_test")), params)
+        assert (saved["mean"], saved["std"]) == pytest.approx((stats["mean"], stats["std"]), abs=1e-5)
+        assert log["reward_stats"] == pytest.approx(stats, abs=1e-5)
     assert not layout.checkpoint_dir("naive").exists()
     write_json(layout.split_manifest, {"version": "v2"})
     with pytest.raises(Exception, match="split version"):

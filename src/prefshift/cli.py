@@ -140,10 +140,13 @@ def promote(params: ParamsOption = Path("params.yaml"), set_: SetOption = None, 
 def pull(
     uri: Annotated[str, typer.Argument(help="models:/<name>@<alias> or models:/<name>/<version>")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Directory to write the HF model to.")],
+    force: Annotated[
+        bool, typer.Option("--force", help="Write into a non-empty directory that is not an earlier pull.")
+    ] = False,
     root: RootOption = Path("."),
 ):
     """Download a registered reward model as a plain HF directory (content hash verified)."""
-    result = _call(_stage("registry", "pull_to"), uri, out, Layout(root))
+    result = _call(_stage("registry", "pull_to"), uri, out, Layout(root), force)
     err_console.print(f"pulled {result['name']} version {result['version']} to {result['out']}")
 
 
@@ -152,13 +155,16 @@ def score(
     model: Annotated[str, typer.Option("--model", help="models:/ URI or a local HF directory.")],
     input_: Annotated[Path, typer.Option("--input", "-i", help="JSONL of pairs or prompt+response rows.")],
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Rewards JSONL (default: stdout).")] = None,
+    normalize: Annotated[
+        bool, typer.Option("--normalize", help="(r - mean) / std with the model config's id_test stats.")
+    ] = False,
     params: ParamsOption = Path("params.yaml"),
     set_: SetOption = None,
     root: RootOption = Path("."),
 ):
     """Rewards per row, and chosen-vs-rejected accuracy when the input has pairs."""
     loaded = _params(params, set_)
-    result = _call(_stage("downstream", "score_command"), model, input_, out, loaded, Layout(root))
+    result = _call(_stage("downstream", "score_command"), model, input_, out, loaded, Layout(root), normalize)
     if out is None:
         for row in result["rows"]:
             typer.echo(json.dumps(row, sort_keys=True))

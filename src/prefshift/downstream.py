@@ -23,6 +23,40 @@ class ScoreInputError(PrefshiftError, ValueError):
     """A row that cannot be scored; the message names the file and line."""
 
 
+class NormalizationError(PrefshiftError):
+    """A model directory without the reward mean/std that normalisation needs."""
+
+
+def reward_norm(model_dir: Path) -> tuple[float, float]:
+    """(mean, std) from the model's config.json, as `prefshift teacher`/`train` write them (OpenRLHF keys)."""
+    path = Path(model_dir) / "config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise NormalizationError(f"{path}: cannot read the model config ({err})") from None
+    mean, std = config.get("mean"), config.get("std")
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (mean, std)) or not std > 0:
+        raise NormalizationError(
+            f"{path}: no reward 'mean'/'std' (a positive std) to normalise with; models saved by "
+            "`prefshift teacher`/`prefshift train` carry them: retrain, or score without --normalize"
+        )
+    return float(mean), float(std)
+
+
+def normalize(scored: list[dict[str, Any]], mean: float, std: float) -> list[dict[str, Any]]:
+    """Rewards as (r - mean) / std, the way OpenRLHF's --reward.normalize_enable applies them."""
+    out = []
+    for row in scored:
+        row = dict(row)
+        for key in ("reward", "reward_chosen", "reward_rejected"):
+            if key in row:
+                row[key] = (row[key] - mean) / std
+        if "margin" in row:
+            row["margin"] = row["reward_chosen"] - row["reward_rejected"]
+        out.append(row)
+    return out
+
+
 def as_messages(prompt: Any, where: str) -> list[dict[str, str]]:
     if isinstance(prompt, str):
         return [{"role": "user", "content": prompt}]
@@ -116,11 +150,14 @@ def pair_accuracy(scored: list[dict[str, Any]]) -> float:
     return 100.0 * sum(credit) / len(credit)
 
 
-def score_file(model_dir: Path, input_path: Path, params: Params) -> dict:
+def score_file(model_dir: Path, input_path: Path, params: Params, normalized: bool = False) -> dict:
     """{"kind", "rows", "skipped", "accuracy" (percent; pairs only, else None)} for a JSONL input."""
     kind, rows = read_rows(input_path)
+    stats = reward_norm(model_dir) if normalized else None
     model, tokenizer = load_for_scoring(model_dir, params)
     result = {"kind": kind, **score_rows(model, tokenizer, kind, rows, params)}
+    if stats is not None:
+        result["rows"] = normalize(result["rows"], *stats)
     result["accuracy"] = pair_accuracy(result["rows"]) if kind == "pairs" and result["rows"] else None
     return result
 
@@ -130,19 +167,21 @@ def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
         tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows), encoding="utf-8")
 
 
-def score_command(model: str, input_path: Path, out: Path | None, params: Params, layout: Any) -> dict:
+def score_command(
+    model: str, input_path: Path, out: Path | None, params: Params, layout: Any, normalized: bool = False
+) -> dict:
     """`prefshift score`: a registry URI is pulled (hash-checked) to a scratch dir first."""
     import tempfile
 
     if not model.startswith("models:/"):
-        result = score_file(Path(model), input_path, params)
+        result = score_file(Path(model), input_path, params, normalized)
     else:
         from prefshift.registry import pull_to
 
         with tempfile.TemporaryDirectory(prefix="prefshift-score-") as scratch:
             model_dir = Path(scratch) / "model"
             pull_to(model, model_dir, layout)
-            result = score_file(model_dir, input_path, params)
+            result = score_file(model_dir, input_path, params, normalized)
     if out is not None:
         write_jsonl(out, result["rows"])
     return result

@@ -7,7 +7,15 @@ can score (prompt, response) rows directly.
 
 Identity is the content hash of the HF directory's files (`prefshift.content_hash`
 version tag): registering an unchanged model returns the existing version, and
-`pull` refuses a download whose files no longer hash to it.
+`pull` refuses a download whose files no longer hash to it. The reward mean/std the
+model's config.json carries (id_test, OpenRLHF's normalisation keys) are copied into
+the version's tags.
+
+Pull never deletes a user's files: it writes into a new or empty directory, or into
+an earlier pull (recognised by its `.prefshift-pull.json` marker, which lists the
+files it wrote and is left out of the content hash); anything else needs `--force`,
+which adds the model's files and touches nothing else. Files come out readable like a
+normal download (0644 files, 0755 directories, less the umask).
 
 Concurrency. Two promotions racing on one server may both create a version for the
 same content; after registering, the lowest version number with that hash is the
@@ -20,6 +28,8 @@ says so instead of claiming an alias it no longer has.
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import re
 import shutil
 import tempfile
@@ -38,6 +48,8 @@ LINEAGE_TAG = "prefshift_experiment"
 ARTIFACT_KEY = "hf_dir"
 MODEL_NAME = "reward_model"
 PIP_REQUIREMENTS = ["mlflow", "torch", "transformers", "safetensors", "pandas"]
+PULL_MARKER = ".prefshift-pull.json"
+STATS_TAGS = {"mean": "reward.mean", "std": "reward.std"}
 URI_PATTERN = re.compile(r"^models:/(?P<name>[^@/]+)(?:@(?P<alias>[\w-]+)|/(?P<version>\d+))$")
 
 
@@ -46,12 +58,12 @@ class RegistryError(PrefshiftError):
 
 
 def content_hash(model_dir: Path) -> str:
-    """sha256 over (relative path, file sha256) of every file, in path order."""
+    """sha256 over (relative path, file sha256) of every file but a pull marker, in path order."""
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise RegistryError(f"{model_dir}: model directory not found")
     digest = hashlib.sha256()
-    for path in sorted(p for p in model_dir.rglob("*") if p.is_file()):
+    for path in sorted(p for p in model_dir.rglob("*") if p.is_file() and p.name != PULL_MARKER):
         digest.update(path.relative_to(model_dir).as_posix().encode())
         digest.update(b"\0")
         digest.update(hashlib.sha256(path.read_bytes()).hexdigest().encode())
@@ -76,7 +88,8 @@ def parse_uri(uri: str) -> ModelRef:
 
 
 class RewardScorer(mlflow.pyfunc.PythonModel):
-    """pyfunc wrapper: a DataFrame with `prompt` and `response` columns → a `reward` column.
+    """pyfunc wrapper: rows of (prompt, response) → `reward`; rows of (prompt, chosen, rejected) →
+    `reward_chosen`, `reward_rejected`, `margin`. A prompt is a string or a list of chat messages.
 
     A row whose response does not survive truncation gets NaN, never a made-up reward.
     """
@@ -93,18 +106,39 @@ class RewardScorer(mlflow.pyfunc.PythonModel):
 
         from prefshift.downstream import as_messages, score_rows
 
-        missing = {"prompt", "response"} - set(model_input.columns)
-        if missing:
-            raise RegistryError(f"pyfunc input lacks column(s) {sorted(missing)}; needs prompt and response")
+        columns = set(model_input.columns)
+        if {"chosen", "rejected"} <= columns:
+            kind, sides = "pairs", ("chosen", "rejected")
+            outputs: tuple[str, ...] = ("reward_chosen", "reward_rejected", "margin")
+        elif "response" in columns:
+            kind, sides, outputs = "responses", ("response",), ("reward",)
+        else:
+            raise RegistryError(
+                f"pyfunc input has columns {sorted(columns)}; needs prompt and response, or prompt, chosen "
+                "and rejected"
+            )
+        if "prompt" not in columns:
+            raise RegistryError("pyfunc input lacks the 'prompt' column")
+        records = model_input.to_dict("records")
         rows = [
-            {"prompt": as_messages(p, f"row {i}"), "response": r}
-            for i, (p, r) in enumerate(zip(model_input["prompt"], model_input["response"], strict=True))
+            {"prompt": as_messages(_plain(r["prompt"]), f"row {i}"), **{s: r[s] for s in sides}}
+            for i, r in enumerate(records)
         ]
-        scored = score_rows(self.model, self.tokenizer, "responses", rows, self.params)["rows"]
-        values = [float("nan")] * len(rows)
+        scored = score_rows(self.model, self.tokenizer, kind, rows, self.params)["rows"]
+        values = {key: [float("nan")] * len(rows) for key in outputs}
         for item in scored:
-            values[item["row"]] = item["reward"]
-        return pd.DataFrame({"reward": values})
+            for key in outputs:
+                values[key][item["row"]] = item[key]
+        return pd.DataFrame(values)
+
+
+def _plain(prompt: Any) -> Any:
+    """A prompt as JSON would give it: serving hands over lists of messages as numpy arrays."""
+    if hasattr(prompt, "tolist"):
+        prompt = prompt.tolist()
+    if isinstance(prompt, list):
+        return [dict(m) if hasattr(m, "keys") else m for m in prompt]
+    return prompt
 
 
 def ensure_registered_model(client: Any, name: str, experiment: str) -> None:
@@ -125,6 +159,12 @@ def ensure_registered_model(client: Any, name: str, experiment: str) -> None:
             f"logs to experiment {experiment!r}. Refusing to mix lineages: set tracking.registered_model "
             "to another name."
         )
+
+
+def reward_stat_tags(model_dir: Path) -> dict[str, str]:
+    """`reward.mean`/`reward.std` tags from config.json (absent in a model saved without them)."""
+    config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+    return {tag: repr(float(config[key])) for key, tag in STATS_TAGS.items() if key in config}
 
 
 def versions_with_hash(client: Any, name: str, digest: str) -> list[Any]:
@@ -154,7 +194,9 @@ def register(
             pip_requirements=PIP_REQUIREMENTS,
             model_config={"encode": encode},
         )
-    created = mlflow.register_model(info.model_uri, name, tags={**tags, HASH_TAG: digest})
+    created = mlflow.register_model(
+        info.model_uri, name, tags={**tags, **reward_stat_tags(model_dir), HASH_TAG: digest}
+    )
     canonical = versions_with_hash(client, name, digest)[0]
     if canonical.version != created.version:
         client.delete_model_version(name, created.version)
@@ -198,15 +240,18 @@ def _hf_dir_in(download: Path) -> Path:
     return download / relative
 
 
-def pull(client: Any, uri: str, out: Path) -> dict[str, str]:
+def pull(client: Any, uri: str, out: Path, force: bool = False) -> dict[str, str]:
     """Write the registered HF directory to `out` after checking its content hash; returns what was pulled."""
     ref = parse_uri(uri)
+    out = Path(out).expanduser().resolve()
+    _check_target(out, force)
     version = resolve(client, ref)
     expected = version.tags.get(HASH_TAG)
     if not expected:
         raise RegistryError(
             f"{uri}: version {version.version} carries no {HASH_TAG} tag; not a prefshift model"
         )
+    info = {"name": ref.name, "version": str(version.version), "content_hash": expected, "out": str(out)}
     source = client.get_model_version_download_uri(ref.name, version.version)
     with tempfile.TemporaryDirectory(prefix="prefshift-pull-") as scratch:
         local = Path(mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=scratch))
@@ -217,13 +262,75 @@ def pull(client: Any, uri: str, out: Path) -> dict[str, str]:
                 f"{uri}: downloaded files hash to {actual[:16]}…, registration recorded {expected[:16]}…; "
                 "the stored artifact was modified, refusing to use it"
             )
+        _install(hf_dir, out, {**info, "uri": uri})
+    return info
+
+
+def _earlier_pull(out: Path) -> dict[str, Any] | None:
+    try:
+        marker = json.loads((out / PULL_MARKER).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    return marker if isinstance(marker, dict) and isinstance(marker.get("files"), list) else None
+
+
+def _check_target(out: Path, force: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise RegistryError(f"{out} exists and is not a directory; choose another --out")
+    if out.is_dir() and any(out.iterdir()) and _earlier_pull(out) is None and not force:
+        raise RegistryError(
+            f"{out} is not empty and holds no earlier prefshift pull ({PULL_MARKER} missing); refusing to "
+            "write into it. Choose a new or empty directory, or pass --force to add the model's files "
+            "(same-named files are overwritten, nothing else is touched or deleted)"
+        )
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
+
+
+def _install(hf_dir: Path, out: Path, info: dict[str, str]) -> None:
+    """Copy the verified files into `out`; an earlier pull's files that this one lacks are removed."""
+    files = sorted(p.relative_to(hf_dir).as_posix() for p in hf_dir.rglob("*") if p.is_file())
+    marker = {**info, "files": files}
+    mask = _umask()
+    if not out.exists():
         with atomic_path(out, directory=True) as tmp:
-            shutil.copytree(hf_dir, tmp, dirs_exist_ok=True)
-    return {"name": ref.name, "version": str(version.version), "content_hash": expected, "out": str(out)}
+            _copy_files(hf_dir, tmp, files, mask)
+            (tmp / PULL_MARKER).write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n")
+            os.chmod(tmp / PULL_MARKER, 0o666 & ~mask)
+            os.chmod(tmp, 0o777 & ~mask)
+        return
+    earlier = _earlier_pull(out)
+    _copy_files(hf_dir, out, files, mask)
+    for stale in sorted(set(earlier["files"] if earlier else ()) - set(files)):
+        path = (out / stale).resolve()
+        if path.is_relative_to(out) and path.is_file():
+            path.unlink()
+    with atomic_path(out / PULL_MARKER) as tmp:
+        tmp.write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n")
+        os.chmod(tmp, 0o666 & ~mask)
 
 
-def pull_to(uri: str, out: Path, layout: Any) -> dict[str, str]:
+def _copy_files(source: Path, target: Path, files: list[str], mask: int) -> None:
+    """Each file copied beside its destination and renamed over it: a reader never sees half a file."""
+    for rel in files:
+        dest = target / rel
+        for parent in reversed(dest.relative_to(target).parents[:-1]):
+            folder = target / parent
+            if not folder.exists():
+                folder.mkdir()
+                os.chmod(folder, 0o777 & ~mask)
+        partial = dest.with_name(f".{dest.name}.partial")
+        shutil.copyfile(source / rel, partial)
+        os.chmod(partial, 0o666 & ~mask)
+        os.replace(partial, dest)
+
+
+def pull_to(uri: str, out: Path, layout: Any, force: bool = False) -> dict[str, str]:
     """`prefshift pull`: the registry at the project's tracking URI (checked reachable first)."""
     from prefshift import tracking
 
-    return pull(tracking.open_client(layout), uri, out)
+    return pull(tracking.open_client(layout), uri, out, force)

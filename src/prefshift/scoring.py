@@ -59,6 +59,23 @@ def score_pairs(
     return frame
 
 
+def reward_stats(model: RewardModel, tokenizer, pairs: Sequence[Pair], params: Params) -> dict[str, float]:
+    """{"mean", "std"} of the rewards of both responses of every pair: OpenRLHF's `mean`/`std` config keys.
+
+    std is the sample standard deviation, floored at 1e-8 so normalising never divides by zero.
+    """
+    items = Encoder(tokenizer, params.encode).encode_pairs(pairs)
+    if not items:
+        raise RowError("no_pairs", "no pair survives encoding, so the reward mean/std are undefined")
+    rewards = []
+    with torch.inference_mode():
+        for idx in sorted_batches([it.length for it in items], params.evaluate.batch_size):
+            rewards.append(_rewards(model, collate([items[i] for i in idx], tokenizer.pad_token_id)))
+    values = torch.cat(rewards).double()
+    std = values.std().item() if len(values) > 1 else 0.0
+    return {"mean": values.mean().item(), "std": max(std, 1e-8)}
+
+
 def score_groups(model: RewardModel, tokenizer, groups: Sequence[Group], params: Params) -> pd.DataFrame:
     """One reward per response of each group (group_id, rewards: list[float]), same order as given."""
     encoder = Encoder(tokenizer, params.encode)

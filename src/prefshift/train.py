@@ -457,6 +457,21 @@ class _NullProgress(nullcontext):
         return None
 
 
+def _write_reward_stats(model, tokenizer, params: Params, layout: Layout) -> dict[str, float]:
+    """Put mean/std of the model's rewards on id_test into its config (saved into config.json).
+
+    OpenRLHF's `--reward.normalize_enable` and `prefshift score --normalize` read them.
+    """
+    from prefshift.data.schema import read_pairs
+    from prefshift.scoring import reward_stats
+
+    model.eval()
+    stats = reward_stats(model, tokenizer, read_pairs(layout.split("id_test")), params)
+    for key, value in stats.items():
+        setattr(model.config, key, value)
+    return stats
+
+
 def fit(
     params: Params,
     layout: Layout,
@@ -507,6 +522,7 @@ def fit(
         state.wait_for_everyone()
         if run is None:
             return log
+        log["reward_stats"] = _write_reward_stats(model, tokenizer, params, layout)
         save_reward_model(model, tokenizer, out_dir)
         write_json(layout.train_log(name), log)
         shutil.rmtree(ckpt, ignore_errors=True)

@@ -1,14 +1,25 @@
 """Pairs → token ids with a response-token mask, and the batches the training loop consumes.
 
-The prompt and the response are tokenised separately and concatenated, so the
-response mask is exact (no offset arithmetic on rendered text). Truncation
-removes the prompt from the left first (the end of a dialogue matters most),
-then the response from the right; a pair that keeps too few response tokens on
-either side is skipped and counted, so no loss ever divides by an empty mask.
+One rendering. The text a reward model sees is the tokenizer's chat template applied
+to prompt + [assistant response] (`render`), and its ids are that text tokenised
+once with `add_special_tokens=False`: exactly what TRL's reward path and other RLHF
+tools compute, so a model scores the same inside and outside prefshift. A tokenizer
+without a template gets prefshift's own (`plain_chat_template`): the "role: content"
+transcript with the family's special-token frame written as literal token text (BOS
+for decoders; [CLS] prompt [SEP] response [SEP] for BERT-style encoders), which
+`load_reward_model` installs and every saved model carries.
+
+The response mask comes from the tokenizer's character offsets, so a token that BPE
+merges across the prompt/response boundary is handled exactly (it counts as
+response). Truncation keeps the leading special tokens and everything after the
+response, removes the prompt from the left first (the end of a dialogue matters
+most), then the response from the right; a pair that keeps too few response tokens
+on either side is skipped and counted, so no loss ever divides by an empty mask.
 """
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,8 +28,13 @@ import torch
 
 from prefshift.config import EncodeConfig
 from prefshift.data.schema import Pair, RowError, SkipCounter
+from prefshift.errors import PrefshiftError
 
 SIDES = ("chosen", "rejected")
+
+
+class RenderError(PrefshiftError):
+    """A tokenizer or chat template that cannot give an exact response mask."""
 
 
 @dataclass(frozen=True)
@@ -42,66 +58,113 @@ class EncodedPair:
         return max(len(self.chosen.input_ids), len(self.rejected.input_ids))
 
 
-def _plain_transcript(messages: Sequence[dict[str, str]]) -> str:
-    return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "
+def _frame(tokenizer) -> tuple[str, str, str]:
+    """Special-token text before the transcript, between prompt and response, and after the response."""
+    if tokenizer.cls_token and tokenizer.sep_token and tokenizer.cls_token_id is not None:
+        return tokenizer.cls_token, tokenizer.sep_token, tokenizer.sep_token
+    return tokenizer.bos_token or "", "", ""
 
 
-def render(tokenizer, prompt: Sequence[dict[str, str]], response: str) -> tuple[str, str]:
-    """(prompt text, response text); the chat template when the tokenizer has one."""
-    if getattr(tokenizer, "chat_template", None):
-        head = tokenizer.apply_chat_template(list(prompt), tokenize=False, add_generation_prompt=True)
-        full = tokenizer.apply_chat_template(
-            [*prompt, {"role": "assistant", "content": response}], tokenize=False
-        )
-        if full.startswith(head):
-            return head, full[len(head) :]
-        return head, response
-    return _plain_transcript(prompt), response
+def plain_chat_template(tokenizer) -> str:
+    """The Jinja template prefshift writes into a tokenizer that ships none.
 
-
-def _special_frame(tokenizer) -> tuple[list[int], list[int], list[int]]:
-    """Token ids placed before the prompt, between prompt and response, and after the response.
-
-    Encoders read [CLS] and expect [SEP]s; decoders get their BOS unless a chat template
-    already writes it into the text.
+    Prompt turns render as "role: content\\n", the response as "assistant: " + frame +
+    content + frame; the frame tokens are literal text, so tokenising the rendered
+    text without special tokens still yields [CLS]/[SEP] or BOS.
     """
-    cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
-    if cls_id is not None and sep_id is not None:
-        return [cls_id], [sep_id], [sep_id]
-    bos = tokenizer.bos_token_id
-    if bos is None or getattr(tokenizer, "chat_template", None):
-        return [], [], []
-    return [bos], [], []
+    head, mid, tail = (json.dumps(part) for part in _frame(tokenizer))
+    return (
+        f"{{{{ {head} }}}}"
+        "{% for message in messages %}"
+        "{% if loop.last and message['role'] == 'assistant' %}"
+        f"{{{{ 'assistant: ' + {mid} + message['content'] + {tail} }}}}"
+        "{% else %}{{ message['role'] + ': ' + message['content'] + '\\n' }}{% endif %}"
+        "{% endfor %}"
+        f"{{% if add_generation_prompt %}}{{{{ 'assistant: ' + {mid} }}}}{{% endif %}}"
+    )
+
+
+def chat_template(tokenizer) -> str:
+    """The template every rendering uses: the tokenizer's own, else prefshift's plain one."""
+    return getattr(tokenizer, "chat_template", None) or plain_chat_template(tokenizer)
+
+
+def ensure_chat_template(tokenizer) -> None:
+    """Install prefshift's plain template where none exists, so a saved tokenizer carries it."""
+    if not getattr(tokenizer, "chat_template", None):
+        tokenizer.chat_template = plain_chat_template(tokenizer)
+
+
+_SLOT = "\u2063prefshift-response\u2063"
+"""Stands in for the response to find where the template puts it (no template alters it)."""
+
+
+def render(tokenizer, prompt: Sequence[dict[str, str]], response: str) -> tuple[str, tuple[int, int]]:
+    """(text, (start, end) character span of the response in it) under `chat_template`.
+
+    The span is where the template puts the assistant's content, found by rendering once
+    with a stand-in, so a response that also occurs in the frame (say "end" in
+    "<|im_end|>") is still located exactly; a template that trims content is allowed.
+    """
+    template = chat_template(tokenizer)
+    turns = [{"role": m["role"], "content": m["content"]} for m in prompt]
+
+    def apply(content: str) -> str:
+        messages = [*turns, {"role": "assistant", "content": content}]
+        return tokenizer.apply_chat_template(messages, chat_template=template, tokenize=False)
+
+    text, slotted = apply(response), apply(_SLOT)
+    at = slotted.find(_SLOT)
+    if at >= 0:
+        head, tail = slotted[:at], slotted[at + len(_SLOT) :]
+        if text == head + response + tail:
+            return text, (at, at + len(response))
+        start = text.find(response.strip(), at)
+        if start >= 0 and response.strip():
+            return text, (start, start + len(response.strip()))
+    raise RenderError(
+        "the tokenizer's chat template does not write the assistant's content into the text, so the "
+        "response tokens cannot be found; use a template that renders message['content']"
+    )
 
 
 class Encoder:
     """Turns pairs into `EncodedPair`s under one truncation policy."""
 
     def __init__(self, tokenizer, cfg: EncodeConfig):
+        if not getattr(tokenizer, "is_fast", False):
+            raise RenderError(
+                f"{type(tokenizer).__name__} is a slow tokenizer; prefshift needs a fast (Rust) tokenizer "
+                "for exact response masks (load it with use_fast=True or convert it)"
+            )
         self.tokenizer = tokenizer
         self.cfg = cfg
-        self.head, self.mid, self.tail = _special_frame(tokenizer)
-
-    def _ids(self, text: str) -> list[int]:
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        self.special = set(tokenizer.all_special_ids)
 
     def encode_one(self, prompt: Sequence[dict[str, str]], response: str) -> EncodedSeq:
-        prompt_text, response_text = render(self.tokenizer, prompt, response)
-        prompt_ids, response_ids = self._ids(prompt_text), self._ids(response_text)
+        text, (start, end) = render(self.tokenizer, prompt, response)
+        enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        ids, offsets = enc["input_ids"], enc["offset_mapping"]
+        inside = [i for i, (s, e) in enumerate(offsets) if s < end and e > start]
+        first = inside[0] if inside else sum(1 for _, e in offsets if e <= start)
+        last = inside[-1] + 1 if inside else first
+        lead = 0
+        while lead < first and ids[lead] in self.special:
+            lead += 1
+        head, prompt_ids, response_ids, tail = ids[:lead], ids[lead:first], ids[first:last], ids[last:]
         full_response = len(response_ids)
-        budget = self.cfg.max_length - len(self.head) - len(self.mid) - len(self.tail)
-        overflow = len(prompt_ids) + len(response_ids) - budget
+        overflow = len(ids) - self.cfg.max_length
         if overflow > 0:
             cut = min(overflow, len(prompt_ids))
             prompt_ids = prompt_ids[cut:]
             overflow -= cut
         if overflow > 0:
             response_ids = response_ids[: max(0, len(response_ids) - overflow)]
-        ids = self.head + prompt_ids + self.mid + response_ids + self.tail
-        start = len(self.head) + len(prompt_ids) + len(self.mid)
-        mask = [0] * len(ids)
-        mask[start : start + len(response_ids)] = [1] * len(response_ids)
-        return EncodedSeq(ids, mask, full_response)
+        kept = head + prompt_ids + response_ids + tail
+        begin = len(head) + len(prompt_ids)
+        mask = [0] * len(kept)
+        mask[begin : begin + len(response_ids)] = [1] * len(response_ids)
+        return EncodedSeq(kept, mask, full_response)
 
     def encode_pair(self, index: int, pair: Pair, target: float) -> EncodedPair:
         seqs = [self.encode_one(pair.prompt, getattr(pair, side)) for side in SIDES]

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from prefshift.atomic import atomic_path
+from prefshift.data.encode import chat_template, ensure_chat_template
 from prefshift.errors import PrefshiftError
 
 
@@ -100,14 +101,30 @@ def disable_dropout(model: nn.Module) -> None:
             setattr(config, key, 0.0)
 
 
+def _template_writes(tokenizer, token: str) -> bool:
+    """Whether the chat template puts `token` into a rendered exchange (literally or via a variable)."""
+    probe = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
+    template = chat_template(tokenizer)
+    return token in template or token in tokenizer.apply_chat_template(
+        probe, chat_template=template, tokenize=False
+    )
+
+
 def ensure_pad_token(tokenizer, model: nn.Module | None = None) -> None:
-    """Give the tokenizer a pad token (EOS when it has one) and tell the model config."""
+    """Give the tokenizer a pad token and tell the model config.
+
+    HF's `*ForSequenceClassification` (what TRL and OpenRLHF load) reads the reward at
+    the last token that is not the pad id, so pad must never end a rendered text:
+    EOS serves as pad only when the chat template never writes it; otherwise a
+    dedicated pad token is added (its embedding is never read: pads are masked).
+    """
     if tokenizer.pad_token_id is None:
-        if tokenizer.eos_token is not None:
-            tokenizer.pad_token = tokenizer.eos_token
+        eos = tokenizer.eos_token
+        if eos is not None and not _template_writes(tokenizer, eos):
+            tokenizer.pad_token = eos
         else:
-            tokenizer.add_special_tokens({"pad_token": "<pad>"})
-            if model is not None:
+            tokenizer.add_special_tokens({"pad_token": "<|pad|>"})
+            if model is not None and len(tokenizer) > model.get_input_embeddings().num_embeddings:
                 model.resize_token_embeddings(len(tokenizer))
     if model is not None:
         model.config.pad_token_id = tokenizer.pad_token_id
@@ -161,6 +178,7 @@ def load_reward_model(
             f"cannot load model {name_or_path!s}: its safetensors weights are corrupt or truncated ({err}); "
             "re-run the stage that wrote it"
         ) from None
+    ensure_chat_template(tokenizer)
     ensure_pad_token(tokenizer, hf)
     disable_dropout(hf)
     return RewardModel(hf), tokenizer
@@ -172,6 +190,7 @@ def save_reward_model(model: nn.Module, tokenizer, out_dir: str | Path) -> None:
     hf = model.hf if isinstance(model, RewardModel) else model
     if hasattr(hf, "merge_and_unload"):
         hf = hf.merge_and_unload()
+    ensure_chat_template(tokenizer)
     with atomic_path(out_dir, directory=True) as tmp:
         hf.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
