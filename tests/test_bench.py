@@ -72,9 +72,18 @@ def test_quick_bench_writes_well_formed_reports(tmp_path):
         assert 0 < rate["min"] <= rate["median"] <= rate["max"], name
     if result["training"]["trl_skipped"] is None:
         assert tiny["vs_ours"]["trl"]["ratio"] > 0 and "met" in tiny["target"]
-    anchor = result["anchor"]
-    assert set(anchor["ratios"]) == {"anchor_cached", "anchor_uncached", "lora_anchor_shared_base"}
+    anchor = result["anchor"]["tiny_2x64"]
+    assert set(anchor["ratios"]) == {
+        "anchor_shared",
+        "anchor_cached",
+        "anchor_uncached",
+        "lora_anchor_shared_base",
+    }
     assert all(anchor["peak_rss_mb"][v]["median"] > 0 for v in anchor["peak_rss_mb"])
+    assert (
+        anchor["shared_reference"]["fill_s"] > 0 and anchor["reference_fill_s"]["anchor_shared"]["max"] == 0
+    )
+    assert anchor["ratios"]["anchor_shared"]["wall_with_fill_amortised"]["ratio"] > 0
     evaluation = result["evaluation"]["models"]["tiny_2x64"]
     assert set(evaluation["pairs_per_s"]) == {"batched_sorted", "per_pair", "fixed_padding"}
     assert max(evaluation["max_abs_margin_difference"].values()) < 1e-3  # same margins every way
@@ -84,7 +93,11 @@ def test_quick_bench_writes_well_formed_reports(tmp_path):
         assert heading in markdown
     for heading in ("## Training throughput vs TRL", "## ANCHOR overhead", "## Evaluation throughput"):
         assert heading in markdown
-    assert "| anchor_cached ÷ naive |" in markdown and "Measured 2026-01-01 00:00 UTC" in markdown
+    assert (
+        "| anchor_cached ÷ naive |" in markdown
+        and "| anchor_shared ÷ naive |" in markdown
+        and "Measured 2026-01-01 00:00 UTC" in markdown
+    )
     assert any("rep 1/1" in line for line in lines)
 
 

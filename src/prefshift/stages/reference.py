@@ -10,21 +10,46 @@ writes a manifest that says so and nothing else.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
+
 from rich.console import Console
 
 from prefshift.anchor_cache import hidden_upto
 from prefshift.atomic import atomic_path
 from prefshift.config import Params
-from prefshift.data.encode import Encoder, collate, sorted_batches
+from prefshift.data.encode import EncodedPair, Encoder, collate, sorted_batches
 from prefshift.data.schema import SkipCounter, read_pairs
 from prefshift.data.splits import load_manifest
 from prefshift.methods import reference_layers, reference_request
 from prefshift.methods.anchor import select_response
-from prefshift.models.reward import load_reward_model
+from prefshift.models.reward import RewardModel, load_reward_model
 from prefshift.paths import Layout
 from prefshift.reference_store import ReferenceWriter, stored_bytes
 
 console = Console(stderr=True)
+
+
+def compute_reference(
+    model: RewardModel,
+    items: Sequence[EncodedPair],
+    layers: Sequence[int],
+    directory: Path,
+    batch_size: int,
+    pad_id: int,
+    store: bool = True,
+) -> ReferenceWriter:
+    """One gradient-free pass over `items`, stopping at the deepest of `layers`; then call `finish`."""
+    writer = ReferenceWriter(directory, layers, model.config.get_text_config().hidden_size, store=store)
+    forward = hidden_upto(model, max(layers))
+    for idx in sorted_batches([it.length for it in items], batch_size):
+        batch = collate([items[i] for i in idx], pad_id)
+        states = forward(batch["input_ids"], batch["attention_mask"])
+        mask = batch["response_mask"].to(states[layers[-1]].device)
+        for row, key in enumerate(batch["keys"]):
+            rows = [h[row : row + 1] if h is not None else None for h in states]
+            writer.add(key, select_response(rows, layers, mask[row : row + 1]))
+    return writer
 
 
 def run(params: Params, layout: Layout) -> dict:
@@ -51,15 +76,9 @@ def run(params: Params, layout: Layout) -> dict:
                 "run a frozen forward each step instead (with LoRA: the base with adapters disabled)"
             )
         )
-        writer = ReferenceWriter(tmp, layers, hidden, store=store)
-        forward = hidden_upto(model, max(layers))
-        for idx in sorted_batches([it.length for it in items], request["batch_size"]):
-            batch = collate([items[i] for i in idx], tokenizer.pad_token_id)
-            states = forward(batch["input_ids"], batch["attention_mask"])
-            mask = batch["response_mask"].to(states[layers[-1]].device)
-            for row, key in enumerate(batch["keys"]):
-                rows = [h[row : row + 1] if h is not None else None for h in states]
-                writer.add(key, select_response(rows, layers, mask[row : row + 1]))
+        writer = compute_reference(
+            model, items, layers, tmp, request["batch_size"], tokenizer.pad_token_id, store=store
+        )
         manifest = writer.finish(
             reason=reason,
             request=request,
