@@ -287,14 +287,15 @@ def cannot_generate(spec: LMSpec, trust_remote_code: bool) -> str | None:
     """Why this backbone cannot generate text, when its config says so without a download; else None.
 
     `tiny` backbones are Llama decoders. A hub id or path is judged by its config.json (a
-    local directory, or the local Hugging Face cache): a model type without a causal-LM
-    class (BERT, MiniLM, DeBERTa...) cannot write principles.
+    local directory, or the local Hugging Face cache): by its saved architectures (a
+    `*ForCausalLM` generates, a `BertModel` does not), else by its model type (BERT, MiniLM,
+    DeBERTa... are masked-LM encoders and cannot write principles).
     """
     if spec.name_or_path == "tiny":
         return None
     try:
         from transformers import AutoConfig
-        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+        from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
         config = AutoConfig.from_pretrained(
             spec.name_or_path,
@@ -304,7 +305,12 @@ def cannot_generate(spec: LMSpec, trust_remote_code: bool) -> str | None:
         )
     except (OSError, ValueError):
         return None  # not resolvable offline: the seam stage checks the downloaded backbone instead
-    if config.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES or getattr(config, "is_decoder", False):
+    generative = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
+    if config.architectures:
+        if any(arch.endswith(generative) for arch in config.architectures):
+            return None
+        return f"is a {'/'.join(config.architectures)} (no causal-LM head)"
+    if config.model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
         return None
     return f"is a {config.model_type} encoder (no causal-LM head)"
 

@@ -204,6 +204,9 @@ class StoredReference:
                         "rerun `prefshift reference`"
                     )
 
+    def mean_squares(self) -> dict[int, float]:
+        return mean_squares(self.manifest)
+
     def get(self, batch: dict, device: torch.device) -> torch.Tensor:
         parts = []
         for key in batch["keys"]:
