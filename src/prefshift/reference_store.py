@@ -33,6 +33,8 @@ from prefshift.errors import PrefshiftError
 
 MANIFEST = "manifest.json"
 INDEX = "index.parquet"
+FINGERPRINT = "reference.json"
+"""Written into an anchor method's targets: what of the reference it reads."""
 SHARD_BYTES = 256 * 2**20
 Key = tuple[str, str]
 
@@ -140,6 +142,20 @@ def read_manifest(directory: Path) -> dict[str, Any]:
 
 def mean_squares(manifest: dict[str, Any]) -> dict[int, float]:
     return {int(k): float(v) for k, v in manifest["mean_square"].items()}
+
+
+def fingerprint(manifest: dict[str, Any], layers: Sequence[int]) -> dict[str, Any]:
+    """What a student anchored at `layers` reads of a reference: those layers' constants and
+    the data they came from. Equal fingerprints mean the same states for that student."""
+    squares = mean_squares(manifest)
+    return {
+        "layers": list(layers),
+        "mean_square": {str(k): squares[k] for k in layers},
+        "stored": manifest["stored"],
+        "tokens": manifest["tokens"],
+        "split_version": manifest["split_version"],
+        "encode": manifest["encode"],
+    }
 
 
 class StoredReference:

@@ -38,7 +38,14 @@ from prefshift.models.reward import (
     save_reward_model,
 )
 from prefshift.paths import Layout
-from prefshift.reference_store import StoredReference, mean_squares, read_manifest
+from prefshift.reference_store import (
+    FINGERPRINT,
+    ReferenceMismatchError,
+    StoredReference,
+    fingerprint,
+    mean_squares,
+    read_manifest,
+)
 
 STATE_FILE = "trainer_state.json"
 
@@ -464,6 +471,12 @@ def shared_reference(
     if not objective.layers:
         return None, params.anchor
     manifest = read_manifest(layout.reference_dir)
+    recorded = layout.targets_dir(objective.name) / FINGERPRINT
+    if recorded.exists() and json.loads(recorded.read_text()) != fingerprint(manifest, objective.layers):
+        raise ReferenceMismatchError(
+            f"{layout.reference_dir} changed after {recorded} was written; run `dvc repro` (or "
+            f"`prefshift targets --method {objective.name}`) so the student trains on the reference it tracks"
+        )
     if getattr(objective, "normalize", "none") == "reference":
         objective.set_scale(mean_squares(manifest))
     uncached = params.anchor.model_copy(update={"cache": False})

@@ -22,24 +22,14 @@ from prefshift.data.splits import load_manifest
 from prefshift.methods import ANCHOR_KINDS, label_source
 from prefshift.methods.anchor import anchor_layers
 from prefshift.paths import Layout
-from prefshift.reference_store import mean_squares, read_manifest
+from prefshift.reference_store import FINGERPRINT, fingerprint, read_manifest
 from prefshift.stages.label import VERSION_KEY, read_labels, write_frame
 
-REFERENCE_FINGERPRINT = "reference.json"
 
-
-def reference_fingerprint(manifest: dict, method: str, params: Params) -> dict:
-    """What of the shared reference one anchor method reads: its layers' constants and their data."""
-    layers = anchor_layers(ANCHOR_KINDS[method], manifest["num_layers"], params.anchor.mid_fractions)
-    squares = mean_squares(manifest)
-    return {
-        "layers": list(layers),
-        "mean_square": {str(k): squares[k] for k in layers},
-        "stored": manifest["stored"],
-        "tokens": manifest["tokens"],
-        "split_version": manifest["split_version"],
-        "encode": manifest["encode"],
-    }
+def anchor_fingerprint(manifest: dict, method: str) -> dict:
+    """The shared reference as `method` reads it (its own layers only)."""
+    fractions = manifest["request"]["mid_fractions"] or [1.0]
+    return fingerprint(manifest, anchor_layers(ANCHOR_KINDS[method], manifest["num_layers"], fractions))
 
 
 def _seam(params: Params, layout: Layout) -> dict:
@@ -71,6 +61,6 @@ def run(params: Params, layout: Layout, method: str) -> dict:
             frame = pd.DataFrame({"pair_id": [p.pair_id for p in pairs], "q": [p.gold for p in pairs]})
             write_frame(target, frame, {VERSION_KEY: version.encode()})
         if method in ANCHOR_KINDS:
-            fingerprint = reference_fingerprint(read_manifest(layout.reference_dir), method, params)
-            (tmp / REFERENCE_FINGERPRINT).write_text(json.dumps(fingerprint, indent=2, sort_keys=True) + "\n")
+            own = anchor_fingerprint(read_manifest(layout.reference_dir), method)
+            (tmp / FINGERPRINT).write_text(json.dumps(own, indent=2, sort_keys=True) + "\n")
     return {"method": method, "labels": source}
