@@ -53,7 +53,7 @@ def _merge(base: dict, overlay: dict) -> dict:
 
 
 def _run(args: list[str], cwd: Path, env: dict[str, str]) -> str:
-    done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=1800)
     output = done.stdout + done.stderr
     assert done.returncode == 0, f"{' '.join(args)} failed:\n{output[-4000:]}"
     return output
