@@ -131,3 +131,16 @@ def test_repro_timing_names_stages_and_the_largest_stage_rss(tmp_path):
     assert set(first["stages_s"]) == {"small", "big"}
     assert first["peak_rss_mb"] >= 200  # the bytearray stage, not dvc itself
     assert _repro(root, env, log=lambda line: None)["stages_s"] == {}
+
+
+def test_realistic_lengths_follow_the_measured_hh_quantiles():
+    import numpy as np
+
+    from prefshift.bench.realistic import draw_lengths
+
+    drawn = np.array(draw_lengths(20000, seed=0))
+    measured = {0.05: 32, 0.25: 74, 0.5: 136, 0.75: 225, 0.9: 344, 0.95: 427, 0.99: 645}
+    for q, tokens in measured.items():
+        assert abs(np.quantile(drawn, q) - tokens) <= 0.05 * tokens + 2, q
+    assert 160 <= drawn.mean() <= 180  # HH harmless: mean 170
+    assert draw_lengths(50, seed=3) == draw_lengths(50, seed=3)
