@@ -232,9 +232,18 @@ def test_quick_bench_writes_well_formed_reports(tmp_path):
         for name in ("trl", "trl_group_by_length"):  # aligned with ours: fp32, no checkpointing
             assert tiny["settings"][name]["precision"] == "float32", name
             assert tiny["settings"][name]["gradient_checkpointing"] is False, name
-    anchor = result["anchor"]
-    assert set(anchor["ratios"]) == {"anchor_cached", "anchor_uncached", "lora_anchor_shared_base"}
+    anchor = result["anchor"]["tiny_2x64"]
+    assert set(anchor["ratios"]) == {
+        "anchor_shared",
+        "anchor_cached",
+        "anchor_uncached",
+        "lora_anchor_shared_base",
+    }
     assert all(anchor["peak_rss_mb"][v]["median"] > 0 for v in anchor["peak_rss_mb"])
+    assert (
+        anchor["shared_reference"]["fill_s"] > 0 and anchor["reference_fill_s"]["anchor_shared"]["max"] == 0
+    )
+    assert anchor["ratios"]["anchor_shared"]["wall_with_fill_amortised"]["ratio"] > 0
     evaluation = result["evaluation"]["models"]["tiny_2x64"]
     assert set(evaluation["pairs_per_s"]) == {"batched_sorted", "per_pair", "fixed_padding"}
     assert max(evaluation["max_abs_margin_difference"].values()) < 1e-3  # same margins every way
@@ -244,7 +253,11 @@ def test_quick_bench_writes_well_formed_reports(tmp_path):
         assert heading in markdown
     for heading in ("## Training throughput vs TRL", "## ANCHOR overhead", "## Evaluation throughput"):
         assert heading in markdown
-    assert "| anchor_cached ÷ naive |" in markdown and "Measured 2026-01-01 00:00 UTC" in markdown
+    assert (
+        "| anchor_cached ÷ naive |" in markdown
+        and "| anchor_shared ÷ naive |" in markdown
+        and "Measured 2026-01-01 00:00 UTC" in markdown
+    )
     assert any("rep 1/1" in line for line in lines)
 
 
@@ -278,3 +291,16 @@ def test_repro_timing_names_stages_and_the_largest_stage_rss(tmp_path):
     assert set(first["stages_s"]) == {"small", "big"}
     assert first["peak_rss_mb"] >= 200  # the bytearray stage, not dvc itself
     assert _repro(root, env, log=lambda line: None)["stages_s"] == {}
+
+
+def test_realistic_lengths_follow_the_measured_hh_quantiles():
+    import numpy as np
+
+    from prefshift.bench.realistic import draw_lengths
+
+    drawn = np.array(draw_lengths(20000, seed=0))
+    measured = {0.05: 32, 0.25: 74, 0.5: 136, 0.75: 225, 0.9: 344, 0.95: 427, 0.99: 645}
+    for q, tokens in measured.items():
+        assert abs(np.quantile(drawn, q) - tokens) <= 0.05 * tokens + 2, q
+    assert 160 <= drawn.mean() <= 180  # HH harmless: mean 170
+    assert draw_lengths(50, seed=3) == draw_lengths(50, seed=3)

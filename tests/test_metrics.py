@@ -66,6 +66,24 @@ def test_paired_metrics_hand_computed_means_over_targets():
     assert out["pgr_ood"] == pytest.approx(0.4)
 
 
+def test_pgr_joined_in_the_report_equals_pgr_computed_with_the_ceiling():
+    student = {"id_test": [1, 1, 1, 0], "a": [1, 0], "b": [1, 1, 1, 1]}
+    teacher = {"id_test": [1, 1, 0, 0], "a": [1, 1], "b": [0, 0, 0, 1]}
+    ceiling = {"id_test": [1, 1, 1, 1], "a": [1, 1], "b": [1, 1, 0.5, 1]}
+
+    def run(first, with_ceiling):
+        splits = {k: _split(first[k], teacher[k], ceiling[k] if with_ceiling else None) for k in first}
+        return metrics.paired_metrics(splits, ["a", "b"], draws=50, level=0.95, seed=0)
+
+    joined = metrics.with_ceiling(run(student, False), run(ceiling, False))
+    together = run(student, True)
+    assert joined["pgr_id"] == pytest.approx(0.5) and joined["pgr_ood"] == pytest.approx(0.4)
+    assert joined["ceiling"] == together["ceiling"]
+    for key in ("pgr_id", "pgr_ood"):
+        assert joined[key] == pytest.approx(together[key])
+    assert [joined["targets"][t]["pgr"] for t in "ab"] == [together["targets"][t]["pgr"] for t in "ab"]
+
+
 def test_paired_metrics_nts_penalises_id_regression():
     splits = {
         "id_test": _split([1, 0, 0, 0], [1, 1, 0, 0]),  # s 25, t 50: regression of 25

@@ -54,7 +54,7 @@ def _merge(base: dict, overlay: dict) -> dict:
 
 
 def _run(args: list[str], cwd: Path, env: dict[str, str]) -> str:
-    done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=1800)
     output = done.stdout + done.stderr
     assert done.returncode == 0, f"{' '.join(args)} failed:\n{output[-4000:]}"
     return output
@@ -64,12 +64,12 @@ def _ran_stages(output: str) -> set[str]:
     return {line.split("'")[1] for line in output.splitlines() if line.startswith("Running stage '")}
 
 
-@pytest.fixture(scope="session")
-def pipeline(tmp_path_factory):
-    root = tmp_path_factory.mktemp("pipeline") / "project"
+def _project(tmp_path_factory, name: str, overlay: dict) -> tuple[Path, dict[str, str]]:
+    """A git repository holding the tracked files, params.yaml overlaid; (root, env to run DVC in)."""
+    root = tmp_path_factory.mktemp(name) / "project"
     root.mkdir()
     copy_tracked(REPO, root)
-    params = _merge(yaml.safe_load((root / "params.yaml").read_text()), SMALL)
+    params = _merge(yaml.safe_load((root / "params.yaml").read_text()), overlay)
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     seed_database(tmp_path_factory, root / "mlflow.db")
     bin_dir = str(Path(sys.executable).parent)
@@ -88,6 +88,12 @@ def pipeline(tmp_path_factory):
     _run(["git", "init", "-q"], root, env)
     _run(["git", "add", "-A"], root, env)
     _run(["git", "commit", "-qm", "fixture"], root, env)
+    return root, env
+
+
+@pytest.fixture(scope="session")
+def pipeline(tmp_path_factory):
+    root, env = _project(tmp_path_factory, "pipeline", SMALL)
     first = _run(["dvc", "repro"], root, env)
     return {"root": root, "env": env, "first": first}
 
@@ -96,8 +102,8 @@ def pipeline(tmp_path_factory):
 def test_repro_runs_every_stage_and_writes_the_report(pipeline):
     root = pipeline["root"]
     ran = _ran_stages(pipeline["first"])
-    expected = {"prepare", "split", "backbone", "teacher", "label", "seam_label", "report", "promote"}
-    expected |= {f"train@{m}" for m in STUDENTS} | {f"evaluate@{m}" for m in STUDENTS}
+    expected = {"prepare", "split", "backbone", "teacher", "label", "plan", "reference", "report", "promote"}
+    expected |= {f"{stage}@{m}" for m in STUDENTS for stage in ("targets", "train", "evaluate")}
     assert expected <= ran
     summary = (root / "reports" / "summary.md").read_text()
     for name in ("teacher", *STUDENTS, "syn_help_instruct", "syn_help_chat", "synthetic"):
@@ -191,6 +197,7 @@ def test_lambda_change_reruns_only_anchor_stages(pipeline):
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     output = _run(["dvc", "repro"], root, env)
     assert _ran_stages(output) == {
+        "plan",
         "train@anchor_last",
         "train@anchor_mid",
         "evaluate@anchor_last",
@@ -198,3 +205,34 @@ def test_lambda_change_reruns_only_anchor_stages(pipeline):
         "report",
         "promote",
     }
+
+
+def _stages(root: Path, env: dict[str, str]) -> set[str]:
+    return {
+        line.split()[0] for line in _run(["dvc", "stage", "list"], root, env).splitlines() if line.strip()
+    }
+
+
+@pytest.mark.slow
+def test_methods_is_the_pipeline_and_lambda_never_reruns_the_reference(tmp_path_factory):
+    """methods [naive, anchor_last] on the tiny project: no other method has a stage, nothing else runs,
+    and a λ change re-runs plan and the anchor student only, never the shared reference."""
+    from tiny_project import TINY
+
+    root, env = _project(tmp_path_factory, "two-methods", {**TINY, "promote": SMALL["promote"]})
+    per_method = {
+        f"{stage}@{m}" for m in ("naive", "anchor_last") for stage in ("targets", "train", "evaluate")
+    }
+    expected = {"prepare", "split", "backbone", "teacher", "label", "plan", "reference", "report", "promote"}
+    assert _stages(root, env) == expected | per_method
+    assert _ran_stages(_run(["dvc", "repro"], root, env)) == expected | per_method
+    manifest = json.loads((root / "data" / "reference" / "manifest.json").read_text())
+    assert manifest["stored"] and manifest["layers"] == [2]
+    log = json.loads((root / "reports" / "train" / "anchor_last.json").read_text())
+    assert log["reference"]["route"] == "shared" and log["reference"]["forward_rows"] == 0
+
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    params["anchor"]["lambda"] = 0.25
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    ran = _ran_stages(_run(["dvc", "repro"], root, env))
+    assert ran == {"plan", "train@anchor_last", "evaluate@anchor_last", "report", "promote"}

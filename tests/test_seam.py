@@ -243,7 +243,7 @@ def test_train_seam_reads_the_seam_labels(tmp_path):
         {**PARAMS.model_dump(include={"seam"}), "student": {"batch_size": 4, "epochs": 1, "drift_every": 1}}
     )
     seam_label.run(params, layout)
-    assert train._targets(params, layout, "seam", _pairs()) == pytest.approx(
+    assert train._targets(layout, "seam", _pairs()) == pytest.approx(
         pq.read_table(layout.seam_labels).column("q").to_pylist()
     )
     train.run(params, layout, "seam")

@@ -138,7 +138,7 @@ def _tiny_project(root):
 
 @pytest.mark.slow
 def test_stages_teacher_label_train_end_to_end(tmp_path):
-    from prefshift.stages import label, teacher, train
+    from prefshift.stages import label, plan, reference, targets, teacher, train
 
     layout = _tiny_project(tmp_path)
     params = Params.model_validate(
@@ -161,7 +161,10 @@ def test_stages_teacher_label_train_end_to_end(tmp_path):
     assert scores["pair_id"].tolist() == [p.pair_id for p in pairs(16)[4:8]]  # input order, not length order
     groups = pd.read_parquet(layout.group_scores("teacher", "toy"))
     assert groups["group_id"].tolist() == ["g1"] and len(groups["rewards"][0]) == 3
+    plan.run(params, layout)
+    reference.run(params, layout)
     for method in ("naive", "anchor_mid"):
+        targets.run(params, layout, method)
         log = train.run(params, layout, method)
         assert json.loads(layout.train_log(method).read_text())["steps"] == log["steps"]
         model, tok = load_reward_model(layout.student_dir(method))

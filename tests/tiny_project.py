@@ -50,8 +50,20 @@ def write_params(root: Path, params: Params) -> Path:
 
 
 def run_pipeline(root: Path, params: Params) -> Layout:
-    """prepare → split → backbone → teacher → label → train naive → evaluate naive, in-process."""
-    from prefshift.stages import backbone, evaluate, label, prepare, split, teacher, train
+    """prepare → split → backbone → teacher → label → plan → reference → targets of every
+    listed method → train and evaluate naive, in-process."""
+    from prefshift.stages import (
+        backbone,
+        evaluate,
+        label,
+        plan,
+        prepare,
+        reference,
+        split,
+        targets,
+        teacher,
+        train,
+    )
 
     layout = Layout(root)
     write_params(root, params)
@@ -60,6 +72,10 @@ def run_pipeline(root: Path, params: Params) -> Layout:
     backbone.run(params, layout)
     teacher.run(params, layout)
     label.run(params, layout)
+    plan.run(params, layout)
+    reference.run(params, layout)
+    for method in params.methods:
+        targets.run(params, layout, method)
     train.run(params, layout, "naive")
     evaluate.run(params, layout, "naive")
     return layout

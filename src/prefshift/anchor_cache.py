@@ -20,6 +20,7 @@ from torch import nn
 
 from prefshift.errors import PrefshiftError
 from prefshift.methods.anchor import select_response
+from prefshift.reference_store import half
 
 HiddenFn = Callable[[torch.Tensor, torch.Tensor], Sequence[torch.Tensor]]
 Key = tuple[str, str]
@@ -38,6 +39,55 @@ def hidden_fn(model: nn.Module, disable_adapter: bool = False) -> HiddenFn:
     return run
 
 
+class _Stop(Exception):
+    """Raised by the hook of the deepest needed layer: nothing above it is computed."""
+
+
+def _decoder_layers(model: nn.Module) -> nn.ModuleList | None:
+    base = model.hf.base_model
+    layers = getattr(base, "layers", None)
+    if layers is None and hasattr(base, "encoder"):
+        layers = getattr(base.encoder, "layer", None)
+    return layers if isinstance(layers, nn.ModuleList) and len(layers) == model.num_layers else None
+
+
+def hidden_upto(model: nn.Module, deepest: int) -> HiddenFn:
+    """Like `hidden_fn`, but the forward stops after layer `deepest` (hidden_states index).
+
+    hidden_states[k] for k < L is the raw output of block k; hidden_states[L] is the
+    final-norm output, so a reference that needs layer L runs the whole model. Entries
+    above `deepest` are returned as None.
+    """
+    blocks = _decoder_layers(model)
+    if deepest >= model.num_layers or blocks is None:
+        return hidden_fn(model)
+
+    def run(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Sequence[torch.Tensor | None]:
+        captured: list[torch.Tensor | None] = [None] * (model.num_layers + 1)
+
+        def keep(k: int):
+            def hook(_module, _args, output):
+                captured[k] = output[0] if isinstance(output, tuple) else output
+                if k == deepest:
+                    raise _Stop
+
+            return hook
+
+        handles = [blocks[k - 1].register_forward_hook(keep(k)) for k in range(1, deepest + 1)]
+        device = next(model.parameters()).device
+        try:
+            with torch.no_grad():
+                model(input_ids.to(device), attention_mask.to(device))
+        except _Stop:
+            pass
+        finally:
+            for handle in handles:
+                handle.remove()
+        return captured
+
+    return run
+
+
 def frozen_copy(model: nn.Module) -> nn.Module:
     """A copy that never trains: eval mode, no gradients."""
     ref = copy.deepcopy(model)
@@ -45,12 +95,6 @@ def frozen_copy(model: nn.Module) -> nn.Module:
     for param in ref.parameters():
         param.requires_grad_(False)
     return ref
-
-
-def _to_half(states: torch.Tensor) -> torch.Tensor:
-    """fp16 keeps more mantissa; fall back to bf16 where fp16 would overflow."""
-    half = states.to(torch.float16)
-    return half if torch.isfinite(half).all() else states.to(torch.bfloat16)
 
 
 class ReferenceStates:
@@ -67,6 +111,8 @@ class ReferenceStates:
         self.compute = compute
         self.module: nn.Module | None = None
         """The frozen copy behind `compute`, when there is one (kept for inspection)."""
+        self.route = "in-run cache" if cache else "frozen forward"
+        """Where the states come from, for the run log."""
         self.layers = tuple(layers)
         self.cache = cache
         self.max_bytes = max_bytes
@@ -88,7 +134,7 @@ class ReferenceStates:
         ]
 
     def _store(self, key: Key, states: torch.Tensor) -> None:
-        states = _to_half(states.cpu())
+        states = half(states.cpu())
         size = states.numel() * states.element_size()
         if self.bytes_in_memory + size <= self.max_bytes or self.spill_dir is None:
             self.entries[key] = states
@@ -128,6 +174,18 @@ class ReferenceStates:
             raise PrefshiftError(f"reference cache has no states for {missing[0]}; fill() it before training")
         parts = [self._load(key) for key in batch["keys"]]
         return torch.cat(parts, dim=1).to(device=device, dtype=torch.float32)
+
+    def mean_squares(self) -> dict[int, float]:
+        """Per-layer mean squared state over the cached response tokens (anchor.normalize=reference)."""
+        if not self.entries:
+            raise PrefshiftError("anchor.normalize=reference needs cached states (anchor.cache: true)")
+        totals = torch.zeros(len(self.layers), dtype=torch.float64)
+        count = 0
+        for key in self.entries:
+            states = self._load(key).double()
+            totals += states.pow(2).sum(dim=(1, 2))
+            count += states.shape[1] * states.shape[2]
+        return {k: float(totals[i] / max(count, 1)) for i, k in enumerate(self.layers)}
 
     def stats(self) -> dict[str, float]:
         return {

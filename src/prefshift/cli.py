@@ -96,8 +96,34 @@ def label(params: ParamsOption = Path("params.yaml"), set_: SetOption = None, ro
 def seam_label(
     params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")
 ):
-    """SEAM soft labels for student_train: strong-LM principles, teacher judgements (data/seam_labels/)."""
+    """SEAM soft labels for student_train: strong-LM principles, teacher judgements (data/targets/seam/)."""
     _call(_stage("stages.seam_label"), _params(params, set_), Layout(root))
+
+
+@app.command()
+def plan(params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")):
+    """Write what each listed method reads (data/plan/), so DVC re-runs only the methods a change affects."""
+    _call(_stage("stages.plan"), _params(params, set_), Layout(root))
+
+
+@app.command()
+def reference(
+    params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")
+):
+    """Store the strong base's states at student_train's response tokens once, for every anchor run."""
+    _call(_stage("stages.reference"), _params(params, set_), Layout(root))
+
+
+@app.command()
+def targets(
+    method: Annotated[str, typer.Option("--method", "-m", help="naive, confidence, seam, anchor_last, ...")],
+    params: ParamsOption = Path("params.yaml"),
+    set_: SetOption = None,
+    root: RootOption = Path("."),
+):
+    """Write what student M trains on (data/targets/<M>/): teacher q, gold, or SEAM's labels."""
+    _call(check_method, method)
+    _call(_stage("stages.targets"), _params(params, set_), Layout(root), method)
 
 
 @app.command()

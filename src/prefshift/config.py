@@ -245,8 +245,24 @@ class ConfidenceConfig(Strict):
 class AnchorConfig(Strict):
     lam: float = Field(1e-4, alias="lambda", ge=0, description="Weight of the anchor MSE.")
     mid_fractions: list[float] = Field(default_factory=lambda: [0.5, 0.75])
-    cache: bool = Field(True, description="Cache reference hidden states instead of a second forward pass.")
-    cache_max_gb: float = Field(2.0, gt=0, description="In-memory budget of the cache before it spills.")
+    cache: bool = Field(
+        True,
+        description="Read the reference stage's stored states (data/reference/) instead of a frozen forward "
+        "per step; runs outside the pipeline fill an in-run cache instead.",
+    )
+    cache_max_gb: float = Field(2.0, gt=0, description="In-memory budget of an in-run cache, then spills.")
+    normalize: Literal["none", "reference"] = Field(
+        "none",
+        description="`reference` divides each layer's MSE by that layer's mean squared reference activation "
+        "over response tokens, so one λ means the same on any backbone; `none` is the paper's raw form.",
+    )
+    reference_max_gb: float = Field(
+        20.0,
+        gt=0,
+        description="Largest reference the reference stage stores; above it students fall back to a frozen "
+        "forward each step (with LoRA: the shared base, adapters disabled).",
+    )
+    reference_batch_size: int = Field(16, ge=1, description="Pairs per forward pass of the reference stage.")
 
     @field_validator("mid_fractions")
     @classmethod
@@ -327,9 +343,52 @@ class Params(Strict):
                 raise ValueError(f"{name!r} is listed twice")
         return value
 
+    @model_validator(mode="after")
+    def _methods_fit_the_backbone(self) -> Params:
+        if "seam" in self.methods:
+            reason = cannot_generate(self.backbone.strong, self.backbone.trust_remote_code)
+            if reason:
+                raise ValueError(
+                    f"methods lists seam, but the strong backbone {self.backbone.strong.name_or_path!r} "
+                    f"{reason}: SEAM needs a causal LM to write principles; drop seam from methods"
+                )
+        return self
+
     def resolved(self) -> dict[str, Any]:
         """The full config as plain data, with params.yaml's key names (for logging)."""
         return self.model_dump(mode="json", by_alias=True)
+
+
+def cannot_generate(spec: LMSpec, trust_remote_code: bool) -> str | None:
+    """Why this backbone cannot generate text, when its config says so without a download; else None.
+
+    `tiny` backbones are Llama decoders. A hub id or path is judged by its config.json (a
+    local directory, or the local Hugging Face cache): by its saved architectures (a
+    `*ForCausalLM` generates, a `BertModel` does not), else by its model type (BERT, MiniLM,
+    DeBERTa... are masked-LM encoders and cannot write principles).
+    """
+    if spec.name_or_path == "tiny":
+        return None
+    try:
+        from transformers import AutoConfig
+        from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+        config = AutoConfig.from_pretrained(
+            spec.name_or_path,
+            revision=spec.revision,
+            local_files_only=True,
+            trust_remote_code=trust_remote_code,
+        )
+    except (OSError, ValueError):
+        return None  # not resolvable offline: the seam stage checks the downloaded backbone instead
+    generative = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
+    if config.architectures:
+        if any(arch.endswith(generative) for arch in config.architectures):
+            return None
+        return f"is a {'/'.join(config.architectures)} (no causal-LM head)"
+    if config.model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
+        return None
+    return f"is a {config.model_type} encoder (no causal-LM head)"
 
 
 def check_method(name: str) -> str:

@@ -228,6 +228,30 @@ def paired_metrics(
     return result
 
 
+def with_ceiling(student: Mapping[str, Any], ceiling: Mapping[str, Any]) -> dict[str, Any]:
+    """A student's metrics with PGR and the ceiling's accuracies filled in from the ceiling's own metrics.
+
+    Each method is evaluated on its own (the pipeline has a ceiling stage only when
+    `methods` lists it, so no student may wait on one); PGR joins two results, so it is
+    computed where they meet. Same formulas as `paired_metrics` on the same pairs.
+    """
+    out = {**student, "targets": {t: dict(v) for t, v in student["targets"].items()}}
+    targets = list(out["targets"])
+    c_id = ceiling["id"]["acc"]
+    c_accs = [ceiling["targets"][t]["acc"] for t in targets]
+    out["pgr_id"] = pgr(student["id"]["acc"], student["teacher"]["id"]["acc"], c_id)
+    out["pgr_ood"] = pgr(student["mean_acc_ood"], student["teacher"]["mean_acc_ood"], mean(c_accs))
+    out["ceiling"] = {
+        "id": {"acc": c_id},
+        "targets": {t: {"acc": a} for t, a in zip(targets, c_accs, strict=True)},
+        "mean_acc_ood": mean(c_accs),
+    }
+    for t, c_acc in zip(targets, c_accs, strict=True):
+        teacher_acc = student["teacher"]["targets"][t]["acc"]
+        out["targets"][t]["pgr"] = pgr(student["targets"][t]["acc"], teacher_acc, c_acc)
+    return out
+
+
 def _numeric_leaves(tree: Any, prefix: str = "") -> dict[str, float | None]:
     if isinstance(tree, Mapping):
         leaves: dict[str, float | None] = {}

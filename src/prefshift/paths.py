@@ -57,9 +57,36 @@ class Layout:
         return self.root / "data" / "weak_labels" / "student_train.parquet"
 
     @property
+    def plan_dir(self) -> Path:
+        """The plan stage's per-method inputs: what each listed method reads beyond the shared settings."""
+        return self.root / "data" / "plan"
+
+    def plan_train(self, method: str) -> Path:
+        return self.plan_dir / "train" / f"{method}.json"
+
+    def plan_targets(self, method: str) -> Path:
+        return self.plan_dir / "targets" / f"{method}.json"
+
+    @property
+    def plan_reference(self) -> Path:
+        return self.plan_dir / "reference.json"
+
+    @property
+    def reference_dir(self) -> Path:
+        """The strong base's states at student_train's response tokens, shared by every anchor run."""
+        return self.root / "data" / "reference"
+
+    def targets_dir(self, method: str) -> Path:
+        """What `train --method` trains on (written by `targets --method`)."""
+        return self.root / "data" / "targets" / method
+
+    def targets(self, method: str) -> Path:
+        return self.targets_dir(method) / "student_train.parquet"
+
+    @property
     def seam_dir(self) -> Path:
-        """The seam-label stage's outputs: labels, counts and the generation cache (not under weak_labels)."""
-        return self.root / "data" / "seam_labels"
+        """SEAM's labels, counts and generation cache: the targets of the seam method."""
+        return self.targets_dir("seam")
 
     @property
     def seam_labels(self) -> Path:

@@ -38,6 +38,14 @@ from prefshift.models.reward import (
     save_reward_model,
 )
 from prefshift.paths import Layout
+from prefshift.reference_store import (
+    FINGERPRINT,
+    ReferenceMismatchError,
+    StoredReference,
+    fingerprint,
+    mean_squares,
+    read_manifest,
+)
 
 STATE_FILE = "trainer_state.json"
 
@@ -167,12 +175,16 @@ def build_reference(
             collate([items[i] for i in b], pad_id) for b in sorted_batches(lengths, cfg.batch_size)
         )
         reference.compute = None
+        reference.route = "in-run cache"
         return reference
     if cfg.lora.enabled:
-        return ReferenceStates(hidden_fn(model, disable_adapter=True), layers, cache=False)
+        reference = ReferenceStates(hidden_fn(model, disable_adapter=True), layers, cache=False)
+        reference.route = "lora base, adapters disabled"
+        return reference
     ref_model = frozen_copy(model)
     reference = ReferenceStates(hidden_fn(ref_model), layers, cache=False)
     reference.module = ref_model
+    reference.route = "frozen copy"
     return reference
 
 
@@ -308,6 +320,9 @@ def train_reward_model(
             model, [items[i] for i in own], objective.layers, anchor or AnchorConfig(), cfg, pad_id, spill
         )
         fill_s = time.perf_counter() - fill_start
+    normalized = getattr(objective, "normalize", "none") == "reference"
+    if reference is not None and normalized and objective.scale is None:
+        objective.set_scale(reference.mean_squares())
 
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = adamw(trainable, cfg)
@@ -427,7 +442,7 @@ def train_reward_model(
     if torch.cuda.is_available():
         result["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
     if reference is not None:
-        result["reference"] = {"cache": reference.cache, **reference.stats()}
+        result["reference"] = {"cache": reference.cache, "route": reference.route, **reference.stats()}
         result["reference_fill_s"] = fill_s  # a timing, like wall_s: kept out of the reproducible log keys
     return unwrapped, result
 
@@ -472,6 +487,39 @@ def _write_reward_stats(model, tokenizer, params: Params, layout: Layout) -> dic
     return stats
 
 
+def _mean_layers(row: dict) -> float:
+    values = [v for k, v in row.items() if k.startswith("layer_")]
+    return sum(values) / len(values)
+
+
+def shared_reference(
+    params: Params, layout: Layout, objective: Objective, items: Sequence[EncodedPair], cfg: TrainConfig
+) -> tuple[StoredReference | None, AnchorConfig]:
+    """The reference stage's states for an anchor objective, checked against `items`, and the
+    anchor settings the loop should use: when the states were too large to store (or
+    anchor.cache is off) the loop runs a frozen forward (with LoRA: the base, adapters
+    disabled). normalize=reference takes its per-layer constants from the stage either way."""
+    if not objective.layers:
+        return None, params.anchor
+    manifest = read_manifest(layout.reference_dir)
+    recorded = layout.targets_dir(objective.name) / FINGERPRINT
+    if recorded.exists() and json.loads(recorded.read_text()) != fingerprint(manifest, objective.layers):
+        raise ReferenceMismatchError(
+            f"{layout.reference_dir} changed after {recorded} was written; run `dvc repro` (or "
+            f"`prefshift targets --method {objective.name}`) so the student trains on the reference it tracks"
+        )
+    if getattr(objective, "normalize", "none") == "reference":
+        objective.set_scale(mean_squares(manifest))
+    uncached = params.anchor.model_copy(update={"cache": False})
+    if not params.anchor.cache or not manifest["stored"]:
+        if not manifest["stored"]:
+            print(f"reference: {manifest['reason']}", file=sys.stderr)
+        return None, uncached
+    reference = StoredReference(layout.reference_dir, objective.layers)
+    reference.check(items)
+    return reference, params.anchor
+
+
 def fit(
     params: Params,
     layout: Layout,
@@ -507,6 +555,7 @@ def fit(
         skips = SkipCounter()
         items = Encoder(tokenizer, params.encode).encode_pairs(pairs, targets, skips)
         ckpt = layout.checkpoint_dir(name)
+        reference, anchor = shared_reference(params, layout, objective, items, cfg)
         model, log = train_reward_model(
             model,
             tokenizer,
@@ -515,8 +564,9 @@ def fit(
             cfg,
             seed=params.seed,
             name=name,
-            anchor=params.anchor,
+            anchor=anchor,
             checkpoint_dir=ckpt,
+            reference=reference,
         )
         log["skips"] = skips.as_dict()
         state.wait_for_everyone()
@@ -530,5 +580,9 @@ def fit(
         run.log_history(log["drift"], prefix="drift/")
         run.log_history(log["drift_mse"], prefix="drift_mse/")
         run.log_metrics({"wall_s": log["wall_s"], "peak_rss_mb": log["peak_rss_mb"], "skips": log["skips"]})
+        final = log["drift"][-1]
+        run.log_metrics({"final_drift_mean_cosine": _mean_layers(final)})
+        if "reference" in log:
+            run.set_tags({"anchor.reference_route": log["reference"]["route"]})
         run.log_artifact(layout.train_log(name), "train")
     return log

@@ -73,15 +73,15 @@ def set_targets(result: dict) -> None:
 
     for entry in (result.get("training") or {}).get("models", {}).values():
         entry["target"] = training.trl_target(entry["vs_ours"])
-    if result.get("anchor"):
-        anchor.set_targets(result["anchor"]["ratios"])
+    for entry in (result.get("anchor") or {}).values():
+        anchor.set_targets(entry["ratios"])
     for entry in (result.get("evaluation") or {}).get("models", {}).values():
         entry["target"] = evaluation.scoring_target(entry["batched_over"])
 
 
 def aggregate(results: list[dict]) -> dict:
     """One bench result from several invocations' results (see the module docstring)."""
-    sections = ("training", "anchor", "evaluation")
+    sections = ("training", "realistic", "anchor", "evaluation")
     merged = {key: _merge([r[key] for r in results], key) for key in sections if results[0].get(key)}
     set_targets(merged)
     first = results[0]

@@ -26,14 +26,23 @@ class Plan:
         default_factory=lambda: {"tiny_2x64": (256, 2), "small_4x256": (96, 1)}
     )
     """model -> (pairs, epochs). Each timed run lasts seconds: sub-second runs measured noise."""
-    anchor: tuple[str, int, int] = ("tiny_2x64", 256, 2)
+    anchor: dict[str, tuple[int, int]] = field(
+        default_factory=lambda: {"tiny_2x64": (256, 1), "small_4x256": (96, 1)}
+    )
+    """model -> (pairs, epochs) of the ANCHOR overhead runs; 1 epoch, the pipeline's default."""
+    realistic: tuple[str, int] = ("small_4x256", 64)
+    """(model, pairs) of the realistic-length comparison with TRL's defaults."""
     evaluation: dict[str, int] = field(default_factory=lambda: {"tiny_2x64": 512, "small_4x256": 128})
     """model -> test pairs."""
     reps: int = 3
 
 
 QUICK = Plan(
-    training={"tiny_2x64": (16, 1)}, anchor=("tiny_2x64", 16, 2), evaluation={"tiny_2x64": 16}, reps=1
+    training={"tiny_2x64": (16, 1)},
+    anchor={"tiny_2x64": (16, 1)},
+    realistic=("small_4x256", 16),
+    evaluation={"tiny_2x64": 16},
+    reps=1,
 )
 
 
@@ -72,14 +81,15 @@ def _one_invocation(plan: Plan, reps: int, trl_as_shipped: bool, log: Callable[[
     """Training, ANCHOR and evaluation benchmarks in this process (the pipeline is separate)."""
     from prefshift.bench.anchor import bench_anchor
     from prefshift.bench.evaluation import bench_evaluation
+    from prefshift.bench.realistic import bench_realistic
     from prefshift.bench.training import bench_training
 
     result: dict = {}
     with tempfile.TemporaryDirectory(prefix="prefshift-bench-") as tmp:
         tok = tokenizer_dir(Path(tmp), 600)
         result["training"] = bench_training(tok, plan.training, reps, log, trl_as_shipped)
-        model, pairs, epochs = plan.anchor
-        result["anchor"] = bench_anchor(tok, model, pairs, epochs, reps, log)
+        result["realistic"] = bench_realistic(tok, *plan.realistic, reps, log)
+        result["anchor"] = {m: bench_anchor(tok, m, n, e, reps, log) for m, (n, e) in plan.anchor.items()}
         result["evaluation"] = bench_evaluation(tok, plan.evaluation, reps, log)
     return result
 

@@ -22,6 +22,46 @@ LABEL_SOURCES = {
 }
 assert set(METHODS) <= set(LABEL_SOURCES)
 
+TRAIN_SECTIONS = {"confidence": ("confidence",), "anchor_last": ("anchor",), "anchor_mid": ("anchor",)}
+"""params sections a method's training reads beyond the shared ones (seed, encode, student)."""
+TARGET_SECTIONS = {"seam": ("label", "seam")}
+"""params sections that shape a method's targets beyond the teacher's labels (SEAM writes its own)."""
+ANCHOR_KINDS = {"anchor_last": "last", "anchor_mid": "mid"}
+
+
+def _sections(params: Params, names: tuple[str, ...]) -> dict:
+    resolved = params.resolved()
+    return {name: resolved[name] for name in names}
+
+
+def train_settings(method: str, params: Params) -> dict:
+    """Everything `method`'s training reads that other methods do not: the plan stage writes it
+    per method, so changing anchor.lambda changes only the anchor methods' files (and stages)."""
+    return {"method": method, **_sections(params, TRAIN_SECTIONS.get(method, ()))}
+
+
+def target_settings(method: str, params: Params) -> dict:
+    """Where `method`'s training targets come from, and the params that shape them."""
+    sections = _sections(params, TARGET_SECTIONS.get(method, ()))
+    return {"method": method, "labels": label_source(method), **sections}
+
+
+def reference_request(params: Params) -> dict:
+    """What the reference stage stores: the anchor kinds listed (their layers' union) and its limits."""
+    kinds = sorted(ANCHOR_KINDS[m] for m in params.methods if m in ANCHOR_KINDS)
+    return {
+        "kinds": kinds,
+        "mid_fractions": params.anchor.mid_fractions if "mid" in kinds else None,
+        "max_gb": params.anchor.reference_max_gb,
+        "batch_size": params.anchor.reference_batch_size,
+    }
+
+
+def reference_layers(request: dict, num_layers: int) -> tuple[int, ...]:
+    """The union of hidden_states indices the listed anchor methods use."""
+    fractions = request["mid_fractions"] or [1.0]
+    return tuple(sorted({k for kind in request["kinds"] for k in anchor_layers(kind, num_layers, fractions)}))
+
 
 def label_source(method: str) -> str:
     """gold | weak | seam."""
@@ -40,8 +80,18 @@ def build_objective(method: str, params: Params, num_layers: int) -> Objective:
         )
     if method in ("anchor_last", "anchor_mid"):
         layers = anchor_layers(method.removeprefix("anchor_"), num_layers, params.anchor.mid_fractions)
-        return AnchorObjective(method, layers=layers, lam=params.anchor.lam)
+        anchor = params.anchor
+        return AnchorObjective(method, layers=layers, lam=anchor.lam, normalize=anchor.normalize)
     return Objective(method)
 
 
-__all__ = ["BatchOut", "Objective", "build_objective", "label_source"]
+__all__ = [
+    "BatchOut",
+    "Objective",
+    "build_objective",
+    "label_source",
+    "reference_layers",
+    "reference_request",
+    "target_settings",
+    "train_settings",
+]

@@ -37,7 +37,7 @@ from prefshift.atomic import write_json, write_text
 from prefshift.config import METHODS, Params
 from prefshift.data.splits import load_manifest
 from prefshift.errors import PrefshiftError
-from prefshift.metrics import ID_SPLIT, across_seeds
+from prefshift.metrics import ID_SPLIT, across_seeds, with_ceiling
 from prefshift.paths import Layout
 from prefshift.stages.evaluate import headline, read_train_log, training_summary
 
@@ -70,6 +70,8 @@ def load_metrics(params: Params, layout: Layout) -> dict[str, dict[str, Any]]:
             f"no metrics in {layout.metrics('x').parent}; run `prefshift evaluate --method M` for "
             f"one of {', '.join(params.methods)}"
         )
+    if "ceiling" in found:
+        found = {m: v if m == "ceiling" else with_ceiling(v, found["ceiling"]) for m, v in found.items()}
     return found
 
 

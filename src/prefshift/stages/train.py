@@ -1,6 +1,8 @@
 """`prefshift train --method M`: one strong student (or the gold ceiling) from the strong backbone.
 
-Students refuse weak labels made from another version of the splits.
+Every method trains on data/targets/<M>/ (written by `prefshift targets --method M`);
+students refuse targets made from another version of the splits. Anchor methods read
+the shared reference states (data/reference/, see prefshift.reference_store).
 """
 
 from __future__ import annotations
@@ -9,22 +11,19 @@ from collections.abc import Sequence
 
 from prefshift.config import Params, check_method
 from prefshift.data.schema import Pair, read_pairs
-from prefshift.methods import label_source
 from prefshift.paths import Layout
 from prefshift.stages.label import StaleLabelsError, read_labels
 from prefshift.train import fit
 
 
-def _targets(params: Params, layout: Layout, method: str, pairs: Sequence[Pair]) -> list[float]:
-    source = label_source(method)
-    if source == "gold":
-        return [p.gold for p in pairs]
-    path = layout.weak_labels if source == "weak" else layout.seam_labels
+def _targets(layout: Layout, method: str, pairs: Sequence[Pair]) -> list[float]:
+    path = layout.targets(method)
     labels = read_labels(path, layout)
     missing = [p.pair_id for p in pairs if p.pair_id not in labels]
     if missing:
         raise StaleLabelsError(
-            f"{path}: no label for {len(missing)} student_train pairs (e.g. {missing[0]}); rerun label"
+            f"{path}: no label for {len(missing)} student_train pairs (e.g. {missing[0]}); "
+            f"rerun `prefshift targets --method {method}`"
         )
     return [labels[p.pair_id] for p in pairs]
 
@@ -32,7 +31,7 @@ def _targets(params: Params, layout: Layout, method: str, pairs: Sequence[Pair])
 def run(params: Params, layout: Layout, method: str) -> dict:
     check_method(method)
     pairs = read_pairs(layout.split("student_train"))
-    targets = _targets(params, layout, method, pairs)
+    targets = _targets(layout, method, pairs)
     return fit(
         params,
         layout,

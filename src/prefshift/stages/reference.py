@@ -1,0 +1,98 @@
+"""`prefshift reference`: the strong base's states at student_train's response tokens (data/reference/).
+
+One gradient-free pass, stopping at the deepest layer any listed anchor method needs,
+serves every anchor student and every point of a λ sweep (see prefshift.reference_store).
+The per-layer mean squared activation is always written (anchor.normalize=reference
+needs it); the states themselves only when they fit `anchor.reference_max_gb`, else
+students run a frozen forward each step. With no anchor method listed the stage
+writes a manifest that says so and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+
+from prefshift.anchor_cache import hidden_upto
+from prefshift.atomic import atomic_path
+from prefshift.config import Params
+from prefshift.data.encode import EncodedPair, Encoder, collate, sorted_batches
+from prefshift.data.schema import SkipCounter, read_pairs
+from prefshift.data.splits import load_manifest
+from prefshift.methods import reference_layers, reference_request
+from prefshift.methods.anchor import select_response
+from prefshift.models.reward import RewardModel, load_reward_model
+from prefshift.paths import Layout
+from prefshift.reference_store import ReferenceWriter, stored_bytes
+
+console = Console(stderr=True)
+
+
+def compute_reference(
+    model: RewardModel,
+    items: Sequence[EncodedPair],
+    layers: Sequence[int],
+    directory: Path,
+    batch_size: int,
+    pad_id: int,
+    store: bool = True,
+) -> ReferenceWriter:
+    """One gradient-free pass over `items`, stopping at the deepest of `layers`; then call `finish`."""
+    writer = ReferenceWriter(directory, layers, model.config.get_text_config().hidden_size, store=store)
+    forward = hidden_upto(model, max(layers))
+    for idx in sorted_batches([it.length for it in items], batch_size):
+        batch = collate([items[i] for i in idx], pad_id)
+        states = forward(batch["input_ids"], batch["attention_mask"])
+        mask = batch["response_mask"].to(states[layers[-1]].device)
+        for row, key in enumerate(batch["keys"]):
+            rows = [h[row : row + 1] if h is not None else None for h in states]
+            writer.add(key, select_response(rows, layers, mask[row : row + 1]))
+    return writer
+
+
+def run(params: Params, layout: Layout) -> dict:
+    request = reference_request(params)
+    with atomic_path(layout.reference_dir, directory=True) as tmp:
+        if not request["kinds"]:
+            writer = ReferenceWriter(tmp, (), 0, store=False)
+            return writer.finish(reason="no anchor method is listed in params `methods`", request=request)
+        model, tokenizer = load_reward_model(
+            layout.base_model("strong"), trust_remote_code=params.backbone.trust_remote_code
+        )
+        model.eval()
+        layers = reference_layers(request, model.num_layers)
+        hidden = model.config.get_text_config().hidden_size
+        pairs = read_pairs(layout.split("student_train"))
+        items = Encoder(tokenizer, params.encode).encode_pairs(pairs, [0.5] * len(pairs), SkipCounter())
+        size = stored_bytes(items, layers, hidden)
+        store = size <= request["max_gb"] * 1e9
+        reason = (
+            None
+            if store
+            else (
+                f"{size / 1e9:.2f} GB of states exceed anchor.reference_max_gb={request['max_gb']}: students "
+                "run a frozen forward each step instead (with LoRA: the base with adapters disabled)"
+            )
+        )
+        writer = compute_reference(
+            model, items, layers, tmp, request["batch_size"], tokenizer.pad_token_id, store=store
+        )
+        manifest = writer.finish(
+            reason=reason,
+            request=request,
+            bytes=size,
+            split_version=str(load_manifest(layout)["version"]),
+            encode=params.encode.model_dump(),
+            num_layers=model.num_layers,
+        )
+    console.print(
+        f"reference: layers {list(layers)}, {manifest['tokens']} response tokens, "
+        + (
+            f"{size / 2**20:.1f} MiB in {len(manifest['shards'])} shard(s)"
+            if store
+            else f"not stored: {reason}"
+        )
+    )
+    return manifest
