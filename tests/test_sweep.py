@@ -149,7 +149,7 @@ def test_lambda_sweep_queues_experiments_that_carry_their_metrics(project):
         params = yaml.safe_load(_run(["git", "show", f"{row['rev']}:params.yaml"], root, env))
         assert params["anchor"]["lambda"] == lam
 
-    diff = _json(["dvc", "exp", "diff", *names, "--json"], root, env)
+    diff = _json(["dvc", "exp", "diff", *names, "--all", "--json"], root, env)
     assert set(diff["metrics"]["reports/metrics/anchor_last.json"]) >= {"wrg", "mean_aog", "mean_nts"}
     assert {k: v for k, v in diff["params"]["params.yaml"]["anchor.lambda"].items() if k != "diff"} == {
         "old": 0.01,
@@ -320,3 +320,53 @@ def test_uncommitted_baseline_names_lock_and_metrics_not_in_head_with_the_comman
     assert command.startswith("git add dvc.lock reports/metrics/a.json reports/metrics.json && git commit")
     subprocess.run(command, shell=True, cwd=tmp_path, env=env, check=True, capture_output=True)
     assert uncommitted_baseline(tmp_path) == []
+
+
+EVALUATE = """\
+import json, pathlib, sys, yaml
+lam = yaml.safe_load(open("params.yaml"))["anchor"]["lambda"]
+if lam == 13:
+    sys.exit(f"evaluate.py: no result for lambda {lam}")
+headline = {"wrg": 2.0 * lam, "mean_aog": float(lam), "mean_nts": -1.0 * lam}
+pathlib.Path("reports/metrics").mkdir(parents=True, exist_ok=True)
+pathlib.Path("reports/metrics/anchor_last.json").write_text(json.dumps({"method": "anchor_last", **headline}))
+pathlib.Path("reports/metrics.json").write_text(json.dumps({"anchor_last": headline}))
+"""
+
+
+@pytest.mark.slow
+def test_a_failed_experiment_fails_the_sweep_with_its_queue_log(tmp_path, monkeypatch):
+    """A real queue on a one-stage project: the failing point's log is in the error, the other is kept."""
+    from prefshift import sweep
+
+    for who in ("AUTHOR", "COMMITTER"):
+        monkeypatch.setenv(f"GIT_{who}_NAME", "t")
+        monkeypatch.setenv(f"GIT_{who}_EMAIL", "t@t")
+    shutil.copy2(REPO / "params.yaml", tmp_path / "params.yaml")
+    (tmp_path / "evaluate.py").write_text(EVALUATE)
+    metrics = [{p: {"cache": False}} for p in ("reports/metrics/anchor_last.json", "reports/metrics.json")]
+    report = {"cmd": f"{sys.executable} evaluate.py", "deps": ["evaluate.py"], "params": ["anchor.lambda"]}
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"report": {**report, "metrics": metrics}}}))
+    env = dict(os.environ)
+    dvc = str(Path(sys.executable).parent / "dvc")
+    _run(["git", "init", "-q"], tmp_path, env)
+    _run([dvc, "init", "-q"], tmp_path, env)
+    _run(["git", "add", "-A"], tmp_path, env)
+    _run(["git", "commit", "-qm", "base"], tmp_path, env)
+    _run([dvc, "repro"], tmp_path, env)  # dvc.lock and the metrics stay untracked: carried with -C
+
+    with pytest.raises(SweepError) as err:
+        sweep.run(tmp_path, ["anchor.lambda=0.5,13"], ["anchor_last"], report=False, poll_s=1)
+    assert "--- sweep-anchor.lambda-13 ---" in str(err.value)
+    assert "evaluate.py: no result for lambda 13" in str(err.value)
+    rows = {r["name"]: r for r in sweep.experiment_rows(sweep.exp_show(tmp_path))}
+    assert rows["sweep-anchor.lambda-13"]["state"] == "failed"
+    assert rows["sweep-anchor.lambda-0.5"]["metrics"]["reports/metrics.json"]["anchor_last"]["wrg"] == 1.0
+
+    # Rerunning a point replaces its experiment (DVC's run cache may restore the stage instead of
+    # running it); the old failed task of another name stays out of it.
+    result = sweep.run(tmp_path, ["anchor.lambda=0.5"], ["anchor_last"], report=False, poll_s=1)
+    assert [e["name"] for e in result["experiments"]] == ["sweep-anchor.lambda-0.5"]
+    filed = json.loads((tmp_path / "reports" / "sweeps" / "anchor_last__anchor.lambda=0.5.json").read_text())
+    headline = {"wrg": 1.0, "mean_aog": 0.5, "mean_nts": -0.5}
+    assert filed == {"method": "anchor_last", **headline, "sweep": {"anchor.lambda": 0.5}}

@@ -40,6 +40,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -121,16 +122,18 @@ def _git(root: Path, *args: str) -> str:
     return done.stdout
 
 
-def _dvc(root: Path, args: Sequence[str], echo: bool = True) -> str:
-    """Run dvc (echoing its output as it comes, unless told not to) and return that output.
-
-    The dvc installed with prefshift is used, and its directory leads PATH for the child:
-    queue workers and the experiments they run call plain `dvc` and `prefshift`.
-    """
+def _dvc_command(args: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """The dvc installed with prefshift (else PATH's), with its directory leading the child's PATH:
+    queue workers and the experiments they run call plain `dvc` and `prefshift`."""
     bin_dir = Path(sys.executable).parent
     sibling = bin_dir / "dvc"
-    command = [str(sibling) if sibling.exists() else "dvc", *args]
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return [str(sibling) if sibling.exists() else "dvc", *args], env
+
+
+def _dvc(root: Path, args: Sequence[str], echo: bool = True) -> str:
+    """Run dvc, echoing its output as it comes (unless told not to); return that output."""
+    command, env = _dvc_command(args)
     proc = subprocess.Popen(
         command, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
@@ -143,6 +146,22 @@ def _dvc(root: Path, args: Sequence[str], echo: bool = True) -> str:
     if proc.wait() != 0:
         raise SweepError(f"`dvc {' '.join(args)}` failed (exit {proc.returncode}):\n{output[-3000:]}")
     return output
+
+
+def start_queue(root: Path, jobs: int) -> None:
+    """`dvc queue start -j N`, waiting for the command only.
+
+    It leaves a daemon behind that holds the command's stdout until the queue is empty, so
+    its output goes to a file, not to a pipe that would be read to its end.
+    """
+    command, env = _dvc_command(["queue", "start", "--jobs", str(jobs)])
+    with tempfile.TemporaryFile("w+") as out:
+        code = subprocess.run(command, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
+        out.seek(0)
+        output = out.read()
+    sys.stderr.write(output)
+    if code != 0:
+        raise SweepError(f"`dvc queue start --jobs {jobs}` failed (exit {code}):\n{output[-3000:]}")
 
 
 def _tracked_dirs(root: Path) -> set[Path]:
@@ -232,12 +251,25 @@ def ran_stages(output: str) -> list[str]:
     return [line.split("'")[1] for line in output.splitlines() if line.startswith("Running stage '")]
 
 
-def exp_show(root: Path) -> list[dict[str, Any]]:
-    output = _dvc(root, ["exp", "show", "--json"], echo=False)
-    try:
-        return json.loads(output[output.index("[") :])
-    except ValueError as err:
-        raise SweepError(f"`dvc exp show --json` printed no JSON list ({err}):\n{output[-2000:]}") from None
+def exp_show(root: Path, attempts: int = 6, pause_s: float = 5.0) -> list[dict[str, Any]]:
+    """`dvc exp show --json` of HEAD's experiments (stdout only: warnings go to stderr).
+
+    While the queue sets up or cleans an executor's temporary copy, `dvc exp show` can fail on
+    that half-made directory ("directory .../.dvc/tmp/exps/tmp.../.dvc does not exist"); such
+    a failure is retried, `attempts` times `pause_s` apart, before it counts.
+    """
+    command, env = _dvc_command(["exp", "show", "--json"])
+    for attempt in range(attempts):
+        done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True)
+        if done.returncode == 0:
+            try:
+                return json.loads(done.stdout)
+            except ValueError:
+                pass
+        if attempt + 1 < attempts:
+            time.sleep(pause_s)
+    output = (done.stdout + done.stderr)[-2000:]
+    raise SweepError(f"`dvc exp show --json` failed {attempts} times (exit {done.returncode}):\n{output}")
 
 
 def experiment_rows(show: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -434,11 +466,12 @@ def run(
         sys.stderr.write(
             "note: HEAD does not hold these as they are in the workspace: "
             f"{', '.join(uncommitted)}. The experiments carry their own metrics regardless, but "
-            "`dvc exp show` shows the baseline row without them and `dvc exp diff` has no baseline to "
-            f"compare with until you commit it:\n  {commit_command(uncommitted)}\n"
+            "`dvc exp show` shows the baseline row without them (so `--only-changed` keeps every column) "
+            "and `dvc exp diff` has no baseline to compare with until you commit it, before sweeping:\n"
+            f"  {commit_command(uncommitted)}\n"
         )
     tasks = queue_points(root, points, copies)
-    _dvc(root, ["queue", "start", "--jobs", str(jobs)])
+    start_queue(root, jobs)
     rows, logs = wait_for_queue(root, tasks, poll_s, wait_s)
     states = {row["task_id"]: row["state"] for row in rows}
     failed = [name for name, task in tasks.items() if states[task] != "success"]
