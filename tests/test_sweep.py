@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,14 @@ import yaml
 
 from mlflow_support import seed_database
 from prefshift.errors import PrefshiftError
-from prefshift.sweep import experiment_name, grid_points, parse_grid, sweep_filename
+from prefshift.sweep import (
+    SweepError,
+    experiment_name,
+    experiment_rows,
+    grid_points,
+    parse_grid,
+    sweep_filename,
+)
 from test_pipeline_e2e import REPO, SMALL, _merge, _ran_stages, _run
 
 
@@ -52,9 +60,26 @@ def test_bad_grids_are_refused(specs, message):
         parse_grid(specs)
 
 
+SWEPT = ("ceiling", "anchor_last")  # PGR needs the ceiling
+
+
+def shrink_methods(root: Path, methods: Sequence[str]) -> None:
+    """Keep only `methods` in params.yaml: dvc.yaml's per-method stages follow it (`foreach: ${methods}`).
+
+    A full pipeline would train all six students; the sweep test needs two.
+    """
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    params["methods"] = list(methods)
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+
+
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
-    """A shrunken embedded default in a git repo, reproduced up to evaluate@anchor_last."""
+    """A shrunken embedded default in a git repo, reproduced up to the report and NOT committed.
+
+    That is a fresh clone after `make repro`: dvc.lock staged (core.autostage), the metrics
+    files untracked, the state in which experiments used to come out without numbers.
+    """
     root = tmp_path_factory.mktemp("sweep") / "project"
     root.mkdir()
     tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True, check=True)
@@ -64,6 +89,7 @@ def project(tmp_path_factory):
             shutil.copy2(REPO / rel, root / rel)
     params = _merge(yaml.safe_load((root / "params.yaml").read_text()), SMALL)
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    shrink_methods(root, SWEPT)
     seed_database(tmp_path_factory, root / "mlflow.db")
     env = {
         **os.environ,
@@ -78,26 +104,67 @@ def project(tmp_path_factory):
     _run(["git", "init", "-q"], root, env)
     _run(["git", "add", "-A"], root, env)
     _run(["git", "commit", "-qm", "fixture"], root, env)
-    _run(["dvc", "repro", "evaluate@anchor_last"], root, env)
+    _run(["dvc", "repro", "report"], root, env)
     return root, env
 
 
+def _json(args: list[str], root: Path, env: dict[str, str]):
+    """stdout of a DVC --json command, parsed (its warnings go to stderr)."""
+    done = subprocess.run(args, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"{' '.join(args)} failed:\n{done.stdout}{done.stderr}"
+    return json.loads(done.stdout)
+
+
+def _show_rows(root: Path, env: dict[str, str]) -> dict[str, dict]:
+    return {row["name"]: row for row in experiment_rows(_json(["dvc", "exp", "show", "--json"], root, env))}
+
+
 @pytest.mark.slow
-def test_lambda_sweep_runs_experiments_and_feeds_the_report(project):
+def test_lambda_sweep_queues_experiments_that_carry_their_metrics(project):
     root, env = project
     before = (root / "params.yaml").read_bytes()
-    output = _run(["prefshift", "sweep", "-S", "anchor.lambda=0.01,1", "--methods", "anchor_last"], root, env)
+    sweep = ["prefshift", "sweep", "-S", "anchor.lambda=0.01,1", "--methods", "anchor_last", "--jobs", "1"]
+    output = _run(sweep, root, env)
 
     assert (root / "params.yaml").read_bytes() == before
+    assert "git add dvc.lock reports/metrics/teacher.json" in output  # the uncommitted baseline is named
     ran = [line for line in output.splitlines() if line.startswith("Running stage '")]
-    assert _ran_stages(output) == {"train@anchor_last", "evaluate@anchor_last"} and len(ran) == 4
+    assert _ran_stages(output) == {"train@anchor_last", "evaluate@anchor_last", "report"} and len(ran) == 6
+
+    names = ["sweep-anchor.lambda-0.01", "sweep-anchor.lambda-1"]
+    rows = _show_rows(root, env)
+    for name, lam in zip(names, (0.01, 1), strict=True):
+        row = rows[name]
+        assert row["state"] == "success"
+        for path, block in (
+            ("reports/metrics/anchor_last.json", row["metrics"]["reports/metrics/anchor_last.json"]),
+            ("reports/metrics.json", row["metrics"]["reports/metrics.json"]["anchor_last"]),
+            ("reports/metrics/ceiling.json", row["metrics"]["reports/metrics/ceiling.json"]),  # not rerun
+        ):
+            assert all(isinstance(block[k], float) for k in ("wrg", "mean_aog", "mean_nts")), (name, path)
+        params = yaml.safe_load(_run(["git", "show", f"{row['rev']}:params.yaml"], root, env))
+        assert params["anchor"]["lambda"] == lam
+
+    diff = _json(["dvc", "exp", "diff", *names, "--all", "--json"], root, env)
+    assert set(diff["metrics"]["reports/metrics/anchor_last.json"]) >= {"wrg", "mean_aog", "mean_nts"}
+    assert {k: v for k, v in diff["params"]["params.yaml"]["anchor.lambda"].items() if k != "diff"} == {
+        "old": 0.01,
+        "new": 1,
+    }
+    assert all(name in _run(["dvc", "exp", "show", "--only-changed"], root, env) for name in names)
+    plots = _json(["dvc", "plots", "diff", *names, "--json"], root, env)
+    for plot in ("reports/plots/training/anchor_last.csv", "reports/plots/drift/anchor_last.csv"):
+        assert [p["revisions"] for p in plots["data"][plot]] == [names], plot
+    assert not plots.get("errors")
 
     files = sorted(p.name for p in (root / "reports" / "sweeps").glob("*.json"))
     assert files == ["anchor_last__anchor.lambda=0.01.json", "anchor_last__anchor.lambda=1.json"]
     results = {f: json.loads((root / "reports" / "sweeps" / f).read_text()) for f in files}
     assert [r["sweep"] for r in results.values()] == [{"anchor.lambda": 0.01}, {"anchor.lambda": 1}]
-    for result in results.values():
-        assert result["method"] == "anchor_last" and {"wrg", "mean_aog", "mean_nts"} <= set(result)
+    for name, result in zip(names, results.values(), strict=True):
+        assert result["method"] == "anchor_last" and result["wrg"] == rows[name]["metrics"][
+            "reports/metrics/anchor_last.json"
+        ]["wrg"]
     workspace = json.loads((root / "reports" / "metrics" / "anchor_last.json").read_text())
     assert results[files[0]]["split_version"] == workspace["split_version"]
 
@@ -140,3 +207,162 @@ def test_copy_paths_carries_untracked_uncached_outputs_but_no_cached_ones(tmp_pa
     _run(["git", "add", "dvc.yaml", "reports/keep.md", "reports/notes.txt"], tmp_path, env)
     # reports/ exists in the copy (keep.md), reports/metrics/ does not; data/ holds a cached out.
     assert copy_paths(tmp_path) == (["dvc.lock", "reports/metrics"], ["data/counts.json"])
+
+
+def _row(name, state="success", wrg=1.5):
+    """One `experiment_rows` row as `dvc exp show --json` yields it for a one-method sweep."""
+    headline = {"wrg": wrg, "mean_aog": -0.5, "mean_nts": 0.0}
+    metrics = {
+        "reports/metrics/anchor_last.json": {"method": "anchor_last", **headline},
+        "reports/metrics.json": {"anchor_last": headline},
+    }
+    return {"name": name, "task_id": f"task-{name}", "state": state, "rev": "ab" * 20, "metrics": metrics}
+
+
+def test_experiment_rows_read_queue_state_task_and_metrics_from_exp_show_json():
+    show = [
+        {"rev": "workspace", "experiments": None},
+        {
+            "rev": "c" * 40,
+            "experiments": [
+                {
+                    "name": "sweep-anchor.lambda-1",
+                    "executor": {"state": "success", "local": {"task_id": "f" * 40}},
+                    "revs": [
+                        {
+                            "rev": "e" * 40,
+                            "name": "sweep-anchor.lambda-1",
+                            "data": {
+                                "metrics": {
+                                    "reports/metrics.json": {"data": {"anchor_last": {"wrg": 2.0}}},
+                                    "reports/metrics/naive.json": {"error": {"type": "FileNotFoundError"}},
+                                }
+                            },
+                        }
+                    ],
+                },
+                {"name": None, "executor": None, "revs": [{"rev": "d" * 40, "name": "exp-1", "data": None}]},
+            ],
+        },
+    ]
+    assert experiment_rows(show) == [
+        {
+            "name": "sweep-anchor.lambda-1",
+            "task_id": "f" * 40,
+            "state": "success",
+            "rev": "e" * 40,
+            "metrics": {
+                "reports/metrics.json": {"anchor_last": {"wrg": 2.0}},
+                "reports/metrics/naive.json": None,
+            },
+        },
+        {"name": "exp-1", "task_id": None, "state": None, "rev": "d" * 40, "metrics": {}},
+    ]
+
+
+def test_only_successful_experiments_with_every_headline_number_pass():
+    from prefshift.paths import Layout
+    from prefshift.sweep import check_experiments, missing_numbers
+
+    layout = Layout(Path("/project"))
+    good = _row("a")
+    assert missing_numbers(good["metrics"], ["anchor_last"], layout) == []
+    tasks = {"a": "task-a"}
+    assert check_experiments([good], tasks, ["anchor_last"], layout)["a"]["rev"] == "ab" * 20
+
+    bad_values = _row("b", wrg=float("nan"))
+    bad_values["metrics"]["reports/metrics.json"]["anchor_last"]["mean_nts"] = True
+    del bad_values["metrics"]["reports/metrics/anchor_last.json"]["mean_aog"]
+    assert missing_numbers(bad_values["metrics"], ["anchor_last"], layout) == [
+        "reports/metrics/anchor_last.json:wrg",
+        "reports/metrics/anchor_last.json:mean_aog",
+        "reports/metrics.json:anchor_last.wrg",
+        "reports/metrics.json:anchor_last.mean_nts",
+    ]
+    # A failed experiment's row carries the baseline's numbers: its state decides.
+    rows = [good, bad_values, _row("c", state="failed")]
+    tasks = {"a": "task-a", "b": "task-b", "c": "task-c", "d": "task-d"}
+    with pytest.raises(SweepError) as err:
+        check_experiments(rows, tasks, ["anchor_last"], layout)
+    message = str(err.value)
+    assert "b (ababab" in message and "reports/metrics/anchor_last.json:wrg" in message
+    assert "c: failed" in message and "d: task task-d is not in `dvc exp show`" in message
+    assert "a:" not in message and "a (" not in message
+
+
+def test_uncommitted_baseline_names_lock_and_metrics_not_in_head_with_the_command(tmp_path):
+    from prefshift.sweep import commit_command, uncommitted_baseline
+
+    env = {**os.environ, **{f"GIT_{w}_{x}": "t" for w in ("AUTHOR", "COMMITTER") for x in ("NAME", "EMAIL")}}
+    stages = {
+        "ev": {"cmd": "true", "outs": ["scores"], "metrics": [{"reports/metrics/a.json": {"cache": False}}]},
+        "report": {"cmd": "true", "metrics": [{"reports/metrics.json": {"cache": False}}]},
+    }
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}))
+    (tmp_path / "reports" / "metrics").mkdir(parents=True)
+    for rel in ("reports/metrics/a.json", "reports/metrics.json"):
+        (tmp_path / rel).write_text("{}\n")
+    (tmp_path / "dvc.lock").write_text("schema: '2.0'\nstages: {}\n")
+    _run(["git", "init", "-q"], tmp_path, env)
+    _run([str(Path(sys.executable).parent / "dvc"), "init", "-q"], tmp_path, env)
+    _run(["git", "add", "dvc.yaml", ".dvc", "reports/metrics.json"], tmp_path, env)
+    _run(["git", "commit", "-qm", "base"], tmp_path, env)
+    _run(["git", "add", "dvc.lock"], tmp_path, env)  # staged, as core.autostage leaves it: not in HEAD
+    assert uncommitted_baseline(tmp_path) == ["dvc.lock", "reports/metrics/a.json"]
+    (tmp_path / "reports" / "metrics.json").write_text('{"wrg": 1}\n')
+    uncommitted = uncommitted_baseline(tmp_path)
+    assert uncommitted == ["dvc.lock", "reports/metrics/a.json", "reports/metrics.json"]
+    command = commit_command(uncommitted)
+    assert command.startswith("git add dvc.lock reports/metrics/a.json reports/metrics.json && git commit")
+    subprocess.run(command, shell=True, cwd=tmp_path, env=env, check=True, capture_output=True)
+    assert uncommitted_baseline(tmp_path) == []
+
+
+EVALUATE = """\
+import json, pathlib, sys, yaml
+lam = yaml.safe_load(open("params.yaml"))["anchor"]["lambda"]
+if lam == 13:
+    sys.exit(f"evaluate.py: no result for lambda {lam}")
+headline = {"wrg": 2.0 * lam, "mean_aog": float(lam), "mean_nts": -1.0 * lam}
+pathlib.Path("reports/metrics").mkdir(parents=True, exist_ok=True)
+pathlib.Path("reports/metrics/anchor_last.json").write_text(json.dumps({"method": "anchor_last", **headline}))
+pathlib.Path("reports/metrics.json").write_text(json.dumps({"anchor_last": headline}))
+"""
+
+
+@pytest.mark.slow
+def test_a_failed_experiment_fails_the_sweep_with_its_queue_log(tmp_path, monkeypatch):
+    """A real queue on a one-stage project: the failing point's log is in the error, the other is kept."""
+    from prefshift import sweep
+
+    for who in ("AUTHOR", "COMMITTER"):
+        monkeypatch.setenv(f"GIT_{who}_NAME", "t")
+        monkeypatch.setenv(f"GIT_{who}_EMAIL", "t@t")
+    shutil.copy2(REPO / "params.yaml", tmp_path / "params.yaml")
+    (tmp_path / "evaluate.py").write_text(EVALUATE)
+    metrics = [{p: {"cache": False}} for p in ("reports/metrics/anchor_last.json", "reports/metrics.json")]
+    report = {"cmd": f"{sys.executable} evaluate.py", "deps": ["evaluate.py"], "params": ["anchor.lambda"]}
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"report": {**report, "metrics": metrics}}}))
+    env = dict(os.environ)
+    dvc = str(Path(sys.executable).parent / "dvc")
+    _run(["git", "init", "-q"], tmp_path, env)
+    _run([dvc, "init", "-q"], tmp_path, env)
+    _run(["git", "add", "-A"], tmp_path, env)
+    _run(["git", "commit", "-qm", "base"], tmp_path, env)
+    _run([dvc, "repro"], tmp_path, env)  # dvc.lock and the metrics stay untracked: carried with -C
+
+    with pytest.raises(SweepError) as err:
+        sweep.run(tmp_path, ["anchor.lambda=0.5,13"], ["anchor_last"], report=False, poll_s=1)
+    assert "--- sweep-anchor.lambda-13 ---" in str(err.value)
+    assert "evaluate.py: no result for lambda 13" in str(err.value)
+    rows = {r["name"]: r for r in sweep.experiment_rows(sweep.exp_show(tmp_path))}
+    assert rows["sweep-anchor.lambda-13"]["state"] == "failed"
+    assert rows["sweep-anchor.lambda-0.5"]["metrics"]["reports/metrics.json"]["anchor_last"]["wrg"] == 1.0
+
+    # Rerunning a point replaces its experiment (DVC's run cache may restore the stage instead of
+    # running it); the old failed task of another name stays out of it.
+    result = sweep.run(tmp_path, ["anchor.lambda=0.5"], ["anchor_last"], report=False, poll_s=1)
+    assert [e["name"] for e in result["experiments"]] == ["sweep-anchor.lambda-0.5"]
+    filed = json.loads((tmp_path / "reports" / "sweeps" / "anchor_last__anchor.lambda=0.5.json").read_text())
+    headline = {"wrg": 1.0, "mean_aog": 0.5, "mean_nts": -0.5}
+    assert filed == {"method": "anchor_last", **headline, "sweep": {"anchor.lambda": 0.5}}

@@ -297,10 +297,18 @@ def sweep(
         "anchor_last,anchor_mid"
     ),
     report: Annotated[bool, typer.Option("--report/--no-report", help="Rebuild the report after.")] = True,
+    jobs: Annotated[
+        int,
+        typer.Option(
+            "--jobs", "-j", help="Experiments at once (`dvc queue start -j`); 1 suits CPUs (torch uses all)."
+        ),
+    ] = 1,
     root: RootOption = Path("."),
 ):
-    """Run a params grid as DVC experiments (workspace untouched) into reports/sweeps/, then the report."""
-    result = _call(_stage("sweep"), root, set_, [m.strip() for m in methods.split(",") if m.strip()], report)
+    """Queue a params grid as DVC experiments (workspace untouched), file them in reports/sweeps/, report."""
+    result = _call(
+        _stage("sweep"), root, set_, [m.strip() for m in methods.split(",") if m.strip()], report, jobs
+    )
     for experiment in result["experiments"]:
         err_console.print(f"{experiment['name']}: {', '.join(experiment['files'])}")
     if result["report"]:

@@ -1,31 +1,47 @@
-"""`prefshift sweep`: a grid of params run as DVC experiments, results filed for the report.
+"""`prefshift sweep`: a grid of params queued as DVC experiments, results filed for the report.
 
-Each grid point is one `dvc exp run --temp -S key=value ... evaluate@<method>...`: DVC
-copies the repository to a temporary directory, applies the overrides there, reruns only
-what they invalidate (the run cache and dvc.lock cover the rest) and commits the result to
-an experiment ref. The user's params.yaml and outputs are never touched. Points run one
-after another: the experiments share the machine's CPUs anyway, and a synchronous run
-reports a failure at the point that failed.
+Each grid point is queued with `dvc exp run --queue --name sweep-<key>-<value> -S key=value
+report`, then `dvc queue start -j N` runs the queue (N = `--jobs`, default 1: each run already
+uses every core for torch). DVC stashes the workspace at queue time, applies the overrides in
+a temporary copy, reruns only what they invalidate (dvc.lock covers the rest) and commits the
+result to an experiment ref. The user's params.yaml and outputs are never touched.
 
-A temporary copy holds the git-tracked files (with uncommitted changes) plus DVC-cached
-outputs, but not untracked `cache: false` outputs (training logs, metrics JSON); without
-them DVC would retrain the teacher, so they are carried with `-C` (see `copy_paths`).
-Committing them with dvc.lock, as DVC intends, makes that unnecessary.
+Why the target is `report` and not `evaluate@<method>`: an experiment commit then is one
+consistent pipeline state (every stage the override invalidates has rerun, not only the
+collected methods), its aggregate reports/metrics.json and reports/plots/ are its own, and
+every metrics file is in it. DVC `git add`s the `cache: false` outputs of every stage in the
+target's pipeline, run or skipped, before committing an experiment, so the experiments carry
+all metrics whatever the workspace's git state. Untracked outputs reach the temporary copy
+with `-C` (see `copy_paths`); committed ones come with the commit. `promote` is never run:
+it would register experiment models in MLflow.
 
-Results are read from the experiment ref itself (`git show <ref>:reports/metrics/<m>.json`;
-DVC commits `cache: false` outputs there) and written to reports/sweeps/ as the report
-expects them: the metrics JSON plus {"sweep": {<dotted key>: <value from the
-experiment's params.yaml>}}. Experiment names are readable (`sweep-anchor.lambda-0.01`);
-rerunning a point replaces the experiment of that name on the same baseline commit.
+The sweep does not trust its experiments blindly: it follows the queue through
+`dvc exp show --json` (by task id, so earlier experiments of the same name cannot be
+confused with this sweep's), echoes each finished task's `dvc queue logs`, fails with the
+log of any failed task, and checks that every experiment's row holds numeric WRG, mean AOG
+and mean NTS for each collected method before filing it. A failed experiment's row in
+`dvc exp show` shows the baseline's numbers, so only `success` rows count.
+
+Results are read from the experiment commit (`git show <rev>:reports/metrics/<m>.json`) and
+written to reports/sweeps/ as the report expects them: the full metrics JSON (with the
+confidence intervals that `dvc exp show` drops, lists not being metrics to DVC) plus
+{"sweep": {<dotted key>: <value from the experiment's params.yaml>}}. These copies outlive
+the experiments (which `dvc exp gc`/`remove` discard, and which `dvc exp show` lists only
+under their own baseline commit), so the report's ablation tables keep them.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import math
+import os
 import re
+import shlex
 import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -36,6 +52,11 @@ from prefshift.errors import PrefshiftError
 from prefshift.paths import Layout
 
 DEFAULT_METHODS = ("anchor_last", "anchor_mid")
+TARGET = "report"  # see the module docstring: one consistent pipeline state per experiment
+HEADLINE = ("wrg", "mean_aog", "mean_nts")
+DONE_STATES = ("success", "failed")
+POLL_S = 10.0  # one `dvc exp show --json` per poll: about a second of CPU
+WAIT_S = 24 * 3600.0  # a bound for a queue whose worker died; experiments keep running past it
 _REF_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -97,14 +118,25 @@ def _git(root: Path, *args: str) -> str:
     return done.stdout
 
 
-def _dvc(root: Path, args: Sequence[str]) -> str:
-    """Run dvc, echoing its output as it comes (an experiment can take minutes); return it."""
-    sibling = Path(sys.executable).parent / "dvc"  # the dvc installed with prefshift, else PATH's
-    command = [str(sibling) if sibling.exists() else "dvc", *args]
-    proc = subprocess.Popen(command, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def _dvc_command(args: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """The dvc installed with prefshift (else PATH's), with its directory leading the child's PATH:
+    queue workers and the experiments they run call plain `dvc` and `prefshift`."""
+    bin_dir = Path(sys.executable).parent
+    sibling = bin_dir / "dvc"
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return [str(sibling) if sibling.exists() else "dvc", *args], env
+
+
+def _dvc(root: Path, args: Sequence[str], echo: bool = True) -> str:
+    """Run dvc, echoing its output as it comes (unless told not to); return that output."""
+    command, env = _dvc_command(args)
+    proc = subprocess.Popen(
+        command, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     lines = []
     for line in proc.stdout:
-        sys.stderr.write(line)
+        if echo:
+            sys.stderr.write(line)
         lines.append(line)
     output = "".join(lines)
     if proc.wait() != 0:
@@ -112,10 +144,39 @@ def _dvc(root: Path, args: Sequence[str]) -> str:
     return output
 
 
+def start_queue(root: Path, jobs: int) -> None:
+    """`dvc queue start -j N`, waiting for the command only.
+
+    It leaves a daemon behind that holds the command's stdout until the queue is empty, so
+    its output goes to a file, not to a pipe that would be read to its end.
+    """
+    command, env = _dvc_command(["queue", "start", "--jobs", str(jobs)])
+    with tempfile.TemporaryFile("w+") as out:
+        code = subprocess.run(command, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
+        out.seek(0)
+        output = out.read()
+    sys.stderr.write(output)
+    if code != 0:
+        raise SweepError(f"`dvc queue start --jobs {jobs}` failed (exit {code}):\n{output[-3000:]}")
+
+
 def _tracked_dirs(root: Path) -> set[Path]:
     """Directories that hold a git-tracked file: the ones a temporary experiment copy has."""
     files = _git(root, "ls-files", "-z").split("\0")
     return {parent for f in files if f for parent in Path(f).parents}
+
+
+def pipeline_outputs(root: Path) -> list[tuple[Path, bool, bool]]:
+    """(path relative to root, DVC-cached?, declared as metrics?) of every stage output."""
+    from dvc.repo import Repo
+
+    with Repo(str(root)) as repo:
+        base = root.resolve()
+        return [
+            (Path(out.fs_path).resolve().relative_to(base), out.use_cache, bool(out.metric))
+            for stage in repo.index.stages
+            for out in stage.outs
+        ]
 
 
 def copy_paths(root: Path) -> tuple[list[str], list[str]]:
@@ -127,12 +188,7 @@ def copy_paths(root: Path) -> tuple[list[str], list[str]]:
     skipped instead: those come from the cache, and the stage owning the output reruns.
     An untracked dvc.lock is carried too, or every stage would count as never run.
     """
-    from dvc.repo import Repo
-
-    with Repo(str(root)) as repo:
-        base = root.resolve()
-        outs = [out for stage in repo.index.stages for out in stage.outs]
-        rel = [(Path(out.fs_path).resolve().relative_to(base), out.use_cache) for out in outs]
+    rel = [(path, use_cache) for path, use_cache, _ in pipeline_outputs(root)]
     tracked_files = set(filter(None, _git(root, "ls-files", "-z").split("\0")))
     present = _tracked_dirs(root)
     cached = [path for path, use_cache in rel if use_cache]
@@ -148,6 +204,27 @@ def copy_paths(root: Path) -> tuple[list[str], list[str]]:
     if (root / "dvc.lock").exists() and "dvc.lock" not in tracked_files:
         roots.add("dvc.lock")
     return sorted(roots), sorted(skipped)
+
+
+def uncommitted_baseline(root: Path) -> list[str]:
+    """dvc.lock and the metrics files in the workspace that HEAD does not hold as they are.
+
+    The experiments carry their metrics either way (see the module docstring); this is
+    what `dvc exp show`'s baseline row and a plain `dvc exp diff` need.
+    """
+    paths = [p.as_posix() for p, _, metric in pipeline_outputs(root) if metric and (root / p).exists()]
+    if (root / "dvc.lock").exists():
+        paths.insert(0, "dvc.lock")
+    if not paths:
+        return []
+    status = _git(root, "status", "--porcelain", "--untracked-files=all", "--", *paths)
+    changed = {line[3:].strip() for line in status.splitlines() if line.strip()}
+    return [p for p in paths if p in changed]
+
+
+def commit_command(paths: Sequence[str]) -> str:
+    quoted = " ".join(shlex.quote(p) for p in paths)
+    return f'git add {quoted} && git commit -m "Baseline results for the sweep"'
 
 
 def experiment_ref(root: Path, name: str) -> str | None:
@@ -170,34 +247,185 @@ def ran_stages(output: str) -> list[str]:
     return [line.split("'")[1] for line in output.splitlines() if line.startswith("Running stage '")]
 
 
-def run_point(root: Path, point: Mapping[str, str], methods: Sequence[str], copies: Sequence[str]) -> dict:
+def exp_show(root: Path, attempts: int = 6, pause_s: float = 5.0) -> list[dict[str, Any]]:
+    """`dvc exp show --json` of HEAD's experiments (stdout only: warnings go to stderr).
+
+    While the queue sets up or cleans an executor's temporary copy, `dvc exp show` can fail on
+    that half-made directory ("directory .../.dvc/tmp/exps/tmp.../.dvc does not exist"); such
+    a failure is retried, `attempts` times `pause_s` apart, before it counts.
+    """
+    command, env = _dvc_command(["exp", "show", "--json"])
+    for attempt in range(attempts):
+        done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True)
+        if done.returncode == 0:
+            try:
+                return json.loads(done.stdout)
+            except ValueError:
+                pass
+        if attempt + 1 < attempts:
+            time.sleep(pause_s)
+    output = (done.stdout + done.stderr)[-2000:]
+    raise SweepError(f"`dvc exp show --json` failed {attempts} times (exit {done.returncode}):\n{output}")
+
+
+def experiment_rows(show: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Flatten `dvc exp show --json` to one row per experiment of the shown baselines.
+
+    Each row: name, task_id (the queue task, i.e. the stash commit; None for experiments
+    not run by the queue), state (queued/running/success/failed), rev (the experiment
+    commit once it succeeded) and metrics ({path: data} as DVC parsed them).
+    """
+    rows = []
+    for baseline in show:
+        for exp in baseline.get("experiments") or []:
+            revs = exp.get("revs") or [{}]
+            executor = exp.get("executor") or {}
+            data = revs[0].get("data") or {}
+            rows.append(
+                {
+                    "name": exp.get("name") or revs[0].get("name"),
+                    "task_id": (executor.get("local") or {}).get("task_id"),
+                    "state": executor.get("state"),
+                    "rev": revs[0].get("rev"),
+                    "metrics": {
+                        path: entry.get("data")
+                        for path, entry in (data.get("metrics") or {}).items()
+                        if isinstance(entry, Mapping)
+                    },
+                }
+            )
+    return rows
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def missing_numbers(metrics: Mapping[str, Any], methods: Sequence[str], layout: Layout) -> list[str]:
+    """`path:key` of every headline number that is absent or not a finite number in one row."""
+    summary = layout.metrics_summary.relative_to(layout.root).as_posix()
+    missing = []
+    for method in methods:
+        own = layout.metrics(method).relative_to(layout.root).as_posix()
+        for path, block in ((own, metrics.get(own)), (summary, (metrics.get(summary) or {}).get(method))):
+            prefix = f"{path}:" if path == own else f"{path}:{method}."
+            missing += [f"{prefix}{key}" for key in HEADLINE if not _is_number((block or {}).get(key))]
+    return missing
+
+
+def check_experiments(
+    rows: Sequence[Mapping[str, Any]], tasks: Mapping[str, str], methods: Sequence[str], layout: Layout
+) -> dict[str, dict[str, Any]]:
+    """This sweep's finished rows by name; raise unless each succeeded with all its numbers."""
+    by_task = {row["task_id"]: row for row in rows if row["task_id"]}
+    done, problems = {}, []
+    for name, task in tasks.items():
+        row = by_task.get(task)
+        if row is None:
+            problems.append(f"{name}: task {task[:7]} is not in `dvc exp show` any more")
+        elif row["state"] != "success":
+            problems.append(f"{name}: {row['state']}")
+        elif missing := missing_numbers(row["metrics"], methods, layout):
+            problems.append(f"{name} ({row['rev'][:7]}): no numeric {', '.join(missing)} in `dvc exp show`")
+        else:
+            done[name] = dict(row)
+    if problems:
+        raise SweepError("experiments without results:\n  " + "\n  ".join(problems))
+    return done
+
+
+def queue_point(root: Path, point: Mapping[str, str], copies: Sequence[str]) -> str:
     name = experiment_name(point)
-    if experiment_ref(root, name):
-        _dvc(root, ["exp", "remove", name])
-    args = ["exp", "run", "--temp", "--name", name]
+    args = ["exp", "run", "--queue", "--name", name]
     for key, value in point.items():
         args += ["-S", f"{key}={value}"]
     for path in copies:
         args += ["-C", path]
-    output = _dvc(root, [*args, *(f"evaluate@{m}" for m in methods)])
-    ref = experiment_ref(root, name)
-    if ref is None:
-        raise SweepError(f"experiment {name} finished but no ref refs/exps/.../{name} exists on HEAD")
-    return {"name": name, "ref": ref, "point": dict(point), "stages": ran_stages(output)}
+    _dvc(root, [*args, TARGET])
+    return name
+
+
+def queue_points(root: Path, points: Sequence[Mapping[str, str]], copies: Sequence[str]) -> dict[str, str]:
+    """Queue every point; return {experiment name: queue task id}.
+
+    A point whose name is still queued or running (an interrupted sweep) is refused rather
+    than run twice; a finished experiment of that name on HEAD is replaced. Task ids are
+    the ones new in `dvc exp show` after queueing, so older failed tasks that share a name
+    never stand in for this sweep's.
+    """
+    names = [experiment_name(p) for p in points]
+    before = experiment_rows(exp_show(root))
+    busy = sorted({r["name"] for r in before if r["name"] in names and r["state"] in ("queued", "running")})
+    if busy:
+        raise SweepError(
+            f"{', '.join(busy)}: already queued or running (see `dvc queue status`); wait for the queue "
+            f"or drop them with `dvc queue remove {' '.join(busy)}`, then sweep again"
+        )
+    for name in names:
+        if experiment_ref(root, name):
+            _dvc(root, ["exp", "remove", name])
+    known = {r["task_id"] for r in before}
+    for point in points:
+        queue_point(root, point, copies)
+    rows = experiment_rows(exp_show(root))
+    tasks = {r["name"]: r["task_id"] for r in rows if r["task_id"] and r["task_id"] not in known}
+    lost = [name for name in names if name not in tasks]
+    if lost:
+        raise SweepError(
+            f"queued {', '.join(lost)}, but `dvc exp show --json` lists no new task by that name"
+        )
+    return {name: tasks[name] for name in names}
+
+
+def _task_log(root: Path, task: str) -> str:
+    try:
+        return _dvc(root, ["queue", "logs", task], echo=False)
+    except SweepError as err:
+        return str(err)
+
+
+def wait_for_queue(
+    root: Path, tasks: Mapping[str, str], poll_s: float = POLL_S, wait_s: float = WAIT_S
+) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """Poll `dvc exp show --json` until every task succeeded or failed; echo each one's log.
+
+    Returns the last rows and {name: `dvc queue logs` output}. Past `wait_s` the sweep
+    stops waiting (the queue itself keeps running) and says how to follow it.
+    """
+    deadline = time.monotonic() + wait_s
+    logs: dict[str, str] = {}
+    while True:
+        rows = experiment_rows(exp_show(root))
+        states = {row["task_id"]: row["state"] for row in rows}
+        for name, task in tasks.items():
+            if name not in logs and states.get(task) in DONE_STATES:
+                logs[name] = _task_log(root, task)
+                sys.stderr.write(f"--- experiment {name}: {states[task]} (dvc queue logs {task[:7]}) ---\n")
+                sys.stderr.write(logs[name])
+        if len(logs) == len(tasks):
+            return rows, logs
+        if time.monotonic() > deadline:
+            pending = ", ".join(f"{n} ({states.get(t)})" for n, t in tasks.items() if n not in logs)
+            raise SweepError(
+                f"gave up waiting after {wait_s / 3600:g} h for {pending}; the queue keeps running: "
+                "follow it with `dvc queue status` and `dvc queue logs <name>`, stop it with "
+                "`dvc queue kill <name>`"
+            )
+        time.sleep(poll_s)
 
 
 def collect(root: Path, experiment: Mapping[str, Any], methods: Sequence[str], layout: Layout) -> list[Path]:
-    """Write reports/sweeps/<method>__<key>=<value>.json for each method from the experiment's ref."""
-    ref = experiment["ref"]
-    params = read_yaml(_git(root, "show", f"{ref}:params.yaml"), f"{ref}:params.yaml")
-    sweep = {key: _dotted(params, key, f"{ref}:params.yaml") for key in experiment["point"]}
+    """Write reports/sweeps/<method>__<key>=<value>.json for each method from the experiment commit."""
+    rev = experiment["rev"]
+    params = read_yaml(_git(root, "show", f"{rev}:params.yaml"), f"{rev[:7]}:params.yaml")
+    sweep = {key: _dotted(params, key, f"{rev[:7]}:params.yaml") for key in experiment["point"]}
     written = []
     for method in methods:
         rel = layout.metrics(method).relative_to(layout.root).as_posix()
         try:
-            metrics = json.loads(_git(root, "show", f"{ref}:{rel}"))
+            metrics = json.loads(_git(root, "show", f"{rev}:{rel}"))
         except json.JSONDecodeError as err:
-            raise SweepError(f"{ref}:{rel}: not valid JSON ({err})") from None
+            raise SweepError(f"{rev[:7]}:{rel}: not valid JSON ({err})") from None
         path = layout.sweeps_dir / sweep_filename(method, sweep)
         write_json(path, {**metrics, "sweep": sweep})
         written.append(path)
@@ -205,17 +433,25 @@ def collect(root: Path, experiment: Mapping[str, Any], methods: Sequence[str], l
 
 
 def run(
-    root: Path, specs: Sequence[str], methods: Sequence[str] = DEFAULT_METHODS, report: bool = True
+    root: Path,
+    specs: Sequence[str],
+    methods: Sequence[str] = DEFAULT_METHODS,
+    report: bool = True,
+    jobs: int = 1,
+    poll_s: float = POLL_S,
+    wait_s: float = WAIT_S,
 ) -> dict[str, Any]:
-    """Run every grid point as an experiment, file its results, then rebuild the report."""
+    """Queue every grid point as an experiment, run the queue, check and file its results, then the report."""
     root = Path(root)
     layout = Layout(root)
     methods = [check_method(m) for m in methods]
     if not methods or len(set(methods)) != len(methods):
         raise SweepError(f"--methods {','.join(methods)!r}: name each method to collect once, e.g. naive")
+    if jobs < 1:
+        raise SweepError(f"--jobs {jobs}: run at least one experiment at a time")
     grid = parse_grid(specs)
     points = grid_points(grid)
-    for point in points:  # a typo or a bad value fails here, before any experiment starts
+    for point in points:  # a typo or a bad value fails here, before any experiment is queued
         load_params(root / "params.yaml", [f"{k}={v}" for k, v in point.items()])
     copies, skipped = copy_paths(root)
     if skipped:
@@ -223,10 +459,32 @@ def run(
             f"note: {len(skipped)} untracked `cache: false` output(s) cannot be carried into the experiments "
             f"({', '.join(skipped)}); commit them (with dvc.lock) so their stages do not rerun\n"
         )
+    uncommitted = uncommitted_baseline(root)
+    if uncommitted:
+        sys.stderr.write(
+            "note: HEAD does not hold these as they are in the workspace: "
+            f"{', '.join(uncommitted)}. The experiments carry their own metrics regardless, but "
+            "`dvc exp show` shows the baseline row without them (so `--only-changed` keeps every column) "
+            "and `dvc exp diff` has no baseline to compare with until you commit it, before sweeping:\n"
+            f"  {commit_command(uncommitted)}\n"
+        )
+    tasks = queue_points(root, points, copies)
+    start_queue(root, jobs)
+    rows, logs = wait_for_queue(root, tasks, poll_s, wait_s)
+    states = {row["task_id"]: row["state"] for row in rows}
+    failed = [name for name, task in tasks.items() if states[task] != "success"]
+    if failed:
+        raise SweepError(
+            "experiment(s) failed; their `dvc queue logs`:\n"
+            + "\n".join(f"--- {name} ---\n{logs[name][-3000:]}" for name in failed)
+        )
+    done = check_experiments(rows, tasks, methods, layout)
     experiments = []
     for point in points:
-        experiment = run_point(root, point, methods, copies)
+        experiment = {**done[experiment_name(point)], "point": dict(point)}
+        experiment["stages"] = ran_stages(logs[experiment["name"]])
         experiment["files"] = [str(p) for p in collect(root, experiment, methods, layout)]
+        experiment.pop("metrics")
         experiments.append(experiment)
     if report:
         from prefshift.stages import report as report_stage
