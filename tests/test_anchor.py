@@ -16,7 +16,8 @@ CFG = TrainConfig(batch_size=4, epochs=2, lr=5e-3, warmup_frac=0.0, log_every=1,
 
 
 def _params(lam: float = 1.0) -> Params:
-    return Params.model_validate({"anchor": {"lambda": lam}})
+    """The paper's raw anchor (these tests check the mechanics; test_reference covers normalisation)."""
+    return Params.model_validate({"anchor": {"lambda": lam, "normalize": "none"}})
 
 
 def _train(anchor: AnchorConfig, reference=None, method: str = "anchor_mid", n: int = 8):

@@ -243,7 +243,13 @@ class ConfidenceConfig(Strict):
 
 
 class AnchorConfig(Strict):
-    lam: float = Field(1e-4, alias="lambda", ge=0, description="Weight of the anchor MSE.")
+    lam: float = Field(
+        1.0,
+        alias="lambda",
+        ge=0,
+        description="Weight of the anchor MSE. The embedded default's 1 is for normalize: reference; "
+        "the paper's raw form used 1e-4 on 8B models (the real presets set it with normalize: none).",
+    )
     mid_fractions: list[float] = Field(default_factory=lambda: [0.5, 0.75])
     cache: bool = Field(
         True,
@@ -252,7 +258,7 @@ class AnchorConfig(Strict):
     )
     cache_max_gb: float = Field(2.0, gt=0, description="In-memory budget of an in-run cache, then spills.")
     normalize: Literal["none", "reference"] = Field(
-        "none",
+        "reference",
         description="`reference` divides each layer's MSE by that layer's mean squared reference activation "
         "over response tokens, so one λ means the same on any backbone; `none` is the paper's raw form.",
     )
