@@ -153,6 +153,15 @@ def test_gate_failures_promote_nothing_and_say_why(tmp_path, tmp_path_factory, c
     assert _client(layout).search_registered_models() == []
 
 
+def test_promotion_leaves_no_process_wide_mlflow_uris(promoted):
+    """A client that names no registry afterwards must not land in this project's registry."""
+    import mlflow
+
+    assert "MLFLOW_REGISTRY_URI" not in os.environ and "MLFLOW_TRACKING_URI" not in os.environ
+    layout = promoted[1]
+    assert mlflow.get_registry_uri() != tracking.default_uri(layout.root.resolve())
+
+
 def test_exactly_one_champion_and_reruns_create_no_version(promoted):
     params, layout, first, second = promoted
     client = _client(layout)

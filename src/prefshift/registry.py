@@ -33,6 +33,8 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -172,6 +174,36 @@ def versions_with_hash(client: Any, name: str, digest: str) -> list[Any]:
     return sorted(found, key=lambda v: int(v.version))
 
 
+URI_VARIABLES = ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")
+
+
+@contextmanager
+def _global_uris(uri: str) -> Iterator[None]:
+    """mlflow's fluent `log_model`/`register_model` read process-wide URIs; set them for the call only.
+
+    Left set (mlflow keeps them in module globals and exports them to the environment), they
+    would send every later client in the process that names no registry URI (a notebook,
+    another project's promote in the same test session) to this project's registry. mlflow has
+    no public way to unset them, hence the two private globals (mlflow is pinned below 4).
+    """
+    from mlflow.tracking._model_registry import utils as registry_state
+    from mlflow.tracking._tracking_service import utils as tracking_state
+
+    saved = (tracking_state._tracking_uri, registry_state._registry_uri)
+    saved_env = {name: os.environ.get(name) for name in URI_VARIABLES}
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
+    try:
+        yield
+    finally:
+        tracking_state._tracking_uri, registry_state._registry_uri = saved
+        for name, value in saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def register(
     run: Any, name: str, model_dir: Path, tags: dict[str, str], encode: dict[str, Any]
 ) -> tuple[Any, bool]:
@@ -184,9 +216,7 @@ def register(
     existing = versions_with_hash(client, name, digest)
     if existing:
         return existing[0], False
-    mlflow.set_tracking_uri(run.uri)
-    mlflow.set_registry_uri(run.uri)
-    with mlflow.start_run(run_id=run.run_id):
+    with _global_uris(run.uri), mlflow.start_run(run_id=run.run_id):
         info = mlflow.pyfunc.log_model(
             name=MODEL_NAME,
             python_model=RewardScorer(),
@@ -194,9 +224,9 @@ def register(
             pip_requirements=PIP_REQUIREMENTS,
             model_config={"encode": encode},
         )
-    created = mlflow.register_model(
-        info.model_uri, name, tags={**tags, **reward_stat_tags(model_dir), HASH_TAG: digest}
-    )
+        created = mlflow.register_model(
+            info.model_uri, name, tags={**tags, **reward_stat_tags(model_dir), HASH_TAG: digest}
+        )
     canonical = versions_with_hash(client, name, digest)[0]
     if canonical.version != created.version:
         client.delete_model_version(name, created.version)

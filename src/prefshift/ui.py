@@ -77,7 +77,7 @@ def _evaluate_runs(uri: str, experiment: str) -> tuple[str, list[Any]]:
     from mlflow import MlflowClient
 
     check_sqlite(uri, must_exist=True)
-    client = MlflowClient(uri)
+    client = MlflowClient(uri, registry_uri=uri)
     found = client.get_experiment_by_name(experiment)
     if found is None:
         raise PrefshiftError(f"experiment {experiment!r} not found at {uri}; run the pipeline first")
