@@ -72,7 +72,8 @@ def split_curves(
         rule = _matrix(rows, "rule", units)
         if not np.isnan(rule).any():
             curve = best_of_n.curve(proxy_m, rule, grid)
-            block["rule"] = {**curve, **best_of_n.gains(curve)}
+            # The rule's 0-1 scale is not the proxy's: its gain stands alone, with no gap.
+            block["rule"] = {**curve, "gold_gain": best_of_n.gains(curve)["gold_gain"]}
         out[split] = block
     return out
 
@@ -95,7 +96,7 @@ def headline(doc: Mapping[str, Any]) -> dict[str, Any]:
     """Gains per split and judge, for MLflow."""
     return {
         split: {
-            kind: {k: block[kind][k] for k in ("gold_gain", "proxy_gain", "gap")}
+            kind: {k: block[kind][k] for k in ("gold_gain", "proxy_gain", "gap") if k in block[kind]}
             for kind in ("judge", "rule")
             if block[kind]
         }
