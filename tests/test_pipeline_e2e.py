@@ -41,6 +41,7 @@ SMALL = {
     "teacher": {"epochs": 1, "batch_size": 16},
     "student": {"epochs": 1, "batch_size": 16, "drift_every": 5},
     "evaluate": {"bootstrap": 50, "batch_size": 64},
+    "downstream": {"prompts": 6, "n_max": 4, "max_new_tokens": 12},
     # The gate is opened wide so the registry path runs; gate logic has its own tests.
     "promote": {"id_tolerance": 100.0, "min_mean_aog": -100.0},
 }
@@ -97,10 +98,13 @@ def test_repro_runs_every_stage_and_writes_the_report(pipeline):
     ran = _ran_stages(pipeline["first"])
     expected = {"prepare", "split", "backbone", "teacher", "label", "seam_label", "report", "promote"}
     expected |= {f"train@{m}" for m in STUDENTS} | {f"evaluate@{m}" for m in STUDENTS}
+    expected |= {"policy_samples", "gold_judge"} | {f"downstream@{m}" for m in ("teacher", *STUDENTS)}
     assert expected <= ran
     summary = (root / "reports" / "summary.md").read_text()
     for name in ("teacher", *STUDENTS, "syn_help_instruct", "syn_help_chat", "synthetic"):
         assert name in summary
+    assert "## Best-of-n against a gold judge" in summary
+    assert "anchor_last vs naive on syn_help_chat" in summary
     headline = json.loads((root / "reports" / "metrics.json").read_text())
     assert set(STUDENTS) <= set(json.dumps(headline).replace('"', " ").split())
     assert sorted(p.name for p in (root / "reports" / "figures").glob("*.png"))
@@ -190,6 +194,8 @@ def test_lambda_change_reruns_only_anchor_stages(pipeline):
         "train@anchor_mid",
         "evaluate@anchor_last",
         "evaluate@anchor_mid",
+        "downstream@anchor_last",
+        "downstream@anchor_mid",
         "report",
         "promote",
     }
