@@ -69,3 +69,18 @@ def test_best_of_n_stages_end_to_end(tmp_path_factory, tmp_path):
     assert "## Best-of-n against a gold judge" in text and "a proxy for human gold" in text
     assert "## Paired comparisons" in text and "naive vs teacher on syn_help_chat" in text
     assert (layout.figures / "best_of_n.png").stat().st_size > 1000
+
+
+def test_missing_inputs_name_the_stage_to_run(tmp_path, make_params):
+    from prefshift.config import DownstreamConfig
+    from prefshift.errors import PrefshiftError
+    from prefshift.paths import Layout
+    from prefshift.policy import PolicySampler
+
+    with pytest.raises(PrefshiftError, match="no-such-org/no-such-policy"):
+        PolicySampler("no-such-org/no-such-policy", DownstreamConfig())
+    layout = Layout(tmp_path)
+    with pytest.raises(PrefshiftError, match="prefshift train --method naive"):
+        downstream.run(make_params(), layout, "naive")
+    with pytest.raises(PrefshiftError, match="prefshift policy-samples"):
+        gold_judge.run(make_params(), layout)
