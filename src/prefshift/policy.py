@@ -109,7 +109,11 @@ class PolicySampler:
         settings = GenerationConfig(
             max_new_tokens=cfg.max_new_tokens,
             min_new_tokens=1,
+            # Set explicitly: unset fields are filled from the model's own generation_config
+            # (instruct models ship do_sample, repetition penalties...), which would change the policy.
             do_sample=False,
+            repetition_penalty=1.0,
+            no_repeat_ngram_size=0,
             pad_token_id=self.tokenizer.pad_token_id,
             eos_token_id=self.tokenizer.eos_token_id,
         )

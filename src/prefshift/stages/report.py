@@ -499,7 +499,7 @@ def beyond_accuracy(
     sections = [
         report_comparisons.comparisons_section(report_comparisons.compare(params, layout, metrics, sweeps))
     ]
-    docs = report_downstream.load_downstream(layout, version)
+    docs = report_downstream.load_downstream(layout, version, params.methods)
     sections.append(report_downstream.best_of_n_section(docs, splits))
     figures = report_downstream.write_best_of_n_figures(docs, splits, layout.figures) if docs else []
     return [s for s in sections if s], figures

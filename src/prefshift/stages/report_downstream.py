@@ -16,12 +16,12 @@ from prefshift.config import METHODS
 from prefshift.paths import Layout
 
 
-def load_downstream(layout: Layout, version: str) -> dict[str, dict[str, Any]]:
-    """Documents of the teacher and every method that has one, from the current split version only."""
+def load_downstream(layout: Layout, version: str, methods: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Documents of the teacher and every listed method that has one, from the current split version only."""
     from prefshift.stages.report import ReportError
 
     docs = {}
-    for name in ("teacher", *METHODS):
+    for name in ("teacher", *[m for m in METHODS if m in methods]):
         path = layout.downstream(name)
         if not path.exists():
             continue
