@@ -216,16 +216,16 @@ class EvaluateConfig(Strict):
 class DownstreamConfig(Strict):
     """Best-of-n against a gold judge (stages policy_samples, gold_judge, downstream@M)."""
 
-    prompts: int = Field(64, ge=1, description="Prompts per split (ID test and each OOD target).")
-    n_max: int = Field(16, ge=2, description="Completions per prompt; best-of-n for n = 1, 2, 4, ..., n_max.")
+    prompts: int = Field(32, ge=1, description="Prompts per split (ID test and each OOD target).")
+    n_max: int = Field(8, ge=2, description="Completions per prompt; best-of-n for n = 1, 2, 4, ..., n_max.")
     policy: str | None = Field(
         None, description="Policy LM (hub id or directory); null = the strong base LM, models/base/strong."
     )
     policy_revision: str | None = Field(None, description="Hub revision of the policy LM.")
-    max_new_tokens: int = Field(48, ge=1)
+    max_new_tokens: int = Field(32, ge=1)
     temperature: float = Field(1.0, gt=0, description="Sampling temperature of the policy.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass (1 = plain sampling).")
-    generation_batch_size: int = Field(8, ge=1, description="Prompts per `generate` call (x n_max rows).")
+    generation_batch_size: int = Field(32, ge=1, description="Prompts per `generate` call (x n_max rows).")
     judge: str = Field(
         "ceiling",
         description="Gold judge: `ceiling` (models/students/ceiling, a proxy for human gold), or a "

@@ -27,6 +27,7 @@ from prefshift.errors import PrefshiftError
 from prefshift.seam import GenerationCache
 
 SAMPLER_VERSION = "policy-v1"
+NOISE_PER_ROW = 1 << 16
 
 
 class PolicyError(PrefshiftError):
@@ -38,18 +39,28 @@ def row_seed(seed: int, prompt_key: str, sample: int) -> int:
 
 
 class _RowGumbel:
-    """Logits processor: warp, then add Gumbel noise drawn from each row's own generator."""
+    """Logits processor: warp, then add Gumbel noise drawn from each row's own generator.
+
+    Noise is drawn per row for a block of steps at once (one generator call per row per block,
+    not per step); the block depends on the vocabulary only, never on the batch, and holds at
+    most `NOISE_PER_ROW` values, so a 150k-token vocabulary draws one step at a time.
+    """
 
     def __init__(self, generators: Sequence[torch.Generator], warpers: Sequence):
         self.generators, self.warpers = generators, warpers
+        self.step, self.noise = 0, torch.empty(0)
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         for warp in self.warpers:
             scores = warp(input_ids, scores)
-        exponential = torch.stack(
-            [torch.empty(scores.shape[1]).exponential_(generator=g) for g in self.generators]
-        )
-        return scores.float() - torch.log(exponential).to(scores.device)
+        vocab = scores.shape[1]
+        block = max(1, NOISE_PER_ROW // vocab)
+        if self.step % block == 0:
+            draws = [torch.empty(block, vocab).exponential_(generator=g) for g in self.generators]
+            self.noise = -torch.log(torch.stack(draws))
+        noise = self.noise[:, self.step % block].to(scores.device)
+        self.step += 1
+        return scores.float() + noise
 
 
 class PolicySampler:
