@@ -57,7 +57,8 @@ class _RowGumbel:
         block = max(1, NOISE_PER_ROW // vocab)
         if self.step % block == 0:
             draws = [torch.empty(block, vocab).exponential_(generator=g) for g in self.generators]
-            self.noise = -torch.log(torch.stack(draws))
+            # An exponential draw of exactly 0 would give +inf noise, and NaN on a masked (-inf) token.
+            self.noise = -torch.log(torch.stack(draws).clamp_min(torch.finfo(torch.float32).tiny))
         noise = self.noise[:, self.step % block].to(scores.device)
         self.step += 1
         return scores.float() + noise
