@@ -42,6 +42,7 @@ SMALL = {
     "teacher": {"epochs": 1, "batch_size": 16},
     "student": {"epochs": 1, "batch_size": 16, "drift_every": 5},
     "evaluate": {"bootstrap": 50, "batch_size": 64},
+    "downstream": {"prompts": 6, "n_max": 4, "max_new_tokens": 12},
     # The gate is opened wide so the registry path runs; gate logic has its own tests.
     "promote": {"id_tolerance": 100.0, "min_mean_aog": -100.0},
 }
@@ -104,10 +105,13 @@ def test_repro_runs_every_stage_and_writes_the_report(pipeline):
     ran = _ran_stages(pipeline["first"])
     expected = {"prepare", "split", "backbone", "teacher", "label", "plan", "reference", "report", "promote"}
     expected |= {f"{stage}@{m}" for m in STUDENTS for stage in ("targets", "train", "evaluate")}
+    expected |= {"policy_samples", "gold_judge", "downstream_teacher"} | {f"downstream@{m}" for m in STUDENTS}
     assert expected <= ran
     summary = (root / "reports" / "summary.md").read_text()
     for name in ("teacher", *STUDENTS, "syn_help_instruct", "syn_help_chat", "synthetic"):
         assert name in summary
+    assert "## Best-of-n against a gold judge" in summary
+    assert "anchor_last vs naive on syn_help_chat" in summary
     headline = json.loads((root / "reports" / "metrics.json").read_text())
     assert set(STUDENTS) <= set(json.dumps(headline).replace('"', " ").split())
     assert sorted(p.name for p in (root / "reports" / "figures").glob("*.png"))
@@ -196,12 +200,15 @@ def test_lambda_change_reruns_only_anchor_stages(pipeline):
     params["anchor"]["lambda"] = 0.5
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     output = _run(["dvc", "repro"], root, env)
-    assert _ran_stages(output) == {
+    assert _ran_stages(output) == {  # gold_judge re-runs on any student and rewrites identical scores
         "plan",
+        "gold_judge",
         "train@anchor_last",
         "train@anchor_mid",
         "evaluate@anchor_last",
         "evaluate@anchor_mid",
+        "downstream@anchor_last",
+        "downstream@anchor_mid",
         "report",
         "promote",
     }
@@ -223,7 +230,9 @@ def test_methods_is_the_pipeline_and_lambda_never_reruns_the_reference(tmp_path_
     per_method = {
         f"{stage}@{m}" for m in ("naive", "anchor_last") for stage in ("targets", "train", "evaluate")
     }
+    per_method |= {"downstream@naive", "downstream@anchor_last"}
     expected = {"prepare", "split", "backbone", "teacher", "label", "plan", "reference", "report", "promote"}
+    expected |= {"policy_samples", "gold_judge", "downstream_teacher"}  # judged by the rule only: no ceiling
     assert _stages(root, env) == expected | per_method
     assert _ran_stages(_run(["dvc", "repro"], root, env)) == expected | per_method
     manifest = json.loads((root / "data" / "reference" / "manifest.json").read_text())
@@ -235,4 +244,6 @@ def test_methods_is_the_pipeline_and_lambda_never_reruns_the_reference(tmp_path_
     params["anchor"]["lambda"] = 0.25
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     ran = _ran_stages(_run(["dvc", "repro"], root, env))
-    assert ran == {"plan", "train@anchor_last", "evaluate@anchor_last", "report", "promote"}
+    assert ran == {
+        "plan", "gold_judge", "train@anchor_last", "evaluate@anchor_last", "downstream@anchor_last", "report", "promote"
+    }

@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -35,8 +36,9 @@ def _params() -> Params:
 @pytest.fixture()
 def layout(tmp_path: Path) -> Layout:
     layout = Layout(tmp_path)
-    for sub in ("metrics", "train", "sweeps"):
+    for sub in ("metrics", "train", "sweeps", "downstream"):
         shutil.copytree(FIXTURES / sub, tmp_path / "reports" / sub)
+    _regenerate_module().write_score_files(layout)
     return layout
 
 
@@ -85,6 +87,52 @@ def test_report_renders_every_method_and_target(layout: Layout):
     assert set(acc["model"]) == {"teacher", *PRESENT} and set(acc["split"]) == {"id_test", *TARGETS}
     lam = pd.read_csv(layout.plots_dir / "lambda.csv")
     assert sorted(lam["lambda"]) == [1e-4, 1e-2, 1.0] and set(lam["seeds"]) == {2}
+
+
+def test_paired_comparisons_agree_with_the_metrics_files_and_the_seed_replicates(layout: Layout):
+    from prefshift.stages import report_comparisons
+
+    metrics = report.load_metrics(_params(), layout)
+    rows = report_comparisons.compare(_params(), layout, metrics, report.load_sweeps(layout))
+    cell = {(r["a"], r["b"], r["split"], r["metric"]): r for r in rows}
+    anchor, naive = metrics["anchor_last"], metrics["naive"]
+    # Against the teacher the paired bootstrap is evaluate's own: same pairs, same draws.
+    vs_teacher = cell[("anchor_last", "teacher", "syn_help_chat", "acc")]
+    assert vs_teacher["diff"] == pytest.approx(anchor["targets"]["syn_help_chat"]["aog"], abs=1e-3)
+    assert vs_teacher["ci"] == pytest.approx(anchor["targets"]["syn_help_chat"]["ci"]["aog"], abs=1e-3)
+    nts = cell[("anchor_last", "teacher", "syn_help_chat", "nts")]
+    assert nts["ci"] == pytest.approx(anchor["targets"]["syn_help_chat"]["ci"]["nts"], abs=1e-3)
+    # Against naive: the accuracy difference, and seeds 0 (main runs) and 1 (sweep replicates).
+    vs_naive = cell[("anchor_last", "naive", "syn_help_instruct", "acc")]
+    target = "syn_help_instruct"
+    assert vs_naive["diff"] == pytest.approx(
+        anchor["targets"][target]["acc"] - naive["targets"][target]["acc"], abs=1e-3
+    )
+    seed1 = {
+        r["method"]: r["targets"][target]["acc"]
+        for r in report.load_sweeps(layout)
+        if r["sweep"] == {"seed": 1}
+    }
+    per_seed = [vs_naive["diff"], seed1["anchor_last"] - seed1["naive"]]
+    assert vs_naive["seeds"]["n"] == 2 and vs_naive["seeds"]["mean"] == pytest.approx(
+        np.mean(per_seed), abs=1e-3
+    )
+    assert {r["a"] for r in rows} == set(PRESENT) and ("naive", "naive", target, "acc") not in cell
+
+    report.run(_params(), layout)
+    text = layout.summary.read_text(encoding="utf-8")
+    assert "## Paired comparisons" in text and f"- {vs_naive['verdict']}" in text
+    best = text.split("## Best-of-n against a gold judge", 1)[1].split("## ", 1)[0]
+    assert "a proxy for human gold" in best and "| ceiling | id_test | 12 | " in best
+    for png in ("best_of_n", "best_of_n_rule"):
+        assert (layout.figures / f"{png}.png").stat().st_size > 1000 and f"(figures/{png}.png)" in text
+
+
+def test_report_refuses_best_of_n_from_other_splits(layout: Layout):
+    path = layout.downstream("naive")
+    path.write_text(json.dumps({**json.loads(path.read_text()), "split_version": "other"}))
+    with pytest.raises(report.ReportError, match="prefshift downstream --method naive"):
+        report.run(_params(), layout)
 
 
 def test_headline_carries_length_shortcut_and_null_pgr():

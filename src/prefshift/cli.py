@@ -150,6 +150,35 @@ def evaluate(
     _call(_stage("stages.evaluate"), _params(params, set_), Layout(root), method)
 
 
+@app.command("policy-samples")
+def policy_samples(
+    params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")
+):
+    """Sample downstream.n_max completions per prompt from the policy LM (data/policy_samples/)."""
+    _call(_stage("stages.policy_samples"), _params(params, set_), Layout(root))
+
+
+@app.command("gold-judge")
+def gold_judge(
+    params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")
+):
+    """Score every policy sample with the gold judge (and the synthetic gold rule): data/downstream/gold."""
+    _call(_stage("stages.gold_judge"), _params(params, set_), Layout(root))
+
+
+@app.command()
+def downstream(
+    method: Annotated[str, typer.Option("--method", "-m", help="teacher, or the student whose RM picks.")],
+    params: ParamsOption = Path("params.yaml"),
+    set_: SetOption = None,
+    root: RootOption = Path("."),
+):
+    """Best-of-n with M's reward model as the proxy, judged by gold (reports/downstream/<M>.json)."""
+    if method != "teacher":
+        _call(check_method, method)
+    _call(_stage("stages.downstream"), _params(params, set_), Layout(root), method)
+
+
 @app.command()
 def report(params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")):
     """Tables and figures across methods (reports/summary.md, reports/figures/, reports/metrics.json)."""

@@ -304,6 +304,27 @@ class EvaluateConfig(Strict):
     ece_bins: int = Field(10, ge=2)
 
 
+class DownstreamConfig(Strict):
+    """Best-of-n against a gold judge (stages policy_samples, gold_judge, downstream@M)."""
+
+    prompts: int = Field(32, ge=1, description="Prompts per split (ID test and each OOD target).")
+    n_max: int = Field(8, ge=2, description="Completions per prompt; best-of-n for n = 1, 2, 4, ..., n_max.")
+    policy: str | None = Field(
+        None, description="Policy LM (hub id or directory); null = the strong base LM, models/base/strong."
+    )
+    policy_revision: str | None = Field(None, description="Hub revision of the policy LM.")
+    max_new_tokens: int = Field(32, ge=1)
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature of the policy.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass (1 = plain sampling).")
+    generation_batch_size: int = Field(32, ge=1, description="Prompts per `generate` call (x n_max rows).")
+    judge: str = Field(
+        "ceiling",
+        description="Gold judge: `ceiling` (models/students/ceiling, a proxy for human gold), or a "
+        "reward-model directory or hub id.",
+    )
+    judge_revision: str | None = Field(None, description="Hub revision of the judge.")
+
+
 class PromoteConfig(Strict):
     id_tolerance: float = Field(1.0, ge=0, description="Allowed ID accuracy drop vs the teacher (pp).")
     min_mean_aog: float = Field(
@@ -334,6 +355,7 @@ class Params(Strict):
     anchor: AnchorConfig = Field(default_factory=AnchorConfig)
     seam: SeamConfig = Field(default_factory=SeamConfig)
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
+    downstream: DownstreamConfig = Field(default_factory=DownstreamConfig)
     promote: PromoteConfig = Field(default_factory=PromoteConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
 
@@ -357,6 +379,14 @@ class Params(Strict):
                 raise ValueError(
                     f"methods lists seam, but the strong backbone {self.backbone.strong.name_or_path!r} "
                     f"{reason}: SEAM needs a causal LM to write principles; drop seam from methods"
+                )
+        if self.downstream.policy is None:
+            reason = cannot_generate(self.backbone.strong, self.backbone.trust_remote_code)
+            if reason:
+                raise ValueError(
+                    "downstream.policy is null, so the strong backbone "
+                    f"{self.backbone.strong.name_or_path!r} would sample the best-of-n completions, but it "
+                    f"{reason}: name a causal LM in downstream.policy"
                 )
         return self
 

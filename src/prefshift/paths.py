@@ -146,3 +146,36 @@ class Layout:
     def sweeps_dir(self) -> Path:
         """Sweep results the report's ablation tables read: one metrics JSON + {"sweep": {...}} per run."""
         return self.root / "reports" / "sweeps"
+
+    @property
+    def policy_dir(self) -> Path:
+        """The policy_samples stage's outputs: completions, their generation cache, counts."""
+        return self.root / "data" / "policy_samples"
+
+    @property
+    def policy_samples(self) -> Path:
+        return self.policy_dir / "samples.parquet"
+
+    @property
+    def policy_generations(self) -> Path:
+        return self.policy_dir / "generations.parquet"
+
+    @property
+    def policy_counts(self) -> Path:
+        return self.policy_dir / "counts.json"
+
+    @property
+    def gold_scores(self) -> Path:
+        """The gold judge's (and, on the synthetic suite, the gold rule's) score of every policy sample."""
+        return self.root / "data" / "downstream" / "gold.parquet"
+
+    def proxy_scores(self, model: str) -> Path:
+        return self.root / "data" / "downstream" / "proxy" / f"{model}.parquet"
+
+    @property
+    def downstream_dir(self) -> Path:
+        return self.root / "reports" / "downstream"
+
+    def downstream(self, model: str) -> Path:
+        """Best-of-n curves of one proxy reward model (`teacher` or a method)."""
+        return self.downstream_dir / f"{model}.json"

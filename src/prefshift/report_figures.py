@@ -157,3 +157,28 @@ def layer_order(name: str) -> tuple[int, str]:
     """Sort `layer_10` after `layer_2`."""
     suffix = name.rsplit("_", 1)[-1]
     return (int(suffix), name) if suffix.isdigit() else (10**9, name)
+
+
+def best_of_n_curves(
+    per_split: Mapping[str, Mapping[str, Mapping[str, Sequence[float]]]], path: Path, ylabel: str
+) -> None:
+    """Gold score of the best-of-n pick vs KL = log n − (n−1)/n, one panel per split, a line per proxy.
+
+    Each curve holds `n`, `kl`, `gold` and `gold_se` (standard error over prompts, drawn as a band).
+    """
+    fig, axes = plt.subplots(1, len(per_split), figsize=(4.5 * len(per_split), 4), squeeze=False, sharey=True)
+    for ax, (split, curves) in zip(axes[0], per_split.items(), strict=True):
+        for name, c in curves.items():
+            gold, se = [float(v) for v in c["gold"]], [float(v) for v in c["gold_se"]]
+            ax.plot(c["kl"], gold, marker="o", label=name)
+            low = [g - s for g, s in zip(gold, se, strict=True)]
+            high = [g + s for g, s in zip(gold, se, strict=True)]
+            ax.fill_between(c["kl"], low, high, alpha=0.12)
+        first = next(iter(curves.values()))
+        ax.set_xticks(first["kl"], [f"{k:.2f}\nn={n}" for k, n in zip(first["kl"], first["n"], strict=True)])
+        ax.set_title(split)
+        ax.set_xlabel("KL(best-of-n ‖ policy), nats")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel(ylabel)
+    axes[0][-1].legend(fontsize=8)
+    _save(fig, path)

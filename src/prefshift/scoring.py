@@ -108,3 +108,30 @@ def score_groups(model: RewardModel, tokenizer, groups: Sequence[Group], params:
     )
     frame.attrs["skips"] = skips.as_dict()
     return frame
+
+
+def score_samples(model: RewardModel, tokenizer, samples: pd.DataFrame, params: Params) -> pd.DataFrame:
+    """One reward per policy sample (unit, sample, reward), through `score_groups` (one group per prompt).
+
+    A prompt any of whose samples is truncated away is left out whole (and counted in
+    `attrs["skips"]`), so every kept prompt has all its samples and best-of-n stays exact.
+    """
+    import json
+
+    groups = [
+        Group(
+            unit,
+            rows["dataset"].iloc[0],
+            rows["category"].iloc[0],
+            json.loads(rows["prompt"].iloc[0]),
+            list(rows.sort_values("sample")["response"]),
+            [0.0] * len(rows),
+        )
+        for unit, rows in samples.groupby("unit", sort=False)
+    ]
+    scored = score_groups(model, tokenizer, groups, params)
+    frame = scored.explode("rewards").rename(columns={"group_id": "unit", "rewards": "reward"})
+    frame["sample"] = frame.groupby("unit").cumcount()
+    frame = frame[["unit", "sample", "reward"]].astype({"reward": float}).reset_index(drop=True)
+    frame.attrs["skips"] = scored.attrs["skips"]
+    return frame

@@ -459,6 +459,7 @@ def render_summary(
     version: str,
     figures: Sequence[Path],
     layout: Layout,
+    extra_sections: Sequence[str] = (),
 ) -> str:
     setting = next(iter(metrics.values()))["setting"]
     targets = setting["targets"]
@@ -486,11 +487,28 @@ def render_summary(
             "## Ablations\n\nFrom reports/sweeps/*.json; mean ± std over runs that differ only in seed "
             "(the λ figure's error bars are the same std).\n\n" + ablation_tables(sweeps)
         )
+    parts += list(extra_sections)
     parts.append(
         "## Figures\n\n"
         + "\n".join(f"![{p.stem}]({p.relative_to(layout.summary.parent).as_posix()})" for p in figures)
     )
     return "\n\n".join(parts) + "\n"
+
+
+def beyond_accuracy(
+    params: Params, layout: Layout, metrics: Mapping, sweeps: Sequence[Mapping], version: str
+) -> tuple[list[str], list[Path]]:
+    """DESIGN §10's sections past pairwise accuracy: paired comparisons and best-of-n (with figures)."""
+    from prefshift.stages import report_comparisons, report_downstream
+
+    splits = [ID_SPLIT, *params.data.targets]
+    sections = [
+        report_comparisons.comparisons_section(report_comparisons.compare(params, layout, metrics, sweeps))
+    ]
+    docs = report_downstream.load_downstream(layout, version, params.methods)
+    sections.append(report_downstream.best_of_n_section(docs, splits))
+    figures = report_downstream.write_best_of_n_figures(docs, splits, layout.figures) if docs else []
+    return [s for s in sections if s], figures
 
 
 def _teacher_accuracies(m: Mapping[str, Any]) -> dict[str, float]:
@@ -522,11 +540,15 @@ def run(params: Params, layout: Layout) -> dict[str, Any]:
     lambda_series = _lambda_series(sweeps)
     figures = write_figures(layout, metrics, targets, logs, lambda_series)
     write_plots(layout, metrics, targets, logs, lambda_series)
+    extra_sections, extra_figures = beyond_accuracy(params, layout, metrics, sweeps, version)
+    figures += extra_figures
     summary = {
         "split_version": version,
         "teacher": headline(_models(metrics)["teacher"], targets, student=False),
     }
     summary.update({m: headline(metrics[m], targets) for m in _ordered(metrics)})
     write_json(layout.metrics_summary, summary)
-    write_text(layout.summary, render_summary(metrics, sweeps, training, version, figures, layout))
+    write_text(
+        layout.summary, render_summary(metrics, sweeps, training, version, figures, layout, extra_sections)
+    )
     return summary

@@ -1,0 +1,147 @@
+"""`prefshift downstream --method M`: best-of-n with M's reward model as the proxy, judged by gold.
+
+M is `teacher` or a method. Its reward model scores every policy sample (written to
+data/downstream/proxy/M.parquet); for each split and n = 1, 2, 4, …, n_max the expected
+gold score of its best-of-n pick is computed exactly over all n-subsets of the n_max samples
+(prefshift.best_of_n). Judge and proxy scores are standardised per split over all samples,
+so the gold and proxy gains read in standard deviations of their own scorer and the gap
+between them (proxy − gold) measures over-optimisation. The synthetic gold rule, where it
+applies, is kept on its own 0-1 scale. Output: reports/downstream/M.json and MLflow metrics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+
+from prefshift import best_of_n
+from prefshift.atomic import write_json
+from prefshift.config import Params
+from prefshift.data.splits import check_version, load_manifest
+from prefshift.errors import PrefshiftError
+from prefshift.metrics import ID_SPLIT
+from prefshift.paths import Layout
+from prefshift.stages.evaluate import _rounded
+from prefshift.stages.gold_judge import describe_judge
+from prefshift.stages.label import VERSION_KEY, write_frame
+from prefshift.stages.policy_samples import read_samples
+
+PROXIES = "teacher or a method"
+
+
+class DownstreamError(PrefshiftError):
+    """Missing or stale inputs of best-of-n; the message names the stage to run."""
+
+
+def read_gold(layout: Layout) -> pd.DataFrame:
+    path = layout.gold_scores
+    if not path.exists():
+        raise DownstreamError(f"{path}: no gold scores; run `prefshift gold-judge`")
+    table = pq.read_table(path)
+    stamped = (table.schema.metadata or {}).get(VERSION_KEY)
+    check_version(layout, stamped.decode() if stamped else "unstamped", str(path))
+    return table.to_pandas()
+
+
+def _matrix(frame: pd.DataFrame, column: str, units: list[str]) -> np.ndarray:
+    wide = frame.pivot(index="unit", columns="sample", values=column)
+    return wide.loc[units].to_numpy(dtype=float)
+
+
+def split_curves(
+    samples: pd.DataFrame, proxy: pd.DataFrame, gold: pd.DataFrame, grid: list[int]
+) -> dict[str, dict[str, Any]]:
+    """Per split: best-of-n curves against the judge (standardised) and, where it applies, the rule."""
+    joined = proxy.merge(gold, on=["unit", "sample"]).merge(
+        samples[["unit", "sample", "split"]], on=["unit", "sample"]
+    )
+    out: dict[str, dict[str, Any]] = {}
+    for split in samples["split"].drop_duplicates():
+        rows = joined[joined["split"] == split]
+        units = sorted(rows["unit"].unique())
+        if not units:
+            raise DownstreamError(f"split {split!r}: no prompt was scored by both the proxy and the judge")
+        proxy_m = best_of_n.standardise(_matrix(rows, "reward", units))
+        block: dict[str, Any] = {"judge": None, "rule": None, "prompts": len(units)}
+        judged = _matrix(rows, "judge", units)
+        if not np.isnan(judged).all():
+            judge = best_of_n.curve(proxy_m, best_of_n.standardise(judged), grid)
+            block["judge"] = {**judge, **best_of_n.gains(judge)}
+        rule = _matrix(rows, "rule", units)
+        if not np.isnan(rule).any():
+            curve = best_of_n.curve(proxy_m, rule, grid)
+            # The rule's 0-1 scale is not the proxy's: its gain stands alone, with no gap.
+            block["rule"] = {**curve, "gold_gain": best_of_n.gains(curve)["gold_gain"]}
+        out[split] = block
+    return out
+
+
+def document(method: str, params: Params, version: str, curves: Mapping[str, Any], skips: Mapping) -> dict:
+    return _rounded(
+        {
+            "method": method,
+            "split_version": version,
+            "judge": describe_judge(params),
+            "policy": params.downstream.policy or "models/base/strong",
+            "n_max": params.downstream.n_max,
+            "splits": dict(curves),
+            "skips": dict(skips),
+        }
+    )
+
+
+def headline(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """Gains per split and judge, for MLflow."""
+    return {
+        split: {
+            kind: {k: block[kind][k] for k in ("gold_gain", "proxy_gain", "gap") if k in block[kind]}
+            for kind in ("judge", "rule")
+            if block[kind]
+        }
+        for split, block in doc["splits"].items()
+    }
+
+
+def run(params: Params, layout: Layout, method: str) -> dict[str, Any]:
+    from prefshift import tracking
+    from prefshift.scoring import load_for_scoring, score_samples
+
+    model_dir = layout.teacher_dir if method == "teacher" else layout.student_dir(method)
+    if not model_dir.exists():
+        hint = "prefshift teacher" if method == "teacher" else f"prefshift train --method {method}"
+        raise DownstreamError(f"{model_dir}: no reward model for {method!r}; run `{hint}`")
+    version = str(load_manifest(layout)["version"])
+    samples, gold = read_samples(layout), read_gold(layout)
+    wanted = [ID_SPLIT, *params.data.targets]
+    covered = sorted(samples["split"].unique())
+    if covered != sorted(wanted):
+        raise DownstreamError(
+            f"{layout.policy_samples} covers splits {covered}, params name {wanted}; "
+            "re-run `prefshift policy-samples`"
+        )
+    with tracking.stage_run(params, layout, "downstream", method) as logger:
+        model, tokenizer = load_for_scoring(model_dir, params)
+        proxy = score_samples(model, tokenizer, samples, params)
+        write_frame(layout.proxy_scores(method), proxy, {VERSION_KEY: version.encode()})
+        curves = split_curves(samples, proxy, gold, best_of_n.n_grid(params.downstream.n_max))
+        doc = document(method, params, version, {s: curves[s] for s in wanted}, proxy.attrs["skips"])
+        write_json(layout.downstream(method), doc)
+        logger.log_metrics({"best_of_n": headline(doc)})
+        for split, block in doc["splits"].items():
+            if block["judge"] is None:
+                continue
+            logger.log_history(
+                [
+                    {"step": n, "gold": g, "proxy": p}
+                    for n, g, p in zip(
+                        block["judge"]["n"], block["judge"]["gold"], block["judge"]["proxy"], strict=True
+                    )
+                ],
+                prefix=f"best_of_n.{split}.",
+            )
+        logger.log_artifact(layout.downstream(method), "downstream")
+    return doc

@@ -1,0 +1,130 @@
+"""`prefshift policy-samples`: n_max completions per prompt from the policy LM, for best-of-n.
+
+K prompts (`downstream.prompts`) are drawn from the ID test split and from each OOD target:
+distinct prompts, ordered by a seeded hash, so the same seed and splits give the same prompts
+and a larger K only adds prompts. The policy is `downstream.policy` (a hub id or directory),
+by default the strong base LM. Completions are generated once here and read by the gold judge
+and by every `downstream@M`, so retraining a reward model never regenerates them; the
+generation cache (persist: true in dvc.yaml) also spares prompts already sampled when K,
+the splits or the judge change.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+from rich.console import Console
+
+from prefshift.atomic import write_json
+from prefshift.config import Params
+from prefshift.data.schema import Pair, content_hash, read_pairs
+from prefshift.data.splits import load_manifest
+from prefshift.errors import PrefshiftError
+from prefshift.metrics import ID_SPLIT
+from prefshift.paths import Layout
+from prefshift.policy import PolicySampler, sample_all
+from prefshift.seam import GenerationCache
+from prefshift.stages.label import VERSION_KEY, write_frame
+from prefshift.stages.seam_label import model_key
+
+console = Console(stderr=True)
+SAMPLE_COLUMNS = ("unit", "split", "dataset", "category", "prompt", "meta", "sample", "response")
+
+
+class PolicySamplesError(PrefshiftError):
+    """A split with no prompt to sample from, or a samples file from other splits."""
+
+
+def select_prompts(pairs: Sequence[Pair], k: int, seed: int) -> list[Pair]:
+    """Up to k pairs with distinct prompts, in a seeded hash order (one pair stands for its prompt)."""
+    by_prompt: dict[str, Pair] = {}
+    for pair in pairs:
+        by_prompt.setdefault(content_hash(pair.prompt), pair)
+    ranked = sorted(by_prompt, key=lambda key: content_hash(seed, key))
+    return [by_prompt[key] for key in ranked[:k]]
+
+
+def policy_source(params: Params, layout: Layout) -> tuple[str, str]:
+    """(what to load, its content key): a directory hashes its files, a hub id its name and revision."""
+    cfg = params.downstream
+    source = cfg.policy or str(layout.base_model("strong"))
+    if Path(source).is_dir():
+        return source, model_key(Path(source))
+    return source, content_hash(source, cfg.policy_revision)
+
+
+def read_samples(layout: Layout) -> pd.DataFrame:
+    """The samples file, refused when it lacks columns or was built from other splits."""
+    import pyarrow.parquet as pq
+
+    from prefshift.data.splits import check_version
+
+    path = layout.policy_samples
+    if not path.exists():
+        raise PolicySamplesError(f"{path}: no policy samples; run `prefshift policy-samples`")
+    table = pq.read_table(path)
+    stamped = (table.schema.metadata or {}).get(VERSION_KEY)
+    if stamped is None:
+        raise PolicySamplesError(f"{path}: no split version stamp; re-run `prefshift policy-samples`")
+    check_version(layout, stamped.decode(), str(path))
+    frame = table.to_pandas()
+    missing = [c for c in SAMPLE_COLUMNS if c not in frame.columns]
+    if missing:
+        raise PolicySamplesError(f"{path}: lacks column(s) {missing}; re-run `prefshift policy-samples`")
+    return frame
+
+
+def run(params: Params, layout: Layout) -> dict:
+    cfg = params.downstream
+    version = str(load_manifest(layout)["version"])
+    started = time.perf_counter()
+    chosen: list[tuple[str, Pair]] = []
+    for split in [ID_SPLIT, *params.data.targets]:
+        picked = select_prompts(read_pairs(layout.split(split)), cfg.prompts, params.seed)
+        if not picked:
+            raise PolicySamplesError(f"{layout.split(split)}: split {split!r} has no prompt to sample from")
+        chosen += [(split, pair) for pair in picked]
+
+    source, key = policy_source(params, layout)
+    cache = GenerationCache.load(layout.policy_generations)
+    sampler = PolicySampler(source, cfg, params.backbone.trust_remote_code)
+    completions, generated = sample_all(sampler, [p.prompt for _, p in chosen], key, cache, params.seed)
+    cache.save(layout.policy_generations)
+
+    rows = [
+        {
+            "unit": f"{split}:{content_hash(pair.prompt)}",
+            "split": split,
+            "dataset": pair.dataset,
+            "category": pair.category,
+            "prompt": json.dumps(pair.prompt, ensure_ascii=False),
+            "meta": json.dumps(pair.meta, ensure_ascii=False, sort_keys=True),
+            "sample": j,
+            "response": text,
+        }
+        for (split, pair), texts in zip(chosen, completions, strict=True)
+        for j, text in enumerate(texts)
+    ]
+    write_frame(
+        layout.policy_samples, pd.DataFrame(rows, columns=SAMPLE_COLUMNS), {VERSION_KEY: version.encode()}
+    )
+    per_split = pd.Series([split for split, _ in chosen]).value_counts().to_dict()
+    counts = {
+        "split_version": version,
+        "policy": source if cfg.policy else "models/base/strong",
+        "n_max": cfg.n_max,
+        "prompts": {split: int(per_split[split]) for split in [ID_SPLIT, *params.data.targets]},
+        "generated": generated,
+        "cache_hits": len(chosen) - generated,
+        "empty_responses": sum(not r["response"] for r in rows),
+    }
+    write_json(layout.policy_counts, counts)
+    console.print(
+        f"policy-samples: {len(chosen)} prompts x {cfg.n_max} ({generated} generated, "
+        f"{counts['cache_hits']} cached) in {time.perf_counter() - started:.1f}s"
+    )
+    return counts

@@ -1,0 +1,86 @@
+"""policy-samples → gold-judge → downstream@M → report on the shrunk tiny project (real models, MLflow)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pandas as pd
+import pytest
+
+from prefshift.stages import downstream, gold_judge, policy_samples, report, train
+from tiny_project import copy_project, pipeline_root, tiny_params
+
+K, N_MAX = 3, 4
+
+
+@pytest.mark.slow
+def test_best_of_n_stages_end_to_end(tmp_path_factory, tmp_path):
+    layout = copy_project(pipeline_root(tmp_path_factory), tmp_path / "project")
+    params = tiny_params(downstream={"prompts": K, "n_max": N_MAX, "max_new_tokens": 12})
+    train.run(params, layout, "ceiling")  # the default judge
+
+    counts = policy_samples.run(params, layout)
+    splits = ["id_test", *params.data.targets]
+    assert counts["prompts"] == dict.fromkeys(splits, K) and counts["generated"] == 3 * K
+    samples = pd.read_parquet(layout.policy_samples)
+    assert len(samples) == 3 * K * N_MAX and samples.groupby("unit")["sample"].nunique().eq(N_MAX).all()
+
+    # Each row has its own seed: other batch sizes, and the cache, give the same samples.
+    first = layout.policy_samples.read_bytes()
+    assert policy_samples.run(params, layout)["generated"] == 0
+    assert layout.policy_samples.read_bytes() == first
+    layout.policy_generations.unlink()
+    rebatched = tiny_params(
+        downstream={"prompts": K, "n_max": N_MAX, "max_new_tokens": 12, "generation_batch_size": 1}
+    )
+    assert policy_samples.run(rebatched, layout)["generated"] == 3 * K
+    assert pd.read_parquet(layout.policy_samples)["response"].tolist() == samples["response"].tolist()
+
+    gold = gold_judge.run(params, layout)
+    assert len(gold) == len(samples) and gold["rule"].between(0, 1).all()  # the synthetic rule applies
+
+    docs = {m: downstream.run(params, layout, m) for m in ("teacher", "naive", "ceiling")}
+    for name, doc in docs.items():
+        assert json.loads(layout.downstream(name).read_text()) == doc
+        assert doc["judge"].startswith("ceiling")
+        for split in splits:
+            curve = doc["splits"][split]["judge"]
+            assert curve["n"] == [1, 2, 4] and curve["prompts"] == K
+            assert abs(curve["gold"][0]) < 1e-3  # n = 1 is the mean of standardised scores
+            assert curve["proxy"] == sorted(curve["proxy"])  # the proxy's own view only improves with n
+            assert doc["splits"][split]["rule"]["gold"][0] == pytest.approx(
+                gold.merge(samples[samples["split"] == split][["unit", "sample"]])["rule"].mean(), abs=1e-3
+            )
+    for split in splits:  # the judge picking for itself cannot over-optimise against itself
+        ceiling = docs["ceiling"]["splits"][split]["judge"]
+        assert ceiling["gold"] == pytest.approx(ceiling["proxy"], abs=1e-3) and abs(ceiling["gap"]) < 1e-3
+
+    import mlflow
+
+    runs = mlflow.MlflowClient(os.environ["MLFLOW_TRACKING_URI"]).search_runs(
+        [mlflow.get_experiment_by_name(params.tracking.experiment).experiment_id],
+        filter_string="tags.mlflow.runName = 'downstream@naive'",
+    )
+    assert runs and "best_of_n.id_test.judge.gold_gain" in runs[0].data.metrics
+
+    report.run(params, layout)
+    text = layout.summary.read_text(encoding="utf-8")
+    assert "## Best-of-n against a gold judge" in text and "a proxy for human gold" in text
+    assert "## Paired comparisons" in text and "naive vs teacher on syn_help_chat" in text
+    assert (layout.figures / "best_of_n.png").stat().st_size > 1000
+
+
+def test_missing_inputs_name_the_stage_to_run(tmp_path, make_params):
+    from prefshift.config import DownstreamConfig
+    from prefshift.errors import PrefshiftError
+    from prefshift.paths import Layout
+    from prefshift.policy import PolicySampler
+
+    with pytest.raises(PrefshiftError, match="no-such-org/no-such-policy"):
+        PolicySampler("no-such-org/no-such-policy", DownstreamConfig())
+    layout = Layout(tmp_path)
+    with pytest.raises(PrefshiftError, match="prefshift train --method naive"):
+        downstream.run(make_params(), layout, "naive")
+    with pytest.raises(PrefshiftError, match="prefshift policy-samples"):
+        gold_judge.run(make_params(), layout)
