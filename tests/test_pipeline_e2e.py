@@ -244,6 +244,5 @@ def test_methods_is_the_pipeline_and_lambda_never_reruns_the_reference(tmp_path_
     params["anchor"]["lambda"] = 0.25
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     ran = _ran_stages(_run(["dvc", "repro"], root, env))
-    assert ran == {
-        "plan", "gold_judge", "train@anchor_last", "evaluate@anchor_last", "downstream@anchor_last", "report", "promote"
-    }
+    anchor_stages = {f"{stage}@anchor_last" for stage in ("train", "evaluate", "downstream")}
+    assert ran == {"plan", "gold_judge", "report", "promote"} | anchor_stages
