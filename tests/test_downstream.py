@@ -8,7 +8,7 @@ import os
 import pandas as pd
 import pytest
 
-from prefshift.stages import downstream, gold_judge, policy_samples, report, train
+from prefshift.stages import downstream, gold_judge, plan, policy_samples, report, targets, train
 from tiny_project import copy_project, pipeline_root, tiny_params
 
 K, N_MAX = 3, 4
@@ -17,7 +17,10 @@ K, N_MAX = 3, 4
 @pytest.mark.slow
 def test_best_of_n_stages_end_to_end(tmp_path_factory, tmp_path):
     layout = copy_project(pipeline_root(tmp_path_factory), tmp_path / "project")
-    params = tiny_params(downstream={"prompts": K, "n_max": N_MAX, "max_new_tokens": 12})
+    settings = {"prompts": K, "n_max": N_MAX, "max_new_tokens": 12}
+    params = tiny_params(methods=["naive", "anchor_last", "ceiling"], downstream=settings)
+    plan.run(params, layout)
+    targets.run(params, layout, "ceiling")
     train.run(params, layout, "ceiling")  # the default judge
 
     counts = policy_samples.run(params, layout)
@@ -31,9 +34,7 @@ def test_best_of_n_stages_end_to_end(tmp_path_factory, tmp_path):
     assert policy_samples.run(params, layout)["generated"] == 0
     assert layout.policy_samples.read_bytes() == first
     layout.policy_generations.unlink()
-    rebatched = tiny_params(
-        downstream={"prompts": K, "n_max": N_MAX, "max_new_tokens": 12, "generation_batch_size": 1}
-    )
+    rebatched = tiny_params(downstream={**settings, "generation_batch_size": 1})
     assert policy_samples.run(rebatched, layout)["generated"] == 3 * K
     assert pd.read_parquet(layout.policy_samples)["response"].tolist() == samples["response"].tolist()
 
@@ -69,6 +70,14 @@ def test_best_of_n_stages_end_to_end(tmp_path_factory, tmp_path):
     assert "## Best-of-n against a gold judge" in text and "a proxy for human gold" in text
     assert "## Paired comparisons" in text and "naive vs teacher on syn_help_chat" in text
     assert (layout.figures / "best_of_n.png").stat().st_size > 1000
+
+    # Without the ceiling in methods the default judge is absent: the rule alone judges.
+    unjudged = tiny_params(downstream=settings)
+    assert gold_judge.run(unjudged, layout)["judge"].isna().all()
+    doc = downstream.run(unjudged, layout, "naive")
+    assert doc["judge"].startswith("none") and all(
+        block["judge"] is None and block["rule"]["n"] == [1, 2, 4] for block in doc["splits"].values()
+    )
 
 
 def test_missing_inputs_name_the_stage_to_run(tmp_path, make_params):
