@@ -11,6 +11,7 @@ from prefshift.config import Params, check_method
 from prefshift.data.schema import Pair, read_pairs
 from prefshift.methods import label_source
 from prefshift.paths import Layout
+from prefshift.stages.backbone import check_base
 from prefshift.stages.label import StaleLabelsError, read_labels
 from prefshift.train import fit
 
@@ -31,6 +32,7 @@ def _targets(params: Params, layout: Layout, method: str, pairs: Sequence[Pair])
 
 def run(params: Params, layout: Layout, method: str) -> dict:
     check_method(method)
+    check_base(layout, "strong")
     pairs = read_pairs(layout.split("student_train"))
     targets = _targets(params, layout, method, pairs)
     return fit(
