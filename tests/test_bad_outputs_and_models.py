@@ -186,7 +186,7 @@ def _params(raw: dict, **mine) -> Params:
         (lambda d: [p.unlink() for p in d.iterdir()], "is empty"),
         (lambda d: (d / "config.json").write_text("{not json"), "has an unreadable config.json"),
         (lambda d: (d / "model.safetensors").unlink(), "has no weights"),
-        (lambda d: [(d / n).unlink() for n in ("tokenizer.json", "tokenizer_config.json")], "has no tokenizer"),
+        (lambda d: [(d / n).unlink() for n in ("tokenizer.json", "tokenizer_config.json")], "has no tok"),
     ],
     ids=["empty", "corrupt_config", "no_weights", "no_tokenizer"],
 )
