@@ -95,9 +95,12 @@ class OutputSet:
             if out.directory:
                 write_json(manifest_of(out.staged), manifest)
         renames = [
-            {"staged": _relative(o.staged, self.root), "target": _relative(o.target, self.root)}
-            | {"directory": o.directory}
-            for o in self.outputs
+            {
+                "staged": _relative(out.staged, self.root),
+                "target": _relative(out.target, self.root),
+                "directory": out.directory,
+            }
+            for out in self.outputs
         ]
         write_json(journal, {"command": self.command, "renames": renames})  # the commit point
         _apply(self.root, journal)
