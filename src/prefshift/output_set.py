@@ -62,8 +62,8 @@ class _Output:
 class OutputSet:
     """Where a stage writes: `path(final)` is the staged twin of an output (or of a file inside one)."""
 
-    def __init__(self, root: Path, command: str, outputs: Sequence[_Output]):
-        self.root, self.command, self.outputs = root, command, list(outputs)
+    def __init__(self, root: Path, command: str, outputs: Sequence[_Output], manifest: bool = True):
+        self.root, self.command, self.outputs, self.manifest = root, command, list(outputs), manifest
 
     def path(self, final: str | Path) -> Path:
         final = _absolute(final)
@@ -92,7 +92,7 @@ class OutputSet:
         files = self._files()
         manifest = {"command": self.command, "version": content_hash(files), "files": files}
         for out in self.outputs:
-            if out.directory:
+            if out.directory and self.manifest:
                 write_json(manifest_of(out.staged), manifest)
         renames = [
             {
@@ -108,13 +108,19 @@ class OutputSet:
 
 @contextmanager
 def output_set(
-    root: str | Path, command: str, files: Sequence[Path] = (), directories: Sequence[Path] = ()
+    root: str | Path,
+    command: str,
+    files: Sequence[Path] = (),
+    directories: Sequence[Path] = (),
+    manifest: bool = True,
 ) -> Iterator[OutputSet]:
     """Stage `files` and `directories` (each replaced whole) and commit them together on success.
 
     `command` (e.g. "prefshift evaluate --method naive") names the journal and goes into the
     manifest, so an error about the set can say what to rerun. On an exception or Ctrl-C
-    nothing is replaced and the staged copies are removed.
+    nothing is replaced and the staged copies are removed. `manifest=False` leaves the
+    directories as written (the report's figures directory is a `dvc plots` source, where
+    a JSON file would be read as data).
     """
     root = _absolute(root)
     finish_interrupted(root)
@@ -129,7 +135,7 @@ def output_set(
                 recover_interrupted_swap(target)
             staged = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
             outputs.append(_Output(target, staged, directory))
-        writer = OutputSet(root, command, outputs)
+        writer = OutputSet(root, command, outputs, manifest)
         yield writer
         (root / ".prefshift").mkdir(exist_ok=True)
         (root / ".prefshift" / ".gitignore").write_text("*\n", encoding="utf-8")

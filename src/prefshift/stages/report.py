@@ -518,7 +518,7 @@ def run(params: Params, layout: Layout) -> dict[str, Any]:
     training = {m: training_summary(logs.get(m)) for m in _ordered(metrics)}
     lambda_series = _lambda_series(sweeps)
     files, directories = [layout.metrics_summary, layout.summary], [layout.figures, layout.plots_dir]
-    with output_set(layout.root, "prefshift report", files=files, directories=directories) as out:
+    with output_set(layout.root, "prefshift report", files, directories, manifest=False) as out:
         staged = write_figures(layout, metrics, targets, logs, lambda_series, into=out.path(layout.figures))
         figures = [layout.figures / p.name for p in staged]
         write_plots(layout, metrics, targets, logs, lambda_series, into=out.path(layout.plots_dir))
