@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 from unittest.mock import ANY
 
+import pandas as pd
 import pytest
 
 from prefshift.atomic import swap_directory
@@ -92,6 +93,25 @@ def test_teacher_and_train_refuse_a_weak_and_strong_from_different_backbone_runs
     (layout.base_model("strong") / "config.json").write_text("{}")
     message = _cli_error("train", "-m", "naive", "-p", params, "--root", str(tmp_path))
     assert f"{layout.base_model('strong') / 'config.json'} differs from the file it recorded" in message
+
+
+def test_evaluate_refuses_teacher_scores_that_one_label_run_did_not_write(tmp_path):
+    from prefshift.stages import evaluate
+    from test_report import TARGETS, _params, _splits
+
+    layout = Layout(tmp_path)
+    _splits(layout, {"id_test": 2, **{t: 2 for t in TARGETS}})
+    frame = pd.DataFrame(
+        {"pair_id": ["p1"], "delta": [1.0], "gold": [1.0], "len_chosen": [3], "len_rejected": [4]}
+    )
+    with output_set(tmp_path, "prefshift label", directories=[layout.scores_dir("teacher")]) as out:
+        for split in ("id_test", *TARGETS):
+            evaluate.write_scores(out.path(layout.scores("teacher", split)), frame, "v1")
+    evaluate.write_scores(
+        layout.scores("teacher", TARGETS[1]), frame.assign(delta=[2.0]), "v1"
+    )  # another run's
+    with pytest.raises(OutputSetError, match=f"{layout.scores('teacher', TARGETS[1])} differs from the file"):
+        evaluate.run(_params(), layout, "naive")
 
 
 def test_a_models_base_assembled_by_hand_is_refused(tmp_path):

@@ -25,7 +25,7 @@ from prefshift.config import LMSpec, Params
 from prefshift.data.schema import Group, Pair, SkipCounter, read_groups, read_pairs
 from prefshift.data.splits import check_version, load_manifest
 from prefshift.errors import PrefshiftError
-from prefshift.output_set import OutputSet, output_set
+from prefshift.output_set import OutputSet, manifest_of, output_set, verify
 from prefshift.paths import Layout
 
 SCORE_COLUMNS = ("pair_id", "delta", "gold", "len_chosen", "len_rejected")
@@ -186,6 +186,8 @@ def _read_all(
     paths = {split: layout.scores(model, split) for split in ids}
     if optional and not all(p.exists() for p in paths.values()):
         return None
+    if layout.scores_dir(model).exists():  # one label / evaluate run's set, not a mix
+        verify(layout.root, manifest_of(layout.scores_dir(model)), [layout.scores_dir(model)], hint)
     return {split: read_scores(path, layout, ids[split], hint) for split, path in paths.items()}
 
 

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from prefshift.config import Params, check_method
 from prefshift.data.schema import Pair, read_pairs
 from prefshift.methods import label_source
+from prefshift.output_set import manifest_of, verify
 from prefshift.paths import Layout
 from prefshift.stages.backbone import check_base
 from prefshift.stages.label import StaleLabelsError, read_labels
@@ -21,6 +22,8 @@ def _targets(params: Params, layout: Layout, method: str, pairs: Sequence[Pair])
     if source == "gold":
         return [p.gold for p in pairs]
     path = layout.weak_labels if source == "weak" else layout.seam_labels
+    if source == "weak" and path.parent.exists():  # one label run's labels, not a mix
+        verify(layout.root, manifest_of(path.parent), [path.parent], "prefshift label")
     labels = read_labels(path, layout)
     missing = [p.pair_id for p in pairs if p.pair_id not in labels]
     if missing:
