@@ -124,7 +124,8 @@ def test_cli_file_of_neither_format_is_named(tmp_path):
 
 def test_cli_all_rows_skipped_reports_the_counts(tmp_path):
     message = _prepare_error(tmp_path, _local_params(tmp_path, [_row(rejected=GOOD["chosen"])] * 3))
-    assert "mine train: no usable pairs; skipped {'identical_responses': 3}" in message
+    assert "mine train: no usable pairs in" in message and "mine/train.jsonl" in message
+    assert "skipped {'identical_responses': 3}" in message
 
 
 def test_cli_unknown_dataset(tmp_path):

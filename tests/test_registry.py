@@ -20,6 +20,7 @@ from prefshift.cli import app
 from prefshift.config import EncodeConfig, Params
 from prefshift.data.encode import Encoder
 from prefshift.downstream import score_rows
+from prefshift.models.reward import save_reward_model
 from prefshift.paths import Layout
 from prefshift.scoring import load_for_scoring
 from prefshift.stages import promote
@@ -63,8 +64,7 @@ def tiny_reward_model(path: Path, seed: int) -> Path:
     )  # fmt: skip
     model = LlamaForSequenceClassification(config)
     torch.nn.init.normal_(model.score.weight, std=1.0)
-    model.save_pretrained(path)
-    fast.save_pretrained(path)
+    save_reward_model(model, fast, path)  # as prefshift saves a trained model: the head is marked trained
     return path
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
+from prefshift.atomic import recover_interrupted_swap
 from prefshift.paths import Layout
 from prefshift.train import STATE_FILE
 from tiny_project import copy_project, pipeline_root, tiny_params, write_params
@@ -65,6 +66,7 @@ def _kill_after_checkpoint(root: Path, min_step: int, timeout: float = 240.0) ->
         proc.kill()
         stderr = proc.communicate()[1].decode()
     assert proc.returncode == -signal.SIGKILL, f"training ended before it could be killed:\n{stderr[-3000:]}"
+    recover_interrupted_swap(state.parent)  # as the resumed run will: the kill may land between two renames
     return json.loads(state.read_text())["step"]  # a later checkpoint may have landed before the signal
 
 

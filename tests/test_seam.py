@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import shutil
 from dataclasses import replace
 
 import numpy as np
@@ -32,7 +31,7 @@ from prefshift.seam import (
 )
 from prefshift.stages import seam_label
 from prefshift.stages.label import read_labels
-from tiny_models import base_dir, reward_model, tokenizer
+from tiny_models import base_dir, install_backbones, reward_model, tokenizer
 
 WELL_FORMED = """Sure! Here are the questions:
 1. Does the response answer the question that was asked?
@@ -150,7 +149,7 @@ def _project(root) -> Layout:
     write_pairs(layout.split("student_train"), _pairs())
     write_pairs(layout.split("id_test"), _pairs()[:2])  # train writes its reward mean/std from it
     write_json(layout.split_manifest, {"version": "v1"})
-    shutil.copytree(base_dir(root), layout.base_model("strong"))
+    install_backbones(layout, base_dir(root), base_dir(root))
     teacher = reward_model(seed=3)
     with torch.no_grad():
         teacher.hf.score.weight.mul_(10.0)

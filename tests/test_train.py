@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 
 import pandas as pd
 import pyarrow.parquet as pq
@@ -20,7 +19,7 @@ from prefshift.methods.base import Objective
 from prefshift.models.reward import load_reward_model
 from prefshift.scoring import reward_stats
 from prefshift.train import TrainingError, train_reward_model
-from tiny_models import base_dir, items, pairs, reward_model, tokenizer
+from tiny_models import base_dir, install_backbones, items, pairs, reward_model, tokenizer
 
 CFG = TrainConfig(batch_size=4, epochs=2, lr=5e-3, warmup_frac=0.25, log_every=1, drift_every=2, probe_size=4)
 
@@ -131,8 +130,7 @@ def _tiny_project(root):
         "g1", "toy", "helpful", data[0].prompt, [data[0].chosen, data[0].rejected, "maybe"], [2.0, 0.0, 1.0]
     )
     write_groups(layout.split_groups("toy"), [group])
-    for which in ("weak", "strong"):
-        shutil.copytree(base_dir(root), layout.base_model(which))
+    install_backbones(layout, base_dir(root), base_dir(root))
     return layout
 
 

@@ -56,6 +56,15 @@ def base_dir(root: Path, seed: int = 0, spec: LMSpec = SPEC) -> Path:
     return out
 
 
+def install_backbones(layout, weak: Path, strong: Path) -> None:
+    """models/base as `prefshift backbone` writes it (one output set), resolved from local directories."""
+    from prefshift.config import Params
+    from prefshift.stages import backbone
+
+    specs = {"weak": {"name_or_path": str(weak)}, "strong": {"name_or_path": str(strong)}}
+    backbone.run(Params.model_validate({"backbone": specs}), layout)
+
+
 def pairs(n: int = 12) -> list[Pair]:
     verbs = ("fix", "clean", "paint", "move", "open", "close")
     return [

@@ -22,7 +22,7 @@ def atomic_path(target: str | Path, directory: bool = False) -> Iterator[Path]:
     """Yield a temporary sibling path; on success it replaces `target` in one rename."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    _clear_stale(target)
+    clear_stale(target)
     if directory:
         recover_interrupted_swap(target)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
@@ -30,19 +30,22 @@ def atomic_path(target: str | Path, directory: bool = False) -> Iterator[Path]:
     try:
         yield work
         if directory:
-            if target.exists():
-                old = _swapped_out(target)
-                shutil.rmtree(old, ignore_errors=True)
-                target.rename(old)
-                tmp.rename(target)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                tmp.rename(target)
+            swap_directory(tmp, target)
         else:
             os.replace(work, target)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def swap_directory(staged: Path, target: Path) -> None:
+    """Replace directory `target` by `staged`: two renames, and `recover_interrupted_swap` covers the gap."""
+    old = _swapped_out(target)
+    if target.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        target.rename(old)
+    staged.rename(target)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def _swapped_out(target: Path) -> Path:
@@ -62,7 +65,7 @@ def recover_interrupted_swap(target: str | Path) -> None:
         old.rename(target)
 
 
-def _clear_stale(target: Path) -> None:
+def clear_stale(target: Path) -> None:
     """Remove temporaries that a killed writer of `target` left (mkdtemp names: 8 random characters).
 
     Inside a directory output they would otherwise be committed with it by a later

@@ -16,6 +16,7 @@ from prefshift.atomic import atomic_path
 from prefshift.config import Params
 from prefshift.data.schema import Group
 from prefshift.errors import PrefshiftError
+from prefshift.models.validate import check_source
 from prefshift.scoring import load_for_scoring, score_groups
 
 
@@ -174,6 +175,7 @@ def score_command(
     import tempfile
 
     if not model.startswith("models:/"):
+        check_source(model)  # as typed: Path() would drop the trailing slash that marks `nope/` as a path
         result = score_file(Path(model), input_path, params, normalized)
     else:
         from prefshift.registry import pull_to

@@ -13,6 +13,10 @@ from pathlib import Path
 class Layout:
     root: Path = Path(".")
 
+    @property
+    def pairs_dir(self) -> Path:
+        return self.root / "data" / "pairs"
+
     def pairs(self, dataset: str, split: str) -> Path:
         return self.root / "data" / "pairs" / dataset / f"{split}.parquet"
 
@@ -38,6 +42,10 @@ class Layout:
     @property
     def split_manifest(self) -> Path:
         return self.splits_dir / "manifest.json"
+
+    @property
+    def base_dir(self) -> Path:
+        return self.root / "models" / "base"
 
     def base_model(self, which: str) -> Path:
         return self.root / "models" / "base" / which

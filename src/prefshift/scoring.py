@@ -21,8 +21,10 @@ PAIR_COLUMNS = ["pair_id", "delta", "gold", "len_chosen", "len_rejected"]
 
 
 def load_for_scoring(model_dir: str | Path, params: Params):
-    """(RewardModel in eval mode on the best device, tokenizer)."""
-    model, tokenizer = load_reward_model(model_dir, trust_remote_code=params.backbone.trust_remote_code)
+    """(RewardModel in eval mode on the best device, tokenizer); a model without a trained head is refused."""
+    model, tokenizer = load_reward_model(
+        model_dir, trust_remote_code=params.backbone.trust_remote_code, trained_head=True
+    )
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model.to(device)
     model.eval()

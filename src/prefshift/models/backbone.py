@@ -19,6 +19,7 @@ import torch
 from prefshift.atomic import atomic_path
 from prefshift.config import LMSpec
 from prefshift.models.reward import ModelLoadError, hub_offline, quiet_transformers
+from prefshift.models.validate import check_loadable, looks_local
 
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>")
 SOURCE_FILE = "prefshift_source.json"
@@ -115,17 +116,20 @@ def save_backbone(model, tokenizer, out_dir: Path, source: dict) -> None:
         (tmp / SOURCE_FILE).write_text(json.dumps(source, indent=2, sort_keys=True) + "\n")
 
 
-def resolve_pretrained(spec: LMSpec, out_dir: Path) -> dict:
-    """Copy a local dir or hub snapshot into `out_dir`; returns what was resolved (with revision)."""
+def resolve_pretrained(spec: LMSpec, out_dir: Path, trust_remote_code: bool = False) -> dict:
+    """Copy a local dir or hub snapshot that passes the model check into `out_dir`; returns its source."""
     local = Path(spec.name_or_path).expanduser()
     if local.exists():
         if not local.is_dir():
             raise ModelLoadError(f"backbone {spec.name_or_path}: expected a model directory, got a file")
         src, revision = local, spec.revision
-    elif spec.name_or_path.startswith((".", "/", "~")):
-        raise ModelLoadError(f"backbone directory {spec.name_or_path} does not exist")
+    elif looks_local(spec.name_or_path):
+        raise ModelLoadError(
+            f"backbone directory {spec.name_or_path} does not exist (a local path, not a hub id)"
+        )
     else:
         src, revision = _snapshot(spec)
+    check_loadable(src, trust_remote_code)
     with atomic_path(out_dir, directory=True) as tmp:
         shutil.copytree(
             src, tmp, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".git", ".cache", SOURCE_FILE)

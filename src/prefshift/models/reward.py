@@ -18,11 +18,9 @@ from torch import nn
 
 from prefshift.atomic import atomic_path
 from prefshift.data.encode import chat_template, ensure_chat_template
-from prefshift.errors import PrefshiftError
+from prefshift.models.validate import ModelLoadError, check_source, mark_trained_head, require_trained_head
 
-
-class ModelLoadError(PrefshiftError):
-    """A backbone or reward model that cannot be found or loaded."""
+__all__ = ["ModelLoadError", "check_source"]  # re-exported: callers import them from here
 
 
 @dataclass
@@ -135,14 +133,6 @@ def hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
 
 
-def check_source(name_or_path: str | Path) -> None:
-    """Fail early and clearly on a local path that does not exist."""
-    text = str(name_or_path)
-    looks_local = text.startswith((".", "/", "~")) or text.count("/") > 1
-    if looks_local and not Path(text).expanduser().exists():
-        raise ModelLoadError(f"model directory {text} does not exist (did its stage run?)")
-
-
 def quiet_transformers() -> None:
     """Our stages print their own progress; transformers' bars and load notes are noise there."""
     from transformers.utils import logging as hf_logging
@@ -157,12 +147,16 @@ def load_reward_model(
     trust_remote_code: bool = False,
     revision: str | None = None,
     torch_dtype: torch.dtype | None = None,
+    trained_head: bool = False,
 ):
-    """(RewardModel, tokenizer) from a hub id or a local dir; a causal-LM dir gets a fresh scalar head."""
+    """(RewardModel, tokenizer) from a hub id or a local dir; a causal-LM dir gets a fresh scalar head.
+
+    `trained_head`: refuse a model whose head prefshift did not train (what scoring needs).
+    """
     from safetensors import SafetensorError
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    check_source(name_or_path)
+    local = check_source(name_or_path)
     quiet_transformers()
     kwargs = {"trust_remote_code": trust_remote_code, "revision": revision}
     try:
@@ -170,15 +164,21 @@ def load_reward_model(
         hf = AutoModelForSequenceClassification.from_pretrained(
             str(name_or_path), num_labels=1, dtype=torch_dtype, **kwargs
         )
-    except OSError as err:
-        hint = " (HF_HUB_OFFLINE is set and no local copy exists)" if hub_offline() else ""
-        raise ModelLoadError(f"cannot load model {name_or_path!s}{hint}: {err}") from None
+    except (OSError, ValueError) as err:
+        if local is not None:
+            what = f"cannot load model directory {name_or_path!s}"
+        else:
+            offline = "HF_HUB_OFFLINE is set and it is not in the local cache; " if hub_offline() else ""
+            what = f"cannot load hub model {name_or_path!s} ({offline}no local directory of that name either)"
+        raise ModelLoadError(f"{what}: {err}") from None
     except SafetensorError as err:
         raise ModelLoadError(
             f"cannot load model {name_or_path!s}: its safetensors weights are corrupt or truncated ({err}); "
             "re-run the stage that wrote it"
         ) from None
     ensure_chat_template(tokenizer)
+    if trained_head:
+        require_trained_head(hf.config, name_or_path)
     ensure_pad_token(tokenizer, hf)
     disable_dropout(hf)
     return RewardModel(hf), tokenizer
@@ -191,6 +191,7 @@ def save_reward_model(model: nn.Module, tokenizer, out_dir: str | Path) -> None:
     if hasattr(hf, "merge_and_unload"):
         hf = hf.merge_and_unload()
     ensure_chat_template(tokenizer)
+    mark_trained_head(hf.config)
     with atomic_path(out_dir, directory=True) as tmp:
         hf.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)

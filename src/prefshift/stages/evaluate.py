@@ -25,6 +25,7 @@ from prefshift.config import LMSpec, Params
 from prefshift.data.schema import Group, Pair, SkipCounter, read_groups, read_pairs
 from prefshift.data.splits import check_version, load_manifest
 from prefshift.errors import PrefshiftError
+from prefshift.output_set import OutputSet, manifest_of, output_set, verify
 from prefshift.paths import Layout
 
 SCORE_COLUMNS = ("pair_id", "delta", "gold", "len_chosen", "len_rejected")
@@ -181,6 +182,8 @@ def read_scores(path: Path, layout: Layout, split_ids: set[str], missing_hint: s
 
 def _read_all(layout: Layout, model: str, ids: Mapping[str, set[str]], hint: str) -> dict[str, pd.DataFrame]:
     paths = {split: layout.scores(model, split) for split in ids}
+    if layout.scores_dir(model).exists():  # one label / evaluate run's set, not a mix
+        verify(layout.root, manifest_of(layout.scores_dir(model)), [layout.scores_dir(model)], hint)
     return {split: read_scores(path, layout, ids[split], hint) for split, path in paths.items()}
 
 
@@ -335,11 +338,19 @@ def run(params: Params, layout: Layout, method: str) -> dict[str, Any]:
 
     from prefshift import tracking
 
-    with tracking.stage_run(params, layout, "evaluate", method) as logger:
-        document = _score_and_compare(params, layout, method, manifest, pairs, ids, teacher, group_files)
-        write_json(layout.metrics(method), document)
+    with (
+        tracking.stage_run(params, layout, "evaluate", method) as logger,
+        output_set(
+            layout.root,
+            f"prefshift evaluate --method {method}",
+            files=[layout.metrics(method)],
+            directories=[layout.scores_dir(method)],
+        ) as out,
+    ):
+        document = _score_and_compare(params, layout, method, manifest, pairs, ids, teacher, group_files, out)
+        write_json(out.path(layout.metrics(method)), document)
         logger.log_metrics(headline(document, params.data.targets))
-        logger.log_artifact(layout.metrics(method), "metrics")
+        logger.log_artifact(out.path(layout.metrics(method)), "metrics")
     return document
 
 
@@ -352,8 +363,9 @@ def _score_and_compare(
     ids: Mapping[str, set[str]],
     teacher: Mapping[str, pd.DataFrame],
     group_files: Mapping[str, Path],
+    out: OutputSet,
 ) -> dict[str, Any]:
-    """Score every split and group set with the student, write the scores, and build the metrics."""
+    """Score every split and group set with the student, stage the scores in `out`, build the metrics."""
     from prefshift.scoring import load_for_scoring, score_groups, score_pairs
 
     version, splits = str(manifest["version"]), list(pairs)
@@ -364,12 +376,12 @@ def _score_and_compare(
         frame = score_pairs(model, tokenizer, pairs[split], params, skips=skips)
         student[split] = check_scores(frame, f"{method} on {split}")
         skipped[split] = skips.as_dict()["skipped"]
-        write_scores(layout.scores(method, split), student[split], version)
+        write_scores(out.path(layout.scores(method, split)), student[split], version)
     gold_groups, group_scores = {}, {}
     for ds, path in group_files.items():
         gold_groups[ds] = read_groups(path)
         group_scores[ds] = score_groups(model, tokenizer, gold_groups[ds], params)
-        write_scores(layout.group_scores(method, ds), group_scores[ds], version)
+        write_scores(out.path(layout.group_scores(method, ds)), group_scores[ds], version)
 
     # Students are compared with the ceiling in the report (metrics.with_ceiling): the pipeline
     # has a ceiling stage only when `methods` lists it, so no student's evaluation waits on one.

@@ -3,7 +3,8 @@
 q_i = σ(Δ_teacher / T). The teacher's margins on id_test, each OOD target and the
 best-of-n groups are written here so evaluation never reloads the teacher. The
 labels carry the split version they were made from (parquet metadata
-`split_version`); training refuses labels from another version.
+`split_version`); training refuses labels from another version. Labels, scores and
+metrics are one output set (`prefshift.output_set`), replaced together.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from prefshift.data.schema import SkipCounter, read_groups, read_pairs
 from prefshift.data.splits import check_version, load_manifest
 from prefshift.errors import PrefshiftError
 from prefshift.metrics import accuracy
+from prefshift.output_set import output_set
 from prefshift.paths import Layout
 from prefshift.scoring import load_for_scoring, score_groups, score_pairs
 
@@ -61,39 +63,47 @@ def run(params: Params, layout: Layout) -> dict:
     meta = {VERSION_KEY: version.encode()}
     skips: dict[str, dict] = {}
 
-    counter = SkipCounter()
-    scored = score_pairs(model, tokenizer, read_pairs(layout.split("student_train")), params, counter)
-    temperature = params.label.temperature
-    labels = pd.DataFrame(
-        {
-            "pair_id": scored["pair_id"],
-            "q": [1.0 / (1.0 + math.exp(-d / temperature)) for d in scored["delta"]],
-            "teacher_delta": scored["delta"],
-        }
+    staged = output_set(
+        layout.root,
+        "prefshift label",
+        files=[layout.teacher_metrics],
+        directories=[layout.weak_labels.parent, layout.scores_dir("teacher")],
     )
-    write_frame(layout.weak_labels, labels, meta)
-    skips["student_train"] = counter.as_dict()
-
-    metrics: dict = {
-        "split_version": version,
-        "accuracy_pp": {},
-        "pairs": {},
-        "mean_q": float(labels["q"].mean()),
-    }
-    for split in ["id_test", *params.data.targets]:
+    with staged as out:
         counter = SkipCounter()
-        frame = score_pairs(model, tokenizer, read_pairs(layout.split(split)), params, counter)
-        write_frame(layout.scores("teacher", split), frame, meta)
-        metrics["accuracy_pp"][split] = accuracy(frame["delta"])
-        metrics["pairs"][split] = len(frame)
-        skips[split] = counter.as_dict()
-        console.print(f"teacher {split}: accuracy {metrics['accuracy_pp'][split]:.1f}% on {len(frame)} pairs")
-    for dataset in [params.data.source, *params.data.targets]:
-        path = layout.split_groups(dataset)
-        if path.exists():
-            frame = score_groups(model, tokenizer, read_groups(path), params)
-            write_frame(layout.group_scores("teacher", dataset), frame, meta)
-            skips[f"groups/{dataset}"] = frame.attrs["skips"]
-    metrics["skips"] = skips
-    write_json(layout.teacher_metrics, metrics)
+        scored = score_pairs(model, tokenizer, read_pairs(layout.split("student_train")), params, counter)
+        temperature = params.label.temperature
+        labels = pd.DataFrame(
+            {
+                "pair_id": scored["pair_id"],
+                "q": [1.0 / (1.0 + math.exp(-d / temperature)) for d in scored["delta"]],
+                "teacher_delta": scored["delta"],
+            }
+        )
+        write_frame(out.path(layout.weak_labels), labels, meta)
+        skips["student_train"] = counter.as_dict()
+
+        metrics: dict = {
+            "split_version": version,
+            "accuracy_pp": {},
+            "pairs": {},
+            "mean_q": float(labels["q"].mean()),
+        }
+        for split in ["id_test", *params.data.targets]:
+            counter = SkipCounter()
+            frame = score_pairs(model, tokenizer, read_pairs(layout.split(split)), params, counter)
+            write_frame(out.path(layout.scores("teacher", split)), frame, meta)
+            metrics["accuracy_pp"][split] = accuracy(frame["delta"])
+            metrics["pairs"][split] = len(frame)
+            skips[split] = counter.as_dict()
+            accuracy_pp = metrics["accuracy_pp"][split]
+            console.print(f"teacher {split}: accuracy {accuracy_pp:.1f}% on {len(frame)} pairs")
+        for dataset in [params.data.source, *params.data.targets]:
+            path = layout.split_groups(dataset)
+            if path.exists():
+                frame = score_groups(model, tokenizer, read_groups(path), params)
+                write_frame(out.path(layout.group_scores("teacher", dataset)), frame, meta)
+                skips[f"groups/{dataset}"] = frame.attrs["skips"]
+        metrics["skips"] = skips
+        write_json(out.path(layout.teacher_metrics), metrics)
     return metrics

@@ -38,6 +38,7 @@ from prefshift.config import METHODS, Params
 from prefshift.data.splits import load_manifest
 from prefshift.errors import PrefshiftError
 from prefshift.metrics import ID_SPLIT, across_seeds, with_ceiling
+from prefshift.output_set import output_set
 from prefshift.paths import Layout
 from prefshift.stages.evaluate import headline, read_train_log, training_summary
 
@@ -393,8 +394,10 @@ def write_figures(
     targets: Sequence[str],
     logs: Mapping[str, Mapping[str, Any]],
     lambda_series: pd.DataFrame,
+    into: Path | None = None,
 ) -> list[Path]:
-    out = layout.figures
+    """The figures, written into `into` (the report's staged figures directory) or reports/figures."""
+    out = into or layout.figures
     models = _models(metrics)
     points = {}
     for name, m in models.items():
@@ -435,9 +438,9 @@ def write_figures(
 
 
 def write_plots(
-    layout: Layout, metrics: Mapping, targets: Sequence[str], logs: Mapping, lambda_series
+    layout: Layout, metrics: Mapping, targets: Sequence[str], logs: Mapping, lambda_series, into=None
 ) -> None:
-    plots = layout.plots_dir
+    plots = into or layout.plots_dir
     _csv(plots / "accuracy.csv", _accuracy_rows(_models(metrics), targets))
     for name, log in logs.items():
         if log.get("steps"):
@@ -496,7 +499,12 @@ def render_summary(
 
 
 def beyond_accuracy(
-    params: Params, layout: Layout, metrics: Mapping, sweeps: Sequence[Mapping], version: str
+    params: Params,
+    layout: Layout,
+    metrics: Mapping,
+    sweeps: Sequence[Mapping],
+    version: str,
+    figures_dir: Path,
 ) -> tuple[list[str], list[Path]]:
     """DESIGN §10's sections past pairwise accuracy: paired comparisons and best-of-n (with figures)."""
     from prefshift.stages import report_comparisons, report_downstream
@@ -507,7 +515,7 @@ def beyond_accuracy(
     ]
     docs = report_downstream.load_downstream(layout, version, params.methods)
     sections.append(report_downstream.best_of_n_section(docs, splits))
-    figures = report_downstream.write_best_of_n_figures(docs, splits, layout.figures) if docs else []
+    figures = report_downstream.write_best_of_n_figures(docs, splits, figures_dir) if docs else []
     return [s for s in sections if s], figures
 
 
@@ -538,17 +546,21 @@ def run(params: Params, layout: Layout) -> dict[str, Any]:
     logs = {n: log for n in ["teacher", *_ordered(metrics)] if (log := read_train_log(layout.train_log(n)))}
     training = {m: training_summary(logs.get(m)) for m in _ordered(metrics)}
     lambda_series = _lambda_series(sweeps)
-    figures = write_figures(layout, metrics, targets, logs, lambda_series)
-    write_plots(layout, metrics, targets, logs, lambda_series)
-    extra_sections, extra_figures = beyond_accuracy(params, layout, metrics, sweeps, version)
-    figures += extra_figures
-    summary = {
-        "split_version": version,
-        "teacher": headline(_models(metrics)["teacher"], targets, student=False),
-    }
-    summary.update({m: headline(metrics[m], targets) for m in _ordered(metrics)})
-    write_json(layout.metrics_summary, summary)
-    write_text(
-        layout.summary, render_summary(metrics, sweeps, training, version, figures, layout, extra_sections)
-    )
+    files, directories = [layout.metrics_summary, layout.summary], [layout.figures, layout.plots_dir]
+    with output_set(layout.root, "prefshift report", files, directories, manifest=False) as out:
+        figures_dir = out.path(layout.figures)
+        staged = write_figures(layout, metrics, targets, logs, lambda_series, into=figures_dir)
+        write_plots(layout, metrics, targets, logs, lambda_series, into=out.path(layout.plots_dir))
+        extra_sections, extra_figures = beyond_accuracy(params, layout, metrics, sweeps, version, figures_dir)
+        figures = [layout.figures / p.name for p in [*staged, *extra_figures]]
+        summary = {
+            "split_version": version,
+            "teacher": headline(_models(metrics)["teacher"], targets, student=False),
+        }
+        summary.update({m: headline(metrics[m], targets) for m in _ordered(metrics)})
+        write_json(out.path(layout.metrics_summary), summary)
+        write_text(
+            out.path(layout.summary),
+            render_summary(metrics, sweeps, training, version, figures, layout, extra_sections),
+        )
     return summary

@@ -22,6 +22,7 @@ from prefshift.config import Params
 from prefshift.data.schema import SkipCounter, content_hash, read_pairs
 from prefshift.data.splits import file_sha256, load_manifest
 from prefshift.metrics import accuracy
+from prefshift.output_set import output_set
 from prefshift.paths import Layout
 from prefshift.scoring import load_for_scoring, score_pairs
 from prefshift.seam import (
@@ -34,6 +35,7 @@ from prefshift.seam import (
     node_pairs,
 )
 from prefshift.seam import propose as propose_principles
+from prefshift.stages.backbone import check_base
 from prefshift.stages.label import VERSION_KEY, write_frame
 
 console = Console(stderr=True)
@@ -55,6 +57,7 @@ def run(params: Params, layout: Layout) -> dict:
     pairs = read_pairs(layout.split("student_train"))
     started = time.perf_counter()
 
+    check_base(layout, "strong")
     strong = layout.base_model("strong")
     cache = GenerationCache.load(layout.seam_generations)
     generator = PrincipleGenerator(strong, cfg, params.backbone.trust_remote_code)
@@ -93,7 +96,6 @@ def run(params: Params, layout: Layout) -> dict:
             "fallback": [principles.fallback[p.pair_id] for p in labelled],
         }
     )
-    write_frame(layout.seam_labels, labels, {VERSION_KEY: version.encode()})
 
     counts = {
         "split_version": version,
@@ -109,7 +111,11 @@ def run(params: Params, layout: Layout) -> dict:
         "skips": {"pairs": skips.as_dict(), "nodes": node_skips.as_dict()},
         "examples": principles.examples,
     }
-    write_json(layout.seam_counts, counts)
+    with output_set(
+        layout.root, "prefshift seam-label", files=[layout.seam_labels, layout.seam_counts]
+    ) as out:
+        write_frame(out.path(layout.seam_labels), labels, {VERSION_KEY: version.encode()})
+        write_json(out.path(layout.seam_counts), counts)
     console.print(
         f"seam: {counts['prompts']} prompts ({counts['cache_hits']} cached, {counts['generated']} generated, "
         f"{counts['parsed_ok']} parsed, {counts['fallback']} fell back to defaults) in {generated_s:.1f}s; "

@@ -3,7 +3,8 @@
 The whole data/splits directory is written in one atomic swap, so a stale ood file of a
 former target can never sit next to a fresh manifest. The manifest records each file's
 sha256 and a `version` over them; later stages store that version with their outputs
-and refuse to mix outputs of different split versions (`splits.check_version`).
+and refuse to mix outputs of different split versions (`splits.check_version`). Split
+itself refuses a data/pairs tree that one `prepare` run did not write (`output_set.verify`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from prefshift.atomic import atomic_path, write_json
 from prefshift.config import Params
 from prefshift.data.schema import Pair, read_groups, read_pairs, write_groups, write_pairs
 from prefshift.data.splits import SplitError, build_splits, cap_groups, file_sha256, manifest_version
+from prefshift.output_set import manifest_of, verify
 from prefshift.paths import Layout
 
 
@@ -45,6 +47,8 @@ def _write(
 
 def run(params: Params, layout: Layout) -> None:
     data = params.data
+    if layout.pairs_dir.exists():
+        verify(layout.root, manifest_of(layout.pairs_dir), [layout.pairs_dir], "prefshift prepare")
     built = build_splits(
         _pairs(layout, data.source, "train"),
         _pairs(layout, data.source, "test"),

@@ -21,6 +21,7 @@ from prefshift.data.schema import read_pairs
 from prefshift.data.splits import load_manifest
 from prefshift.methods import ANCHOR_KINDS, label_source
 from prefshift.methods.anchor import anchor_layers
+from prefshift.output_set import manifest_of, verify
 from prefshift.paths import Layout
 from prefshift.reference_store import FINGERPRINT, fingerprint, read_manifest
 from prefshift.stages.label import VERSION_KEY, read_labels, write_frame
@@ -52,8 +53,10 @@ def run(params: Params, layout: Layout, method: str) -> dict:
         return _seam(params, layout)
     with atomic_path(layout.targets_dir(method), directory=True) as tmp:
         target = tmp / layout.targets(method).name
-        if source == "weak":
-            read_labels(layout.weak_labels, layout)  # refuses labels of other splits before copying them
+        if source == "weak":  # one label run's labels, of these splits, before copying them
+            labels_dir = layout.weak_labels.parent
+            verify(layout.root, manifest_of(labels_dir), [labels_dir], "prefshift label")
+            read_labels(layout.weak_labels, layout)
             shutil.copyfile(layout.weak_labels, target)
         else:
             pairs = read_pairs(layout.split("student_train"))

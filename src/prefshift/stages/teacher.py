@@ -5,10 +5,12 @@ from __future__ import annotations
 from prefshift.config import Params
 from prefshift.data.schema import read_pairs
 from prefshift.paths import Layout
+from prefshift.stages.backbone import check_base
 from prefshift.train import fit
 
 
 def run(params: Params, layout: Layout) -> dict:
+    check_base(layout, "weak")
     pairs = read_pairs(layout.split("teacher_train"))
     return fit(
         params,

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from prefshift.config import Params, check_method
 from prefshift.data.schema import Pair, read_pairs
 from prefshift.paths import Layout
+from prefshift.stages.backbone import check_base
 from prefshift.stages.label import StaleLabelsError, read_labels
 from prefshift.train import fit
 
@@ -30,6 +31,7 @@ def _targets(layout: Layout, method: str, pairs: Sequence[Pair]) -> list[float]:
 
 def run(params: Params, layout: Layout, method: str) -> dict:
     check_method(method)
+    check_base(layout, "strong")
     pairs = read_pairs(layout.split("student_train"))
     targets = _targets(layout, method, pairs)
     return fit(

@@ -12,7 +12,9 @@ import dataclasses
 import gzip
 import json
 import math
-from collections.abc import Iterator, Mapping
+import zlib
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,6 +63,15 @@ class Adapter:
     def to_pairs(self, row: dict[str, Any], where: str, params: Params) -> list[Pair]:
         """The pairs of one row: one for most sources, several where a row ranks more responses."""
         return [self.to_pair(row, where, params)]
+
+    def describe_source(self, split: str, params: Params) -> str:
+        """Where `split` is read from, for messages: the local files, or the hub id and split."""
+        source = params.data.sources.get(self.name)
+        if source is not None and source.path:
+            files = split_files(Path(source.path), split, self.splits[split], self.name)
+            return ", ".join(map(str, files))
+        hf_id = (source and source.hf_id) or self.hf_id
+        return f"{hf_id} split {self.splits[split]!r}"
 
     def load_pairs(self, split: str, params: Params, counter: SkipCounter) -> list[Pair]:
         """Every valid pair of `split`; the rest skipped into `counter`, duplicates included."""
@@ -171,9 +182,34 @@ def _open_text(path: Path):
     return path.open(encoding="utf-8")
 
 
+@contextmanager
+def _gzip_errors(path: Path, progress: Callable[[], str] = lambda: "") -> Iterator[None]:
+    """A `.gz` that is not gzip, or is cut short, is reported with the file (and how far reading got).
+
+    Left alone, the first is a BadGzipFile traceback and the second an EOFError, which the
+    CLI framework takes for Ctrl-D and reports as a bare "Aborted.".
+    """
+    try:
+        yield
+    except gzip.BadGzipFile:
+        raise SchemaError(
+            f"{path}: named .gz but not gzip-compressed; compress it (gzip {path.name.removesuffix('.gz')}) "
+            "or drop the .gz suffix"
+        ) from None
+    except (EOFError, zlib.error) as err:
+        raise SchemaError(
+            f"{path}: the gzip stream is truncated or corrupt{progress()} "
+            f"({err or 'unexpected end of file'}); copy or download the file again"
+        ) from None
+
+
 def _jsonl(path: Path) -> Iterator[Record]:
     """Lines are decoded one by one so a bad byte is reported with its line."""
-    with gzip.open(path, "rb") if path.name.endswith(".gz") else path.open("rb") as handle:
+    number = 0
+    with (
+        _gzip_errors(path, lambda: f" after line {number}"),
+        gzip.open(path, "rb") if path.name.endswith(".gz") else path.open("rb") as handle,
+    ):
         for number, raw in enumerate(handle, start=1):
             where = f"{path} line {number}"
             try:
@@ -192,7 +228,7 @@ def _jsonl(path: Path) -> Iterator[Record]:
 
 
 def _json_array(path: Path) -> Iterator[Record]:
-    with _open_text(path) as handle:
+    with _gzip_errors(path), _open_text(path) as handle:
         try:
             rows = json.load(handle)
         except json.JSONDecodeError as err:

@@ -4,8 +4,9 @@
       sources:
         my_prefs: {adapter: local, path: data/raw/my_prefs, category: helpful}
 
-Each file (JSONL, JSON array, Parquet or CSV) is in one of two formats, detected from its
-first row: the pair schema (`prompt`, `chosen`, `rejected`, optional `gold` and `meta`;
+Each file (JSONL, JSON array, Parquet or CSV) holds one of two formats, told apart on every
+row (a row with `prompt` is the pair schema; a row of the other format is fatal and located):
+the pair schema (`prompt`, `chosen`, `rejected`, optional `gold` and `meta`;
 `prompt` a message list, that list as JSON text, or a plain string taken as one user
 message), or HH-style `chosen` / `rejected` transcripts. A row that breaks its file's
 format is fatal and located; rows that are valid but unusable (ties, empty or identical
@@ -29,8 +30,11 @@ SCHEMA_COLUMNS = ("prompt", "chosen", "rejected")
 HH_COLUMNS = ("chosen", "rejected")
 
 
-def file_format(row: dict[str, Any], where: str) -> tuple[str, ...]:
-    """The columns every row of the file needs, judged from its first row."""
+FORMAT_NAMES = {SCHEMA_COLUMNS: "pair-schema", HH_COLUMNS: "HH-transcript"}
+
+
+def row_format(row: dict[str, Any], where: str) -> tuple[str, ...]:
+    """The columns this row's format needs: the pair schema when it has `prompt`, else HH transcripts."""
     if "prompt" in row:
         return SCHEMA_COLUMNS
     if all(column in row for column in HH_COLUMNS):
@@ -67,13 +71,24 @@ class LocalAdapter(Adapter):
 
     def rows(self, split: str, params: Params) -> Iterator[Record]:
         for file in split_files(Path(self.path), split, split, self.name):
-            columns: tuple[str, ...] = ()
+            first: tuple[str, tuple[str, ...]] | None = None
             for where, row in read_records(file):
-                columns = columns or file_format(row, where)
+                columns = row_format(row, where)
+                first = first or (where, columns)
+                if columns != first[1]:
+                    raise SchemaError(
+                        f"{where}: a {FORMAT_NAMES[columns]} row in a file of {FORMAT_NAMES[first[1]]} rows "
+                        f"(as {first[0]} is); one file holds one format, so convert the row or split the file"
+                    )
                 missing = [c for c in columns if c not in row]
                 if missing:
-                    raise SchemaError(f"{where}: missing column(s) {missing} that the file's first row has")
+                    raise SchemaError(
+                        f"{where}: missing column(s) {missing} of the {FORMAT_NAMES[columns]} format"
+                    )
                 yield where, row
+
+    def describe_source(self, split: str, params: Params) -> str:
+        return ", ".join(map(str, split_files(Path(self.path), split, split, self.name)))
 
     def to_pair(self, row: dict[str, Any], where: str, params: Params) -> Pair:
         if "prompt" not in row:

@@ -1,0 +1,215 @@
+"""Output sets: a stage's several outputs replaced together, and a manifest the next stage checks.
+
+Many stages write more than one output (prepare: every dataset's pairs; backbone: weak and
+strong; evaluate: scores and metrics). Replaced one by one, a failure or a kill half-way leaves
+new files beside old ones, and the next stage would read them as one run. Here each output is
+staged as a hidden sibling of its target (as `atomic_path` does for one), and only once the stage
+has written them all is a commit journal written under `<root>/.prefshift/commits/`; the renames
+follow. A journal that a kill left behind is rolled forward by the next writer or reader
+(`finish_interrupted`), so what is on disk is always the whole old set or the whole new one.
+
+Every directory of a set also receives `output_set.json` (the command that wrote it, a version,
+and the sha256 of every file of the set), so a later stage can `verify` that the files it reads
+are the ones one run wrote together, and refuse a mix (a file copied in, or left by another run).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prefshift.atomic import clear_stale, recover_interrupted_swap, swap_directory, write_json
+from prefshift.data.schema import content_hash
+from prefshift.data.splits import file_sha256
+from prefshift.errors import PrefshiftError
+
+MANIFEST = "output_set.json"
+JOURNALS = Path(".prefshift") / "commits"
+
+
+class OutputSetError(PrefshiftError):
+    """Inputs that are not one consistent output set of the stage that writes them."""
+
+
+def manifest_of(directory: Path) -> Path:
+    """The manifest an output set leaves in each of its directories."""
+    return directory / MANIFEST
+
+
+def _absolute(path: str | Path) -> Path:
+    return Path(os.path.abspath(path))
+
+
+@dataclass(frozen=True)
+class _Output:
+    target: Path
+    staged: Path
+    directory: bool
+
+    @property
+    def work(self) -> Path:
+        return self.staged if self.directory else self.staged / self.target.name
+
+
+class OutputSet:
+    """Where a stage writes: `path(final)` is the staged twin of an output (or of a file inside one)."""
+
+    def __init__(self, root: Path, command: str, outputs: Sequence[_Output], manifest: bool = True):
+        self.root, self.command, self.outputs, self.manifest = root, command, list(outputs), manifest
+
+    def path(self, final: str | Path) -> Path:
+        final = _absolute(final)
+        for out in self.outputs:
+            if final == out.target:
+                return out.work
+            if out.directory and final.is_relative_to(out.target):
+                return out.staged / final.relative_to(out.target)
+        raise ValueError(f"{final} is not an output of `{self.command}`")
+
+    def _files(self) -> dict[str, str]:
+        """Final path (relative to the root) → sha256 for every staged file."""
+        found: dict[str, str] = {}
+        for out in self.outputs:
+            if out.directory:
+                staged = [(p, out.target / p.relative_to(out.staged)) for p in _walk_files(out.staged)]
+            elif out.work.is_file():
+                staged = [(out.work, out.target)]
+            else:
+                raise RuntimeError(f"`{self.command}` finished without writing {out.target}")
+            for path, final in staged:
+                found[_relative(final, self.root)] = file_sha256(path)
+        return dict(sorted(found.items()))
+
+    def _commit(self, journal: Path) -> None:
+        files = self._files()
+        manifest = {"command": self.command, "version": content_hash(files), "files": files}
+        for out in self.outputs:
+            if out.directory and self.manifest:
+                write_json(manifest_of(out.staged), manifest)
+        renames = [
+            {
+                "staged": _relative(out.staged, self.root),
+                "target": _relative(out.target, self.root),
+                "directory": out.directory,
+            }
+            for out in self.outputs
+        ]
+        write_json(journal, {"command": self.command, "renames": renames})  # the commit point
+        _apply(self.root, journal)
+
+
+@contextmanager
+def output_set(
+    root: str | Path,
+    command: str,
+    files: Sequence[Path] = (),
+    directories: Sequence[Path] = (),
+    manifest: bool = True,
+) -> Iterator[OutputSet]:
+    """Stage `files` and `directories` (each replaced whole) and commit them together on success.
+
+    `command` (e.g. "prefshift evaluate --method naive") names the journal and goes into the
+    manifest, so an error about the set can say what to rerun. On an exception or Ctrl-C
+    nothing is replaced and the staged copies are removed. `manifest=False` leaves the
+    directories as written (the report's figures directory is a `dvc plots` source, where
+    a JSON file would be read as data).
+    """
+    root = _absolute(root)
+    finish_interrupted(root)
+    journal = root / JOURNALS / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', command)}.json"
+    outputs = []
+    try:
+        for target, directory in [(f, False) for f in files] + [(d, True) for d in directories]:
+            target = _absolute(target)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            clear_stale(target)
+            if directory:
+                recover_interrupted_swap(target)
+            staged = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+            outputs.append(_Output(target, staged, directory))
+        writer = OutputSet(root, command, outputs, manifest)
+        yield writer
+        (root / ".prefshift").mkdir(exist_ok=True)
+        (root / ".prefshift" / ".gitignore").write_text("*\n", encoding="utf-8")
+        writer._commit(journal)
+    finally:
+        if not journal.exists():  # once it exists, the staged outputs belong to the roll-forward
+            for out in outputs:
+                shutil.rmtree(out.staged, ignore_errors=True)
+
+
+def _apply(root: Path, journal: Path) -> None:
+    """Carry out a journal's renames (again: each step is skipped once done), then drop it."""
+    plan = json.loads(journal.read_text(encoding="utf-8"))
+    for rename in plan["renames"]:
+        staged, target = root / rename["staged"], root / rename["target"]
+        if rename["directory"]:
+            if staged.exists():
+                swap_directory(staged, target)
+        else:
+            work = staged / target.name
+            if work.exists():
+                os.replace(work, target)
+            shutil.rmtree(staged, ignore_errors=True)
+    journal.unlink()
+
+
+def finish_interrupted(root: str | Path) -> None:
+    """Roll forward every commit a kill interrupted: its outputs were complete when it began."""
+    for journal in sorted((_absolute(root) / JOURNALS).glob("*.json")):
+        _apply(_absolute(root), journal)
+
+
+def _walk_files(top: Path) -> list[Path]:
+    return sorted(Path(d) / f for d, _, names in os.walk(top) for f in names if f != MANIFEST)
+
+
+def _relative(path: Path, root: Path) -> str:
+    return Path(os.path.relpath(path, root)).as_posix()
+
+
+def verify(root: str | Path, manifest_path: Path, reads: Sequence[Path], producer: str) -> dict[str, Any]:
+    """The manifest, after checking that every file under `reads` is one `producer` wrote with the rest.
+
+    A file missing, added or changed since is refused by name; so is a directory without a
+    manifest (assembled by hand, or written before manifests existed).
+    """
+    root = _absolute(root)
+    finish_interrupted(root)
+    if not manifest_path.is_file():
+        raise OutputSetError(
+            f"{manifest_path} not found: {', '.join(map(str, reads))} was not written as one output set "
+            f"by `{producer}` (assembled by hand, or by an older prefshift); run `{producer}` again"
+        )
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        listed = {_absolute(root / rel): sha for rel, sha in manifest["files"].items()}
+    except (json.JSONDecodeError, KeyError, AttributeError, TypeError) as err:
+        raise OutputSetError(
+            f"{manifest_path}: not a valid output-set manifest ({err}); run `{producer}` again"
+        ) from None
+    for read in map(_absolute, reads):
+        expected = {p: sha for p, sha in listed.items() if p == read or p.is_relative_to(read)}
+        present = set(_walk_files(read)) if read.is_dir() else ({read} if read.is_file() else set())
+        problem = None
+        for path in sorted(present | set(expected)):
+            if path not in expected:
+                problem = path, "is not part of the set it recorded (copied in, or left by another run)"
+            elif path not in present:
+                problem = path, "is missing"
+            elif file_sha256(path) != expected[path]:
+                problem = path, "differs from the file it recorded (changed since, or from another run)"
+            if problem:
+                raise OutputSetError(
+                    f"{problem[0]} {problem[1]}: {manifest_path} lists the files `{manifest['command']}` "
+                    f"wrote together, and a stage only reads one such set; run `{producer}` again"
+                )
+    return manifest
