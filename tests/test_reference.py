@@ -148,7 +148,11 @@ def test_seam_with_an_encoder_strong_model_is_refused_when_params_are_read(tmp_p
     BertConfig(
         hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
     ).save_pretrained(tmp_path)
-    raw = {"methods": ["naive", "seam"], "backbone": {"strong": {"name_or_path": str(tmp_path)}}}
+    raw = {
+        "methods": ["naive", "seam"],
+        "backbone": {"strong": {"name_or_path": str(tmp_path)}},
+        "downstream": {"policy": "HuggingFaceTB/SmolLM2-135M-Instruct"},  # best-of-n needs no encoder
+    }
     with pytest.raises(ConfigError, match=r"is a bert encoder .* drop seam from methods"):
         parse_params(raw)
     parse_params({**raw, "methods": ["naive"]})

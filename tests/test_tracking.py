@@ -97,7 +97,7 @@ def test_stage_runs_log_config_tags_metrics_under_one_pipeline_parent(project, m
         "extra": "yes",
     }
     assert {k: tags.get(k) for k in expected} == expected
-    assert first.data.params["anchor.lambda"] == "0.0001"
+    assert first.data.params["anchor.lambda"] == "1.0"
     assert first.data.params["data.targets"] == '["syn_help_instruct", "syn_help_chat"]'
     assert first.data.metrics == {"loss": 0.5, "id.acc": 61.5}
     assert [m.step for m in client.get_metric_history(run.run_id, "loss")] == [0, 1, 2]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import shutil
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -175,17 +175,26 @@ class ReferenceStates:
         parts = [self._load(key) for key in batch["keys"]]
         return torch.cat(parts, dim=1).to(device=device, dtype=torch.float32)
 
-    def mean_squares(self) -> dict[int, float]:
-        """Per-layer mean squared state over the cached response tokens (anchor.normalize=reference)."""
-        if not self.entries:
-            raise PrefshiftError("anchor.normalize=reference needs cached states (anchor.cache: true)")
+    def mean_squares(self, batches: Iterable[dict] = ()) -> dict[int, float]:
+        """Per-layer mean squared state over response tokens (anchor.normalize=reference).
+
+        Cached: over the stored states. Uncached: one gradient-free pass of the reference over
+        `batches` (the training data), since nothing is stored to measure.
+        """
+        parts = (self._load(key) for key in self.entries) if self.cache else self._states(batches)
         totals = torch.zeros(len(self.layers), dtype=torch.float64)
         count = 0
-        for key in self.entries:
-            states = self._load(key).double()
-            totals += states.pow(2).sum(dim=(1, 2))
+        for states in parts:
+            totals += states.double().pow(2).sum(dim=(1, 2)).cpu()
             count += states.shape[1] * states.shape[2]
-        return {k: float(totals[i] / max(count, 1)) for i, k in enumerate(self.layers)}
+        if not count:
+            raise PrefshiftError("anchor.normalize=reference: no response tokens to measure the reference on")
+        return {k: float(totals[i] / count) for i, k in enumerate(self.layers)}
+
+    def _states(self, batches: Iterable[dict]) -> Iterator[torch.Tensor]:
+        for batch in batches:
+            hidden = self.compute(batch["input_ids"], batch["attention_mask"])
+            yield select_response(hidden, self.layers, batch["response_mask"].to(hidden[0].device))
 
     def stats(self) -> dict[str, float]:
         return {

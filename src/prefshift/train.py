@@ -310,19 +310,19 @@ def train_reward_model(
         rank_batches(lengths, cfg.batch_size, seed * 1000 + e, rank, world) for e in range(cfg.epochs)
     ]
     fill_s = 0.0
+    own = [items[i] for i in sorted({i for batches in schedule for idx in batches for i in idx})]
     if reference is None and objective.layers:
         spill = checkpoint_dir / "reference_cache" if checkpoint_dir is not None else None
         if spill is not None and world > 1:
             spill = spill / f"rank{rank}"
-        own = sorted({i for batches in schedule for idx in batches for i in idx})
         fill_start = time.perf_counter()
-        reference = build_reference(
-            model, [items[i] for i in own], objective.layers, anchor or AnchorConfig(), cfg, pad_id, spill
-        )
+        settings = anchor or AnchorConfig()
+        reference = build_reference(model, own, objective.layers, settings, cfg, pad_id, spill)
         fill_s = time.perf_counter() - fill_start
     normalized = getattr(objective, "normalize", "none") == "reference"
     if reference is not None and normalized and objective.scale is None:
-        objective.set_scale(reference.mean_squares())
+        own_batches = sorted_batches([it.length for it in own], cfg.batch_size)
+        objective.set_scale(reference.mean_squares(collate([own[i] for i in b], pad_id) for b in own_batches))
 
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = adamw(trainable, cfg)
