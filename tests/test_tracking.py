@@ -103,7 +103,7 @@ def test_stage_runs_log_config_tags_metrics_under_one_pipeline_parent(project, m
     assert [m.step for m in client.get_metric_history(run.run_id, "loss")] == [0, 1, 2]
 
     config = Path(client.download_artifacts(run.run_id, "config/params.yaml", str(root / "dl"))).read_text()
-    assert "lambda: 0.0001" in config
+    assert "lambda: 1.0" in config
     logged = [*first.data.params.values(), *first.data.tags.values(), *parent.data.tags.values(), config]
     assert not [text for text in logged if FAKE_TOKEN in text]
     assert first.data.params["data.sources.x.hf_id"] == "<redacted $HF_TOKEN>"

@@ -21,7 +21,7 @@ refused instead of silently misaligned.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -220,7 +220,8 @@ class StoredReference:
                         "rerun `prefshift reference`"
                     )
 
-    def mean_squares(self) -> dict[int, float]:
+    def mean_squares(self, batches: Iterable[dict] = ()) -> dict[int, float]:
+        """The reference stage measured them over all of student_train; `batches` are not needed."""
         return mean_squares(self.manifest)
 
     def get(self, batch: dict, device: torch.device) -> torch.Tensor:
