@@ -35,7 +35,7 @@ def official_chat(scores_path, pairs):
 
 @pytest.mark.slow
 def test_rewardbench_chat_target_reports_its_official_score_and_gains(tmp_path_factory, fixtures_dir):
-    from prefshift.stages import evaluate, label, prepare, report, split, train
+    from prefshift.stages import evaluate, label, plan, prepare, report, split, targets, train
 
     layout = copy_project(pipeline_root(tmp_path_factory), tmp_path_factory.mktemp("bench-project"))
     for path in (layout.student_dir("naive"), layout.checkpoint_dir("naive")):
@@ -49,8 +49,9 @@ def test_rewardbench_chat_target_reports_its_official_score_and_gains(tmp_path_f
         methods=["naive"],
     )
     write_params(layout.root, params)
-    for stage in (prepare, split, label):
+    for stage in (prepare, split, label, plan):
         stage.run(params, layout)
+    targets.run(params, layout, "naive")
     train.run(params, layout, "naive")
     evaluate.run(params, layout, "naive")
     summary = report.run(params, layout)

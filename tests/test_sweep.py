@@ -123,17 +123,19 @@ def _show_rows(root: Path, env: dict[str, str]) -> dict[str, dict]:
 def test_lambda_sweep_queues_experiments_that_carry_their_metrics(project):
     root, env = project
     before = (root / "params.yaml").read_bytes()
-    sweep = ["prefshift", "sweep", "-S", "anchor.lambda=0.01,1", "--methods", "anchor_last", "--jobs", "1"]
+    sweep = ["prefshift", "sweep", "-S", "anchor.lambda=0.01,0.1", "--methods", "anchor_last", "--jobs", "1"]
     output = _run(sweep, root, env)
 
     assert (root / "params.yaml").read_bytes() == before
     assert "git add dvc.lock reports/metrics/teacher.json" in output  # the uncommitted baseline is named
     ran = [line for line in output.splitlines() if line.startswith("Running stage '")]
-    assert _ran_stages(output) == {"train@anchor_last", "evaluate@anchor_last", "report"} and len(ran) == 6
+    anchor_stages = {f"{stage}@anchor_last" for stage in ("train", "evaluate", "downstream")}
+    per_point = {"plan", "gold_judge", "report"} | anchor_stages
+    assert _ran_stages(output) == per_point and len(ran) == 12
 
-    names = ["sweep-anchor.lambda-0.01", "sweep-anchor.lambda-1"]
+    names = ["sweep-anchor.lambda-0.01", "sweep-anchor.lambda-0.1"]
     rows = _show_rows(root, env)
-    for name, lam in zip(names, (0.01, 1), strict=True):
+    for name, lam in zip(names, (0.01, 0.1), strict=True):
         row = rows[name]
         assert row["state"] == "success"
         for path, block in (
@@ -149,7 +151,7 @@ def test_lambda_sweep_queues_experiments_that_carry_their_metrics(project):
     assert set(diff["metrics"]["reports/metrics/anchor_last.json"]) >= {"wrg", "mean_aog", "mean_nts"}
     assert {k: v for k, v in diff["params"]["params.yaml"]["anchor.lambda"].items() if k != "diff"} == {
         "old": 0.01,
-        "new": 1,
+        "new": 0.1,
     }
     assert all(name in _run(["dvc", "exp", "show", "--only-changed"], root, env) for name in names)
     plots = _json(["dvc", "plots", "diff", *names, "--json"], root, env)
@@ -158,9 +160,9 @@ def test_lambda_sweep_queues_experiments_that_carry_their_metrics(project):
     assert not plots.get("errors")
 
     files = sorted(p.name for p in (root / "reports" / "sweeps").glob("*.json"))
-    assert files == ["anchor_last__anchor.lambda=0.01.json", "anchor_last__anchor.lambda=1.json"]
+    assert files == ["anchor_last__anchor.lambda=0.01.json", "anchor_last__anchor.lambda=0.1.json"]
     results = {f: json.loads((root / "reports" / "sweeps" / f).read_text()) for f in files}
-    assert [r["sweep"] for r in results.values()] == [{"anchor.lambda": 0.01}, {"anchor.lambda": 1}]
+    assert [r["sweep"] for r in results.values()] == [{"anchor.lambda": 0.01}, {"anchor.lambda": 0.1}]
     for name, result in zip(names, results.values(), strict=True):
         assert result["method"] == "anchor_last" and result["wrg"] == rows[name]["metrics"][
             "reports/metrics/anchor_last.json"
@@ -170,7 +172,7 @@ def test_lambda_sweep_queues_experiments_that_carry_their_metrics(project):
 
     summary = (root / "reports" / "summary.md").read_text()
     table = summary.split("### anchor.lambda", 1)[1].split("\n\n")[1]
-    assert [row.split(" | ")[1] for row in table.splitlines()[2:]] == ["0.01", "1"]
+    assert [row.split(" | ")[1] for row in table.splitlines()[2:]] == ["0.01", "0.1"]
     assert (root / "reports" / "figures" / "lambda_ablation.png").exists()
 
     from mlflow import MlflowClient
@@ -182,7 +184,7 @@ def test_lambda_sweep_queues_experiments_that_carry_their_metrics(project):
     for r in runs:
         lambdas[r.data.tags["stage"]].add(float(r.data.params["anchor.lambda"]))
     baseline = float(yaml.safe_load(before)["anchor"]["lambda"])
-    assert lambdas == {"train": {baseline, 0.01, 1.0}, "evaluate": {baseline, 0.01, 1.0}}
+    assert lambdas == {"train": {baseline, 0.01, 0.1}, "evaluate": {baseline, 0.01, 0.1}}
 
 
 def test_copy_paths_carries_untracked_uncached_outputs_but_no_cached_ones(tmp_path):

@@ -70,7 +70,7 @@ def test_champion_is_registered_on_the_server_and_pulls_for_plain_transformers(t
     name = params.tracking.registered_model
     assert [p["method"] for p in result["promoted"]] == ["naive"]
     champion = MlflowClient(uri).get_model_version_by_alias(name, "champion")
-    assert champion.version == str(result["promoted"][0]["version"])
+    assert str(champion.version) == str(result["promoted"][0]["version"])
 
     out = tmp_path / "pulled"
     cli = Path(sys.executable).parent / "prefshift"

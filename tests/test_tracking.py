@@ -235,7 +235,7 @@ def test_server_dropping_mid_run_loses_nothing_and_sync_uploads_the_run(project,
         history = [(m.step, m.value) for m in client.get_metric_history(uploaded.info.run_id, "loss")]
         assert history == [(0, 0.9), (1, 0.8)]
         assert uploaded.info.status == "FINISHED"
-        assert uploaded.data.params["anchor.lambda"] == "0.0001"
+        assert uploaded.data.params["anchor.lambda"] == "1.0"
         assert [f.path for f in client.list_artifacts(uploaded.info.run_id, "config")] == [
             "config/params.yaml"
         ]

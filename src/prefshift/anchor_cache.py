@@ -175,11 +175,12 @@ class ReferenceStates:
         parts = [self._load(key) for key in batch["keys"]]
         return torch.cat(parts, dim=1).to(device=device, dtype=torch.float32)
 
-    def mean_squares(self, batches: Iterable[dict] = ()) -> dict[int, float]:
-        """Per-layer mean squared state over response tokens (anchor.normalize=reference).
+    def square_sums(self, batches: Iterable[dict] = ()) -> tuple[torch.Tensor, int]:
+        """(per-layer sum of squared states, number of token-dims) over response tokens.
 
         Cached: over the stored states. Uncached: one gradient-free pass of the reference over
-        `batches` (the training data), since nothing is stored to measure.
+        `batches` (the training data), since nothing is stored to measure. Sums, not means, so
+        that processes holding different shares of the data can add theirs up.
         """
         parts = (self._load(key) for key in self.entries) if self.cache else self._states(batches)
         totals = torch.zeros(len(self.layers), dtype=torch.float64)
@@ -187,9 +188,7 @@ class ReferenceStates:
         for states in parts:
             totals += states.double().pow(2).sum(dim=(1, 2)).cpu()
             count += states.shape[1] * states.shape[2]
-        if not count:
-            raise PrefshiftError("anchor.normalize=reference: no response tokens to measure the reference on")
-        return {k: float(totals[i] / count) for i, k in enumerate(self.layers)}
+        return totals, count
 
     def _states(self, batches: Iterable[dict]) -> Iterator[torch.Tensor]:
         for batch in batches:

@@ -21,7 +21,7 @@ refused instead of silently misaligned.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -220,8 +220,7 @@ class StoredReference:
                         "rerun `prefshift reference`"
                     )
 
-    def mean_squares(self, batches: Iterable[dict] = ()) -> dict[int, float]:
-        """The reference stage measured them over all of student_train; `batches` are not needed."""
+    def mean_squares(self) -> dict[int, float]:
         return mean_squares(self.manifest)
 
     def get(self, batch: dict, device: torch.device) -> torch.Tensor:
@@ -237,6 +236,5 @@ class StoredReference:
         return {
             "entries": len(self.entries),
             "shards": len(self._files),
-            "rows_read": self.rows_read,
             "forward_rows": 0,
         }

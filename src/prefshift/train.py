@@ -40,6 +40,7 @@ from prefshift.models.reward import (
 from prefshift.paths import Layout
 from prefshift.reference_store import (
     FINGERPRINT,
+    MANIFEST,
     ReferenceMismatchError,
     StoredReference,
     fingerprint,
@@ -255,6 +256,21 @@ def _restore(accelerator, scheduler, checkpoint_dir: Path | None, fingerprint: s
     return state["step"], state["epoch"], state["batch"], log, state_file.parent, window
 
 
+def _in_run_mean_squares(
+    accelerator, reference: ReferenceStates, own: Sequence[EncodedPair], batch_size: int, pad_id: int
+) -> dict[int, float]:
+    """anchor.normalize=reference without the reference stage: per-layer mean squared reference state
+    over every process's share of the training data, so all processes weigh the anchor alike."""
+    order = sorted_batches([it.length for it in own], batch_size)
+    batches = (collate([own[i] for i in b], pad_id) for b in order)
+    totals, count = reference.square_sums(batches)
+    summed = accelerator.reduce(torch.cat([totals, torch.tensor([float(count)], dtype=torch.float64)]), "sum")
+    summed = summed.cpu()
+    if not summed[-1] > 0:
+        raise TrainingError("anchor.normalize=reference: no response tokens to measure the reference on")
+    return {k: float(summed[i] / summed[-1]) for i, k in enumerate(reference.layers)}
+
+
 def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -320,9 +336,10 @@ def train_reward_model(
         reference = build_reference(model, own, objective.layers, settings, cfg, pad_id, spill)
         fill_s = time.perf_counter() - fill_start
     normalized = getattr(objective, "normalize", "none") == "reference"
-    if reference is not None and normalized and objective.scale is None:
-        own_batches = sorted_batches([it.length for it in own], cfg.batch_size)
-        objective.set_scale(reference.mean_squares(collate([own[i] for i in b], pad_id) for b in own_batches))
+    if isinstance(reference, StoredReference) and normalized and objective.scale is None:
+        objective.set_scale(reference.mean_squares())
+    elif reference is not None and normalized and objective.scale is None:
+        objective.set_scale(_in_run_mean_squares(accelerator, reference, own, cfg.batch_size, pad_id))
 
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = adamw(trainable, cfg)
@@ -444,6 +461,8 @@ def train_reward_model(
     if reference is not None:
         result["reference"] = {"cache": reference.cache, "route": reference.route, **reference.stats()}
         result["reference_fill_s"] = fill_s  # a timing, like wall_s: kept out of the reproducible log keys
+        if hasattr(reference, "rows_read"):  # stored states read: fewer when a run resumes, so kept apart too
+            result["reference_rows_read"] = reference.rows_read
     return unwrapped, result
 
 
@@ -498,8 +517,12 @@ def shared_reference(
     """The reference stage's states for an anchor objective, checked against `items`, and the
     anchor settings the loop should use: when the states were too large to store (or
     anchor.cache is off) the loop runs a frozen forward (with LoRA: the base, adapters
-    disabled). normalize=reference takes its per-layer constants from the stage either way."""
+    disabled). normalize=reference takes its per-layer constants from the stage either way.
+    Outside the pipeline, with no reference stage output, the loop fills its own in-run cache."""
     if not objective.layers:
+        return None, params.anchor
+    if not (layout.reference_dir / MANIFEST).exists():
+        print(f"reference: no {layout.reference_dir}; filling an in-run cache", file=sys.stderr)
         return None, params.anchor
     manifest = read_manifest(layout.reference_dir)
     recorded = layout.targets_dir(objective.name) / FINGERPRINT
