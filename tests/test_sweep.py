@@ -180,11 +180,11 @@ def test_lambda_sweep_queues_experiments_that_carry_their_metrics(project):
     client = MlflowClient(env["MLFLOW_TRACKING_URI"])
     experiment = client.get_experiment_by_name("prefshift")
     runs = client.search_runs([experiment.experiment_id], "tags.method = 'anchor_last'", max_results=100)
-    lambdas = {stage: set() for stage in ("train", "evaluate")}
+    lambdas = {stage: set() for stage in ("train", "evaluate", "downstream")}
     for r in runs:
         lambdas[r.data.tags["stage"]].add(float(r.data.params["anchor.lambda"]))
     baseline = float(yaml.safe_load(before)["anchor"]["lambda"])
-    assert lambdas == {"train": {baseline, 0.01, 0.1}, "evaluate": {baseline, 0.01, 0.1}}
+    assert lambdas == dict.fromkeys(("train", "evaluate", "downstream"), {baseline, 0.01, 0.1})
 
 
 def test_copy_paths_carries_untracked_uncached_outputs_but_no_cached_ones(tmp_path):
