@@ -184,7 +184,7 @@ def test_lambda_sweep_queues_experiments_that_carry_their_metrics(project):
     for r in runs:
         lambdas[r.data.tags["stage"]].add(float(r.data.params["anchor.lambda"]))
     baseline = float(yaml.safe_load(before)["anchor"]["lambda"])
-    assert lambdas == dict.fromkeys(("train", "evaluate", "downstream"), {baseline, 0.01, 0.1})
+    assert lambdas == {stage: {baseline, 0.01, 0.1} for stage in ("train", "evaluate", "downstream")}
 
 
 def test_copy_paths_carries_untracked_uncached_outputs_but_no_cached_ones(tmp_path):
