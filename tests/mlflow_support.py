@@ -39,6 +39,34 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def wait_for_http(server: subprocess.Popen, url: str, timeout: float, failure: str) -> None:
+    """Poll `url` until it answers; fail with `failure` when the process exits or `timeout` passes."""
+    deadline = time.time() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            if server.poll() is not None or time.time() > deadline:
+                raise RuntimeError(failure) from None
+            time.sleep(0.5)
+
+
+def stop_group(server: subprocess.Popen, grace: float = 30.0) -> None:
+    """SIGTERM the server's process group, SIGKILL it if it outlives `grace` seconds.
+
+    A server that already died is only reaped, so its own error is the one a failing test shows.
+    """
+    if server.poll() is not None:
+        return
+    os.killpg(server.pid, signal.SIGTERM)
+    try:
+        server.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+
+
 @contextmanager
 def running_server(tmp_path: Path, port: int, timeout: float = 90.0) -> Iterator[str]:
     """A real `mlflow server` on 127.0.0.1 in its own process group, stopped (group and all) on exit.
@@ -57,20 +85,7 @@ def running_server(tmp_path: Path, port: int, timeout: float = 90.0) -> Iterator
         cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )
     try:
-        deadline = time.time() + timeout
-        while True:
-            try:
-                with urllib.request.urlopen(f"{uri}/health", timeout=1):
-                    break
-            except OSError:
-                if time.time() > deadline or server.poll() is not None:
-                    raise RuntimeError(f"mlflow server on {uri} did not come up") from None
-                time.sleep(0.3)
+        wait_for_http(server, f"{uri}/health", timeout, f"mlflow server on {uri} did not come up")
         yield uri
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+        stop_group(server)

@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import stat
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -27,7 +25,7 @@ import yaml
 from typer.testing import CliRunner
 
 import rlhf_families
-from mlflow_support import free_port, seed_database
+from mlflow_support import free_port, seed_database, stop_group, wait_for_http
 from prefshift import registry, tracking
 from prefshift.cli import app
 from prefshift.config import Params, SyntheticConfig
@@ -214,20 +212,6 @@ def _post(url: str, payload: dict) -> dict:
         return json.loads(response.read())
 
 
-def _wait_ready(server: subprocess.Popen, url: str, log: Path, timeout: float = 300.0) -> None:
-    deadline = time.time() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(f"{url}/ping", timeout=2):
-                return
-        except OSError:
-            if server.poll() is not None or time.time() > deadline:
-                raise RuntimeError(
-                    f"mlflow models serve did not come up:\n{log.read_text()[-3000:]}"
-                ) from None
-            time.sleep(0.5)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("family", rlhf_families.FAMILIES)
 def test_served_champion_scores_pairs_and_responses_like_prefshift_score(project, tmp_path, family):
@@ -238,16 +222,11 @@ def test_served_champion_scores_pairs_and_responses_like_prefshift_score(project
     server = _serve(layout, family, port, log)
     try:
         url = f"http://127.0.0.1:{port}"
-        _wait_ready(server, url, log)
+        wait_for_http(server, f"{url}/ping", 300.0, f"mlflow models serve did not come up; see {log}")
         served_pairs = _post(f"{url}/invocations", {"dataframe_records": pairs})["predictions"]
         served_singles = _post(f"{url}/invocations", {"dataframe_records": singles})["predictions"]
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+        stop_group(server)
     uri = f"models:/{_name(family)}@champion"
     ours_pairs = _score(layout, uri, pairs, tmp_path)
     ours_singles = _score(layout, uri, singles, tmp_path)
