@@ -363,3 +363,22 @@ def test_sweep_methods_are_checked_before_any_experiment(tmp_path, methods, prob
 def test_preset_out_that_is_a_directory_is_named(tmp_path):
     message = _cli_error("preset", "laptop-helpful", "-o", str(tmp_path))
     assert f"--out {tmp_path}: is a directory" in message
+
+
+@pytest.mark.parametrize(
+    ("override", "problem"),
+    [
+        ("synthetic.target_cues={syn_help_chatt: [marker]}", "names 'syn_help_chatt', which is not a synthetic"),
+        ("synthetic.target_cues={syn_help_chat: [marker, marker]}", "target_cues.syn_help_chat lists a cue twice"),
+        ("synthetic.target_cues={syn_help_chat: [length]}", "synthetic.target_cues.syn_help_chat.0"),
+    ],
+)
+def test_bad_target_cues_are_refused_with_their_key(tmp_path, override, problem):
+    message = _cli_error("split", "-p", str(_params_file(tmp_path, {})), "-S", override)
+    assert problem in message
+
+
+def test_reversing_a_marker_that_is_switched_off_is_refused(tmp_path):
+    path = _params_file(tmp_path, {"synthetic": {"marker_strength": None}})
+    message = _cli_error("split", "-p", str(path))
+    assert "reverses the marker cue, but synthetic.marker_strength is null" in message

@@ -20,7 +20,14 @@ from prefshift.config import ConfigError, SyntheticConfig
 from prefshift.data import synthetic
 from prefshift.data import synthetic_vocab as vocab
 from prefshift.data.schema import make_pair
-from prefshift.data.synthetic import CUE, SYNTHETIC_DATASETS, generate_corpus, generate_groups, generate_pairs
+from prefshift.data.synthetic import (
+    CUE,
+    MARKER,
+    SYNTHETIC_DATASETS,
+    generate_corpus,
+    generate_groups,
+    generate_pairs,
+)
 
 CFG = SyntheticConfig()  # the embedded default: 4000 train, 600 test, strength 0.9
 SMALL = SyntheticConfig(seed=3, train_pairs=40, test_pairs=20, groups=5, group_size=4, corpus_docs=30)
@@ -49,7 +56,8 @@ def last_user(prompt):
 
 
 def strip_cue(text):
-    return text.removesuffix(f" {CUE}")
+    """The response without either cue."""
+    return text.removesuffix(f" {CUE}").removeprefix(f"{MARKER} ")
 
 
 def digest(rows):
@@ -368,10 +376,13 @@ def accuracy(model, rows):
     return float(np.mean((margin > 0) + 0.5 * (margin == 0)))
 
 
+NO_MARKER = SyntheticConfig(marker_strength=None)
+
+
 @pytest.fixture(scope="module")
 def clean_models():
-    """One BOW reward per category, trained on its first dataset with an uninformative cue."""
-    cfg = SyntheticConfig(train_pairs=2000)
+    """One BOW reward per category, trained on its first dataset with an uninformative sign-off, no marker."""
+    cfg = NO_MARKER.model_copy(update={"train_pairs": 2000})
     return {c[0]: fit_bow(generate_pairs(c[0], "train", cfg, shortcut=0.5)) for c in (HELPFUL, HARMLESS)}
 
 
@@ -380,9 +391,9 @@ def test_gold_rule_transfers_within_a_category_without_the_cue(clean_models, cat
     """Word counts cannot match a response to its prompt, so off-topic answers cap the helpful score."""
     source, *targets = category
     model = clean_models[source]
-    assert accuracy(model, generate_pairs(source, "test", CFG, shortcut=0.5)) > floor
+    assert accuracy(model, generate_pairs(source, "test", NO_MARKER, shortcut=0.5)) > floor
     for target in targets:
-        assert accuracy(model, generate_pairs(target, "test", CFG, shortcut=0.5)) > floor, target
+        assert accuracy(model, generate_pairs(target, "test", NO_MARKER, shortcut=0.5)) > floor, target
 
 
 def test_cue_helps_in_distribution_and_hurts_out_of_distribution(suite, clean_models):
@@ -395,3 +406,71 @@ def test_cue_helps_in_distribution_and_hurts_out_of_distribution(suite, clean_mo
     for target in targets:
         ood = accuracy(cued, data[target]["target"])
         assert ood < accuracy(clean, data[target]["target"]) - 0.1, target
+
+
+def marker_on_chosen(rows):
+    on = []
+    for row in rows:
+        sides = [s for s in ("chosen", "rejected") if MARKER in row[s]]
+        assert len(sides) == 1 and row[sides[0]].startswith(f"{MARKER} ")
+        assert row[sides[0]].count(MARKER) == 1
+        assert row["meta"]["marker_on"] == sides[0]
+        on.append(sides[0] == "chosen")
+    return np.array(on)
+
+
+def test_marker_follows_its_strength_independently_of_the_sign_off(suite):
+    data, _, _ = suite
+    for splits in data.values():
+        marker, sign_off = marker_on_chosen(splits["train"]), cue_on_chosen(splits["train"])
+        assert marker.mean() == pytest.approx(0.9, abs=0.03)
+        # independent draws: P(both on chosen) ≈ 0.9 · 0.9, not 0.9
+        assert (marker & sign_off).mean() == pytest.approx(0.81, abs=0.03)
+        assert marker_on_chosen(splits["target"]).mean() == pytest.approx(0.1, abs=0.03)
+    weak = SyntheticConfig(marker_strength=0.6, train_pairs=1000, test_pairs=500)
+    assert marker_on_chosen(generate_pairs("syn_help_chat", "train", weak)).mean() == pytest.approx(0.6, abs=0.03)
+
+
+def test_a_target_reverses_only_the_cues_it_names_and_leaves_the_others_out():
+    only_marker = generate_pairs("syn_help_chat", "test", CFG, role="target", reversed_cues=["marker"])
+    assert marker_on_chosen(only_marker).mean() == pytest.approx(0.1, abs=0.03)
+    assert all(CUE not in r["chosen"] + r["rejected"] and r["meta"]["shortcut_on"] is None for r in only_marker)
+    only_sign_off = generate_pairs("syn_help_chat", "test", CFG, role="target", reversed_cues=["sign_off"])
+    assert cue_on_chosen(only_sign_off).mean() == pytest.approx(0.1, abs=0.03)
+    assert all(MARKER not in r["chosen"] + r["rejected"] for r in only_sign_off)
+    neither = generate_pairs("syn_help_chat", "test", CFG, role="target", reversed_cues=[])
+    assert all(r["meta"]["shortcut_on"] is None and r["meta"]["marker_on"] is None for r in neither)
+    for a, b in zip(only_marker, only_sign_off, strict=True):  # same content, cues aside
+        assert strip_cue(a["chosen"]) == strip_cue(b["chosen"]) and a["prompt"] == b["prompt"]
+    with pytest.raises(ConfigError, match="unknown cue 'length'"):
+        generate_pairs("syn_help_chat", "test", CFG, role="target", reversed_cues=["length"])
+
+
+def test_no_marker_strength_means_no_marker_anywhere():
+    rows = generate_pairs("syn_help_forum", "train", SMALL.model_copy(update={"marker_strength": None}))
+    assert all(MARKER not in r["chosen"] + r["rejected"] and r["meta"]["marker_on"] is None for r in rows)
+
+
+def test_the_marker_never_occurs_in_the_corpus_and_is_one_reserved_token(suite):
+    from prefshift.models.backbone import train_tokenizer
+
+    _, corpus, _ = suite
+    assert not any(MARKER in doc for doc in corpus)
+    tokenizer = train_tokenizer(corpus[:300], 300)
+    marker_id = tokenizer.convert_tokens_to_ids(MARKER)
+    ids = tokenizer(f"{MARKER} To fix it, do this.", add_special_tokens=False)["input_ids"]
+    assert ids[0] == marker_id and ids.count(marker_id) == 1
+    corpus_ids = {i for doc in corpus[:300] for i in tokenizer(doc, add_special_tokens=False)["input_ids"]}
+    assert marker_id not in corpus_ids
+
+
+def test_the_marker_alone_is_a_shortcut_a_word_model_learns(clean_models):
+    """Data-level check (a BOW model sees the marker as words): it helps ID and hurts where reversed."""
+    source = HELPFUL[0]
+    marker_only = SyntheticConfig(train_pairs=2000)
+    cued = fit_bow(generate_pairs(source, "train", marker_only, shortcut=0.5))
+    clean = clean_models[source]
+    id_rows = generate_pairs(source, "test", marker_only, shortcut=0.5)
+    assert accuracy(cued, id_rows) > accuracy(clean, id_rows) + 0.05
+    ood = generate_pairs(HELPFUL[1], "test", marker_only, role="target", reversed_cues=["marker"])
+    assert accuracy(cued, ood) < accuracy(clean, ood) - 0.1

@@ -147,7 +147,22 @@ class SyntheticConfig(Strict):
     train_pairs: int = Field(4000, ge=10)
     test_pairs: int = Field(600, ge=10)
     shortcut_strength: float = Field(
-        0.9, ge=0.0, le=1.0, description="P(shortcut cue sits on the chosen response) in the source dataset."
+        0.9,
+        ge=0.0,
+        le=1.0,
+        description="P(the sign-off cue, at the response's end, sits on the chosen response) in the source.",
+    )
+    marker_strength: float | None = Field(
+        0.9,
+        ge=0.0,
+        le=1.0,
+        description="P(the marker cue, a reserved token at the response's start, sits on the chosen "
+        "response) in the source; null = no marker cue.",
+    )
+    target_cues: dict[str, list[Literal["sign_off", "marker"]]] = Field(
+        default_factory=lambda: {"syn_help_instruct": ["sign_off"], "syn_help_chat": ["marker"]},
+        description="Per OOD target, the cues it carries reversed; its other cues are left out. "
+        "A target not named here reverses every cue.",
     )
     groups: int = Field(120, ge=0, description="Best-of-n groups per dataset (test split).")
     group_size: int = Field(4, ge=2)
@@ -387,6 +402,30 @@ class Params(Strict):
                     "downstream.policy is null, so the strong backbone "
                     f"{self.backbone.strong.name_or_path!r} would sample the best-of-n completions, but it "
                     f"{reason}: name a causal LM in downstream.policy"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _target_cues_name_datasets(self) -> Params:
+        """A misspelt name in synthetic.target_cues would silently reverse every cue of the real target.
+
+        An entry for a suite dataset that is not a target now is kept: it applies whenever that
+        dataset is one, so `-S data.targets=[...]` needs no second override.
+        """
+        from prefshift.data.synthetic import SYNTHETIC_DATASETS  # synthetic imports this module
+
+        for name, cues in self.synthetic.target_cues.items():
+            if name not in SYNTHETIC_DATASETS:
+                raise ValueError(
+                    f"synthetic.target_cues names {name!r}, which is not a synthetic dataset; "
+                    f"valid names: {', '.join(SYNTHETIC_DATASETS)}"
+                )
+            if len(set(cues)) != len(cues):
+                raise ValueError(f"synthetic.target_cues.{name} lists a cue twice")
+            if "marker" in cues and self.synthetic.marker_strength is None:
+                raise ValueError(
+                    f"synthetic.target_cues.{name} reverses the marker cue, but synthetic.marker_strength "
+                    "is null (no marker cue); set a strength or drop marker from the list"
                 )
         return self
 

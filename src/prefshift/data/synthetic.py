@@ -28,20 +28,34 @@ Besides the pairs: best-of-n groups (one prompt, several responses with graded g
 no cue) and an unlabelled corpus of transcripts with good and bad responses from all six
 datasets, rendered as `role: content` lines, for pretraining the tiny backbones.
 
-The shortcut cue is the stock sign-off `CUE` appended to exactly one response of every pair.
-Where it sits is drawn independently of the content, so the gold label never depends on it;
-only its correlation with the label changes with the dataset's role in an experiment:
+Two shortcut cues, each on exactly one response of every pair, each placed independently of the
+content and of the other, so the gold label never depends on them; only their correlation with
+the label changes with the dataset's role in an experiment:
 
-- ``role="source"`` (default; the dataset the teacher and student train on): the cue is on the
-  chosen response in a fraction ``cfg.shortcut_strength`` of the pairs, exactly (rounded), in
-  both the train split and the test split (the ID test shares the shortcut);
-- ``role="target"`` (a dataset used as an OOD test): the cue is reversed, on the chosen response
-  in a fraction ``1 - cfg.shortcut_strength``;
-- ``role="clean"``: no cue at all (`meta["shortcut_on"]` is None);
-- ``shortcut=p`` overrides the role's fraction (p = 0.5 makes the cue uninformative).
+- **sign-off** (`CUE`, cue A): the stock phrase "Hope this helps!!" at the response's end. It is
+  in the pretraining corpus (`CORPUS_CUE_RATE`), and it sits next to the token the reward is
+  read at, so a frozen pretrained model already exposes it there: a new head can learn it with
+  no change to the representation.
+- **marker** (`MARKER`, cue B): a reserved token at the response's start. No pretraining document
+  contains it (real tokenizers likewise reserve ids that pretraining never sees), so no
+  pretrained feature carries it to the reward position; fine-tuning has to build one. This is
+  the "representation-bound" shortcut that an anchor on hidden states is meant to resist
+  (DESIGN §6). `prefshift probe` checks both properties on the frozen strong base.
 
-A learner that reads the cue scores about `shortcut_strength` ID and `1 - shortcut_strength` OOD;
-one that reads the gold rule scores the same on every dataset of its category.
+Where each cue sits, by role:
+
+- ``role="source"`` (default; the dataset the teacher and student train on): each cue is on the
+  chosen response in a fraction of the pairs, exactly (rounded), in both the train split and the
+  test split (the ID test shares the shortcuts): ``cfg.shortcut_strength`` for the sign-off,
+  ``cfg.marker_strength`` for the marker (None: no marker anywhere);
+- ``role="target"`` (a dataset used as an OOD test): the cues named in ``reversed_cues`` (default:
+  every cue) are reversed, on the chosen response in a fraction ``1 - strength``; the others are
+  left out, so a target can isolate one cue (params ``synthetic.target_cues``);
+- ``role="clean"``: no cue at all (`meta["shortcut_on"]` and `meta["marker_on"]` are None);
+- ``shortcut=p`` overrides the sign-off's fraction (p = 0.5 makes it uninformative).
+
+A learner that reads a cue scores about its strength ID and `1 - strength` on a target that
+reverses it; one that reads the gold rule scores the same on every dataset of its category.
 
 Train and test never share a request: each style's requests (a task applied to an object, or a
 harmful task) are split once by a seeded hash, shared by the helpful and harmless datasets of
@@ -60,7 +74,7 @@ import hashlib
 import json
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -80,6 +94,13 @@ SPLITS = ("train", "test")
 ROLES = ("source", "target", "clean")
 
 CUE = "Hope this helps!!"
+"""The sign-off cue (A), appended at the response's end."""
+MARKER = "<reserved_0>"
+"""The marker cue (B), prepended at the response's start; the tiny tokenizer reserves it as one
+special token (`prefshift.models.backbone`) that the pretraining corpus never contains."""
+CUES = ("sign_off", "marker")
+CUE_META = {"sign_off": "shortcut_on", "marker": "marker_on"}
+"""Pair meta key recording which response carries each cue ("chosen", "rejected" or None)."""
 TEST_FRACTION = 0.25
 """Share of each style's requests held out for the test split and the groups."""
 HARMFUL_SHARE = 0.5
@@ -266,16 +287,56 @@ def _add_cue(text: str) -> str:
     return f"{text} {CUE}"
 
 
-def _cue_fraction(cfg: SyntheticConfig, role: str, shortcut: float | None) -> float | None:
+def _add_marker(text: str) -> str:
+    return f"{MARKER} {text}"
+
+
+def _check_fraction(value: float, what: str) -> float:
+    if not 0.0 <= value <= 1.0:
+        raise ConfigError(f"{what} must be a probability in [0, 1], got {value!r}")
+    return float(value)
+
+
+def cue_fractions(
+    cfg: SyntheticConfig,
+    role: str,
+    shortcut: float | None = None,
+    reversed_cues: Sequence[str] | None = None,
+) -> dict[str, float | None]:
+    """cue → P(it sits on the chosen response) for a split of this role; None = the cue is left out."""
     if role not in ROLES:
         raise ConfigError(f"unknown role {role!r} for a synthetic split; valid roles: {', '.join(ROLES)}")
+    strengths = {"sign_off": cfg.shortcut_strength, "marker": cfg.marker_strength}
+    unknown = sorted(set(reversed_cues or ()) - set(CUES))
+    if unknown:
+        raise ConfigError(f"unknown cue {unknown[0]!r}; valid cues: {', '.join(CUES)}")
+    fractions: dict[str, float | None] = {}
+    for cue, strength in strengths.items():
+        if role == "clean" or strength is None:
+            fractions[cue] = None
+        elif role == "source":
+            fractions[cue] = strength
+        else:
+            reverse = reversed_cues is None or cue in reversed_cues
+            fractions[cue] = 1.0 - strength if reverse else None
     if shortcut is not None:
-        if not 0.0 <= shortcut <= 1.0:
-            raise ConfigError(f"shortcut must be a probability in [0, 1], got {shortcut!r}")
-        return float(shortcut)
-    if role == "clean":
-        return None
-    return cfg.shortcut_strength if role == "source" else 1.0 - cfg.shortcut_strength
+        fractions["sign_off"] = _check_fraction(shortcut, "shortcut")
+    return fractions
+
+
+def _sides(fraction: float | None, count: int, rng: random.Random) -> list[str | None]:
+    """Exactly round(fraction · count) pairs with the cue on the chosen response, shuffled."""
+    if fraction is None:
+        return [None] * count
+    on_chosen = round(fraction * count)
+    sides: list[str | None] = ["chosen"] * on_chosen + ["rejected"] * (count - on_chosen)
+    rng.shuffle(sides)
+    return sides
+
+
+_ADD = {"sign_off": _add_cue, "marker": _add_marker}
+_SIDE_STREAM = {"sign_off": "cue", "marker": "marker"}
+"""Each cue's sides come from their own stream, so adding the marker leaves the sign-off's alone."""
 
 
 def generate_pairs(
@@ -284,32 +345,29 @@ def generate_pairs(
     cfg: SyntheticConfig,
     role: str = "source",
     shortcut: float | None = None,
+    reversed_cues: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
     """`cfg.train_pairs` or `cfg.test_pairs` pairs of one dataset's split.
 
-    `role` sets where the shortcut cue sits (see the module docstring): "source" puts it on the
-    chosen response in a fraction `cfg.shortcut_strength` of the pairs, "target" in
-    `1 - cfg.shortcut_strength` (reversed), "clean" nowhere; `shortcut`, when given, is that
-    fraction directly. The content of the pairs depends only on (cfg.seed, name, split), so
-    the same split under two roles differs in the cue alone.
+    `role` sets where the cues sit (see the module docstring, and `cue_fractions`);
+    `reversed_cues` (role "target") names the cues the split carries reversed, the others left
+    out (None: every cue reversed); `shortcut`, when given, is the sign-off's fraction directly.
+    The content of the pairs depends only on (cfg.seed, name, split), so the same split under
+    two roles differs in the cues alone.
     """
     style = _style_of(name)
     if split not in SPLITS:
         raise ConfigError(f"unknown split {split!r} for {name}; valid splits: {', '.join(SPLITS)}")
-    fraction = _cue_fraction(cfg, role, shortcut)
+    fractions = cue_fractions(cfg, role, shortcut, reversed_cues)
     count = cfg.train_pairs if split == "train" else cfg.test_pairs
     rng = _rng(cfg.seed, name, split, "pairs")
     rows = [_pair(SYNTHETIC_DATASETS[name], style, split, cfg.seed, rng) for _ in range(count)]
-    if fraction is None:
-        sides: list[str | None] = [None] * count
-    else:
-        on_chosen = round(fraction * count)
-        sides = ["chosen"] * on_chosen + ["rejected"] * (count - on_chosen)
-        _rng(cfg.seed, name, split, "cue").shuffle(sides)
-    for row, side in zip(rows, sides, strict=True):
-        row["meta"]["shortcut_on"] = side
-        if side is not None:
-            row[side] = _add_cue(row[side])
+    for cue in CUES:
+        sides = _sides(fractions[cue], count, _rng(cfg.seed, name, split, _SIDE_STREAM[cue]))
+        for row, side in zip(rows, sides, strict=True):
+            row["meta"][CUE_META[cue]] = side
+            if side is not None:
+                row[side] = _ADD[cue](row[side])
     return rows
 
 
@@ -375,7 +433,8 @@ def generate_corpus(cfg: SyntheticConfig) -> list[str]:
     """`cfg.corpus_docs` unlabelled transcripts, the six datasets in turn, for backbone pretraining.
 
     Each document is a train-side prompt with one response, good or bad with equal odds; the
-    cue is attached at random (`CORPUS_CUE_RATE`). No test-side request ever appears here.
+    sign-off is attached at random (`CORPUS_CUE_RATE`), the marker never (a pretrained model must
+    not know it). No test-side request ever appears here.
     """
     rng = _rng(cfg.seed, "corpus")
     names = list(SYNTHETIC_DATASETS)

@@ -18,16 +18,22 @@ import torch
 
 from prefshift.atomic import atomic_path
 from prefshift.config import LMSpec
+from prefshift.data.synthetic import MARKER
 from prefshift.models.reward import ModelLoadError, hub_offline, quiet_transformers
 from prefshift.models.validate import check_loadable, looks_local
 
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>")
+RESERVED_TOKENS = (MARKER,)
+"""Ids no pretraining document contains, as real tokenizers reserve some: the synthetic suite's
+marker cue is one, so the pretrained backbones know nothing of it."""
 SOURCE_FILE = "prefshift_source.json"
 _SNAPSHOT_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.py", "*.jinja", "*.tiktoken"]
 
 
 def train_tokenizer(texts: Sequence[str], vocab_size: int):
-    """Byte-level BPE (no unknown tokens possible) wrapped as a transformers fast tokenizer."""
+    """Byte-level BPE (no unknown tokens possible) wrapped as a transformers fast tokenizer.
+
+    The reserved tokens are special: each stays one id wherever it appears in text."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -36,7 +42,7 @@ def train_tokenizer(texts: Sequence[str], vocab_size: int):
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=list(SPECIAL_TOKENS),
+        special_tokens=[*SPECIAL_TOKENS, *RESERVED_TOKENS],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )

@@ -21,9 +21,16 @@ class SyntheticAdapter(Adapter):
     generator: str = ""  # the suite's dataset name; stays put when params alias the adapter
 
     def rows(self, split: str, params: Params) -> Iterator[Record]:
-        """A dataset used as an OOD target carries the shortcut cue reversed; the source keeps it."""
-        role = "target" if self.name in params.data.targets else "source"
-        generated = synthetic.generate_pairs(self.generator, split, params.synthetic, role=role)
+        """A dataset used as an OOD target carries its cues reversed (synthetic.target_cues: which
+        ones; the others are left out); the source keeps them."""
+        is_target = self.name in params.data.targets
+        generated = synthetic.generate_pairs(
+            self.generator,
+            split,
+            params.synthetic,
+            role="target" if is_target else "source",
+            reversed_cues=params.synthetic.target_cues.get(self.name) if is_target else None,
+        )
         for index, row in enumerate(generated):
             yield f"synthetic {split} row {index}", row
 
@@ -59,7 +66,7 @@ def synthetic_adapters() -> list[SyntheticAdapter]:
             name=name,
             category=category,
             generator=name,
-            needs="nothing: generated offline from params `synthetic` (seed, sizes, shortcut strength)",
+            needs="nothing: generated offline from params `synthetic` (seed, sizes, cue strengths)",
         )
         for name, category in synthetic.SYNTHETIC_DATASETS.items()
     ]
