@@ -368,8 +368,14 @@ def test_preset_out_that_is_a_directory_is_named(tmp_path):
 @pytest.mark.parametrize(
     ("override", "problem"),
     [
-        ("synthetic.target_cues={syn_help_chatt: [marker]}", "names 'syn_help_chatt', which is not a synthetic"),
-        ("synthetic.target_cues={syn_help_chat: [marker, marker]}", "target_cues.syn_help_chat lists a cue twice"),
+        (
+            "synthetic.target_cues={syn_help_chatt: [marker]}",
+            "names 'syn_help_chatt', which is not a synthetic",
+        ),
+        (
+            "synthetic.target_cues={syn_help_chat: [marker, marker]}",
+            "target_cues.syn_help_chat lists a cue twice",
+        ),
         ("synthetic.target_cues={syn_help_chat: [length]}", "synthetic.target_cues.syn_help_chat.0"),
     ],
 )

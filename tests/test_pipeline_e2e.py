@@ -103,7 +103,8 @@ def pipeline(tmp_path_factory):
 def test_repro_runs_every_stage_and_writes_the_report(pipeline):
     root = pipeline["root"]
     ran = _ran_stages(pipeline["first"])
-    expected = {"prepare", "split", "backbone", "teacher", "label", "plan", "reference", "report", "promote"}
+    expected = {"prepare", "split", "backbone", "teacher", "label", "plan", "reference", "probe", "report"}
+    expected |= {"promote"}
     expected |= {f"{stage}@{m}" for m in STUDENTS for stage in ("targets", "train", "evaluate")}
     expected |= {"policy_samples", "gold_judge", "downstream_teacher"} | {f"downstream@{m}" for m in STUDENTS}
     assert expected <= ran
@@ -231,7 +232,8 @@ def test_methods_is_the_pipeline_and_lambda_never_reruns_the_reference(tmp_path_
         f"{stage}@{m}" for m in ("naive", "anchor_last") for stage in ("targets", "train", "evaluate")
     }
     per_method |= {"downstream@naive", "downstream@anchor_last"}
-    expected = {"prepare", "split", "backbone", "teacher", "label", "plan", "reference", "report", "promote"}
+    expected = {"prepare", "split", "backbone", "teacher", "label", "plan", "reference", "probe", "report"}
+    expected |= {"promote"}
     expected |= {"policy_samples", "gold_judge", "downstream_teacher"}  # judged by the rule only: no ceiling
     assert _stages(root, env) == expected | per_method
     assert _ran_stages(_run(["dvc", "repro"], root, env)) == expected | per_method

@@ -428,13 +428,17 @@ def test_marker_follows_its_strength_independently_of_the_sign_off(suite):
         assert (marker & sign_off).mean() == pytest.approx(0.81, abs=0.03)
         assert marker_on_chosen(splits["target"]).mean() == pytest.approx(0.1, abs=0.03)
     weak = SyntheticConfig(marker_strength=0.6, train_pairs=1000, test_pairs=500)
-    assert marker_on_chosen(generate_pairs("syn_help_chat", "train", weak)).mean() == pytest.approx(0.6, abs=0.03)
+    assert marker_on_chosen(generate_pairs("syn_help_chat", "train", weak)).mean() == pytest.approx(
+        0.6, abs=0.03
+    )
 
 
 def test_a_target_reverses_only_the_cues_it_names_and_leaves_the_others_out():
     only_marker = generate_pairs("syn_help_chat", "test", CFG, role="target", reversed_cues=["marker"])
     assert marker_on_chosen(only_marker).mean() == pytest.approx(0.1, abs=0.03)
-    assert all(CUE not in r["chosen"] + r["rejected"] and r["meta"]["shortcut_on"] is None for r in only_marker)
+    assert all(
+        CUE not in r["chosen"] + r["rejected"] and r["meta"]["shortcut_on"] is None for r in only_marker
+    )
     only_sign_off = generate_pairs("syn_help_chat", "test", CFG, role="target", reversed_cues=["sign_off"])
     assert cue_on_chosen(only_sign_off).mean() == pytest.approx(0.1, abs=0.03)
     assert all(MARKER not in r["chosen"] + r["rejected"] for r in only_sign_off)

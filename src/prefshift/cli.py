@@ -115,6 +115,12 @@ def reference(
 
 
 @app.command()
+def probe(params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")):
+    """Linear probes: which cues the frozen strong base exposes where the reward is read."""
+    _call(_stage("stages.probe"), _params(params, set_), Layout(root))
+
+
+@app.command()
 def targets(
     method: Annotated[str, typer.Option("--method", "-m", help="naive, confidence, seam, anchor_last, ...")],
     params: ParamsOption = Path("params.yaml"),

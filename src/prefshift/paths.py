@@ -125,6 +125,11 @@ class Layout:
         return self.root / "reports" / "metrics" / f"{method}.json"
 
     @property
+    def probe_report(self) -> Path:
+        """What linear probes read from the frozen strong base's reward-position states."""
+        return self.root / "reports" / "probe.json"
+
+    @property
     def teacher_metrics(self) -> Path:
         return self.root / "reports" / "metrics" / "teacher.json"
 

@@ -10,6 +10,7 @@ that `AutoModelForSequenceClassification.from_pretrained` loads without this pac
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,6 +87,23 @@ class RewardModel(nn.Module):
         if output_hidden_states and not hidden:
             raise ModelLoadError(f"{type(core).__name__} returns no hidden states; anchor/drift need them")
         return RewardOutput(rewards.float(), hidden)
+
+
+def reading_states(
+    model: RewardModel, input_ids: torch.Tensor, attention_mask: torch.Tensor, layers: Sequence[int]
+) -> dict[int, torch.Tensor]:
+    """layer → [B, H] hidden states at the position the head reads the reward from.
+
+    A decoder's head reads the last real token, an encoder's its first ([CLS]); what a linear
+    probe finds there is what a freshly initialised head can learn without moving the backbone.
+    """
+    out = model(input_ids, attention_mask, output_hidden_states=True)
+    if is_decoder_head(_peft_base(model.hf)):
+        positions = last_token_index(attention_mask)
+    else:
+        positions = torch.zeros(input_ids.shape[0], dtype=torch.long, device=input_ids.device)
+    rows = torch.arange(input_ids.shape[0], device=input_ids.device)
+    return {layer: out.hidden_states[layer][rows, positions] for layer in layers}
 
 
 def disable_dropout(model: nn.Module) -> None:

@@ -40,6 +40,7 @@ from prefshift.errors import PrefshiftError
 from prefshift.metrics import ID_SPLIT, across_seeds, with_ceiling
 from prefshift.output_set import output_set
 from prefshift.paths import Layout
+from prefshift.stages import report_probe
 from prefshift.stages.evaluate import headline, read_train_log, training_summary
 
 ABLATION_KEYS = ("id.acc", "wrg", "mean_acc_ood", "mean_aog", "mean_nts", "training.final_drift_mean")
@@ -463,6 +464,7 @@ def render_summary(
     figures: Sequence[Path],
     layout: Layout,
     extra_sections: Sequence[str] = (),
+    cue_section: str | None = None,
 ) -> str:
     setting = next(iter(metrics.values()))["setting"]
     targets = setting["targets"]
@@ -479,6 +481,8 @@ def render_summary(
     seeds = seeds_table(metrics, sweeps)
     if seeds:
         parts.append("## Across seeds (mean ± std)\n\n" + seeds)
+    if cue_section:
+        parts.append(cue_section)
     parts.append("## Diagnostics\n\n" + diagnostics_tables(metrics, [ID_SPLIT, *targets]))
     parts.append(
         "## Representation drift at the end of training\n\nMean cosine similarity between the "
@@ -552,6 +556,7 @@ def run(params: Params, layout: Layout) -> dict[str, Any]:
         staged = write_figures(layout, metrics, targets, logs, lambda_series, into=figures_dir)
         write_plots(layout, metrics, targets, logs, lambda_series, into=out.path(layout.plots_dir))
         extra_sections, extra_figures = beyond_accuracy(params, layout, metrics, sweeps, version, figures_dir)
+        cues = report_probe.probe_section(params, report_probe.load_probe(layout, version))
         figures = [layout.figures / p.name for p in [*staged, *extra_figures]]
         summary = {
             "split_version": version,
@@ -561,6 +566,6 @@ def run(params: Params, layout: Layout) -> dict[str, Any]:
         write_json(out.path(layout.metrics_summary), summary)
         write_text(
             out.path(layout.summary),
-            render_summary(metrics, sweeps, training, version, figures, layout, extra_sections),
+            render_summary(metrics, sweeps, training, version, figures, layout, extra_sections, cues),
         )
     return summary

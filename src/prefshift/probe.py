@@ -1,0 +1,82 @@
+"""Linear probes: what a model's reward-position state already tells about a response.
+
+Why: an anchor on hidden states can only stop a shortcut whose feature the representation
+must first build (DESIGN §6). Whether a cue is readable, linearly, from the frozen strong
+base at the token the reward head reads decides which kind it is: readable means a new head
+learns it with no drift; at chance means fine-tuning has to build it.
+
+A probe is a logistic regression on standardised states, fitted on student_train's responses
+and scored on id_test's, so no test response is seen in fitting; the interval is the exact
+(Clopper-Pearson) binomial one. Labels per response: each synthetic cue (does this response
+carry it, from the pair's meta) and `longer` (is it the longer response of its pair, ties
+dropped), so real datasets get the length probe too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from prefshift.data.encode import EncodedPair
+from prefshift.data.schema import Pair
+from prefshift.data.synthetic import CUE_META, CUES
+from prefshift.errors import PrefshiftError
+
+PROBES = (*CUES, "longer")
+SIDES = ("chosen", "rejected")
+
+
+class ProbeError(PrefshiftError):
+    pass
+
+
+def response_labels(pairs: Sequence[Pair], items: Sequence[EncodedPair]) -> dict[str, np.ndarray]:
+    """probe → one label per response (chosen rows, then rejected rows, in `items` order); NaN = no label.
+
+    A cue's labels are NaN throughout when no pair records it (a real dataset, or a target
+    that leaves the cue out).
+    """
+    labels: dict[str, list[float]] = {name: [] for name in PROBES}
+    for side in SIDES:
+        for item in items:
+            meta = pairs[item.index].meta or {}
+            for cue in CUES:
+                on = meta.get(CUE_META[cue])
+                labels[cue].append(np.nan if on is None else float(on == side))
+            mine, other = (item.chosen, item.rejected) if side == "chosen" else (item.rejected, item.chosen)
+            tie = mine.response_tokens == other.response_tokens
+            labels["longer"].append(np.nan if tie else float(mine.response_tokens > other.response_tokens))
+    return {name: np.asarray(values) for name, values in labels.items()}
+
+
+def fit_probe(
+    train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray, level: float
+) -> dict[str, Any] | None:
+    """Held-out accuracy of a logistic probe, its exact interval and the chance rate; None = no labels."""
+    fit_rows, test_rows = ~np.isnan(train_y), ~np.isnan(test_y)
+    if not fit_rows.any() or not test_rows.any():
+        return None
+    y_fit, y_test = train_y[fit_rows].astype(int), test_y[test_rows].astype(int)
+    if len(set(y_fit)) < 2:
+        raise ProbeError(f"probe labels of the fitting split are all {y_fit[0]}: nothing to separate")
+    from sklearn.linear_model import LogisticRegression  # the report needs PROBES, not scikit-learn
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    probe = make_pipeline(StandardScaler(), LogisticRegression(C=1.0, max_iter=5000))
+    probe.fit(train_x[fit_rows], y_fit)
+    correct = int((probe.predict(test_x[test_rows]) == y_test).sum())
+    n = int(test_rows.sum())
+    interval = stats.binomtest(correct, n).proportion_ci(confidence_level=level, method="exact")
+    chance = float(max(y_test.mean(), 1 - y_test.mean()))
+    return {
+        "acc": 100.0 * correct / n,
+        "ci": [100.0 * interval.low, 100.0 * interval.high],
+        "chance": 100.0 * chance,
+        "n_fit": int(fit_rows.sum()),
+        "n": n,
+        "readable": bool(interval.low > chance),
+    }
