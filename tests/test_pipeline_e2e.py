@@ -112,6 +112,7 @@ def test_repro_runs_every_stage_and_writes_the_report(pipeline):
     for name in ("teacher", *STUDENTS, "syn_help_instruct", "syn_help_chat", "synthetic"):
         assert name in summary
     assert "## Best-of-n against a gold judge" in summary
+    assert "## Shortcut cues and what the frozen strong base exposes" in summary
     assert "anchor_last vs naive on syn_help_chat" in summary
     headline = json.loads((root / "reports" / "metrics.json").read_text())
     assert set(STUDENTS) <= set(json.dumps(headline).replace('"', " ").split())
