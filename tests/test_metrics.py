@@ -181,6 +181,18 @@ def test_length_shortcut_correlation_and_split_accuracy():
     assert diagnostics.length_shortcut([1.0, 2.0], [5, 5], [5, 5])["pearson_r"] is None
 
 
+def test_cue_reliance_splits_accuracy_by_the_side_the_cue_is_on():
+    delta = [1.0, 2.0, -1.0, 0.0, -3.0, 1.0]
+    sides = ["chosen", "chosen", "chosen", "rejected", "rejected", None]
+    out = diagnostics.cue_reliance(delta, sides)
+    assert out["on_chosen"] == {"acc": pytest.approx(200.0 / 3), "n": 3}  # 2 of 3 right
+    assert out["on_rejected"] == {"acc": 25.0, "n": 2}  # a tie (half credit) and a miss
+    assert out["gap"] == pytest.approx(200.0 / 3 - 25.0)
+    assert diagnostics.cue_reliance([1.0], ["chosen"])["gap"] is None  # one side never seen
+    with pytest.raises(metrics.MetricsError, match="one cue side per margin"):
+        diagnostics.cue_reliance([1.0, 2.0], ["chosen"])
+
+
 def _frame(ids, delta, len_c=None, len_r=None):
     n = len(ids)
     return pd.DataFrame(
@@ -240,6 +252,22 @@ def test_compute_metrics_on_constructed_frames():
     assert set(out["ece"]) == {"id_test", *TARGETS}
     assert out["teacher"]["length_shortcut"]["syn_help_chat"]["pearson_r"] is None  # constant Δ
     assert out["pairs"]["id_test"] == {"compared": 8, "missing": {"student": 0, "teacher": 0}}
+    assert out["cue_shortcut"] == {}  # no pair records a cue
+
+
+def test_compute_metrics_reports_each_recorded_cue_per_split_and_model():
+    s = {"id_test": [1, 1, 1, 1, -1, -1, -1, -1], "syn_help_instruct": [1] * 8, "syn_help_chat": [1] * 8}
+    frames = _frames(s, s)
+    student = {k: v[0] for k, v in frames.items()}
+    teacher = {k: v[1] for k, v in frames.items()}
+    # the marker on the chosen response of the first four ID pairs: exactly the ones the student gets right
+    sides = {"id_test": {"marker": {f"id_test-{i}": "chosen" if i < 4 else "rejected" for i in range(8)}}}
+    out = compute_metrics(student, teacher, None, _params(), sides=sides)
+    block = out["cue_shortcut"]["id_test"]["marker"]
+    assert block["on_chosen"] == {"acc": 100.0, "n": 4} and block["on_rejected"] == {"acc": 0.0, "n": 4}
+    assert block["gap"] == pytest.approx(100.0)
+    assert out["teacher"]["cue_shortcut"]["id_test"]["marker"]["gap"] == pytest.approx(100.0)
+    assert set(out["cue_shortcut"]) == {"id_test"}  # targets record no cue here
 
 
 def test_compute_metrics_ceiling_equal_to_student_gives_pgr_one():

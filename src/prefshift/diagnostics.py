@@ -1,4 +1,4 @@
-"""Diagnostics beyond the paper's offline accuracy: calibration, best-of-n, length shortcut.
+"""Diagnostics beyond the paper's offline accuracy: calibration, best-of-n, length and cue shortcuts.
 
 Accuracy alone hides two things a reward model is used for: whether its
 probabilities mean what they say (RLHF and rejection sampling read magnitudes,
@@ -109,4 +109,26 @@ def length_shortcut(
         "chosen_shorter": _subset_accuracy(delta, diff < 0),
         "equal_length": _subset_accuracy(delta, diff == 0),
         "share_chosen_longer": float((diff > 0).mean() * 100.0) if delta.size else None,
+    }
+
+
+def cue_reliance(delta: Sequence[float], sides: Sequence[str | None]) -> dict[str, Any]:
+    """Accuracy when a shortcut cue sits on the chosen response and when on the rejected one.
+
+    The cue is placed independently of the content, so a model that ignores it scores the same
+    on both subsets; `gap` (on chosen − on rejected, pp) is how far the model follows the cue.
+    """
+    delta = np.asarray(delta, dtype=float)
+    where = np.asarray([s if s is not None else "" for s in sides])
+    if delta.shape != where.shape:
+        raise MetricsError("cue diagnostics need one cue side per margin")
+    on_chosen, on_rejected = (
+        _subset_accuracy(delta, where == "chosen"),
+        _subset_accuracy(delta, where == "rejected"),
+    )
+    both = on_chosen["acc"] is not None and on_rejected["acc"] is not None
+    return {
+        "on_chosen": on_chosen,
+        "on_rejected": on_rejected,
+        "gap": on_chosen["acc"] - on_rejected["acc"] if both else None,
     }

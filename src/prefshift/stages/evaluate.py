@@ -24,6 +24,7 @@ from prefshift.atomic import atomic_path, write_json
 from prefshift.config import LMSpec, Params
 from prefshift.data.schema import Group, Pair, SkipCounter, read_groups, read_pairs
 from prefshift.data.splits import check_version, load_manifest
+from prefshift.data.synthetic import CUE_META, CUES
 from prefshift.errors import PrefshiftError
 from prefshift.output_set import OutputSet, manifest_of, output_set, verify
 from prefshift.paths import Layout
@@ -77,14 +78,26 @@ def _aligned(split: str, frames: Mapping[str, pd.DataFrame]) -> tuple[metrics.Sp
     return metrics.SplitCredits(**credits), coverage
 
 
+def cue_sides(pairs: Mapping[str, Sequence[Pair]]) -> dict[str, dict[str, dict[str, str | None]]]:
+    """split → cue → pair_id → the response carrying the cue, for every cue some pair of the split records."""
+    out: dict[str, dict[str, dict[str, str | None]]] = {}
+    for split, rows in pairs.items():
+        for cue in CUES:
+            sides = {p.pair_id: (p.meta or {}).get(CUE_META[cue]) for p in rows}
+            if any(side is not None for side in sides.values()):
+                out.setdefault(split, {})[cue] = sides
+    return out
+
+
 def model_diagnostics(
     scores: Mapping[str, pd.DataFrame],
     params: Params,
     group_scores: Mapping[str, pd.DataFrame] | None = None,
     gold_groups: Mapping[str, Sequence[Group]] | None = None,
+    sides: Mapping[str, Mapping[str, Mapping[str, str | None]]] | None = None,
 ) -> dict[str, Any]:
-    """ECE and length shortcut per split, and best-of-n per dataset whose groups were scored."""
-    out: dict[str, Any] = {"ece": {}, "length_shortcut": {}, "best_of_n": {}}
+    """ECE, length and cue shortcuts per split, and best-of-n per dataset whose groups were scored."""
+    out: dict[str, Any] = {"ece": {}, "length_shortcut": {}, "cue_shortcut": {}, "best_of_n": {}}
     for split, frame in scores.items():
         out["ece"][split] = diagnostics.expected_calibration_error(
             frame["delta"], frame["gold"], params.evaluate.ece_bins
@@ -92,6 +105,10 @@ def model_diagnostics(
         out["length_shortcut"][split] = diagnostics.length_shortcut(
             frame["delta"], frame["len_chosen"], frame["len_rejected"]
         )
+        for cue, by_pair in (sides or {}).get(split, {}).items():
+            out["cue_shortcut"].setdefault(split, {})[cue] = diagnostics.cue_reliance(
+                frame["delta"], [by_pair.get(pid) for pid in frame["pair_id"]]
+            )
     for dataset, frame in (group_scores or {}).items():
         gold = {g.group_id: g.scores for g in (gold_groups or {}).get(dataset, [])}
         missing = [gid for gid in frame["group_id"] if gid not in gold]
@@ -114,6 +131,7 @@ def compute_metrics(
     group_scores: Mapping[str, pd.DataFrame] | None = None,
     gold_groups: Mapping[str, Sequence[Group]] | None = None,
     teacher_group_scores: Mapping[str, pd.DataFrame] | None = None,
+    sides: Mapping[str, Mapping[str, Mapping[str, str | None]]] | None = None,
 ) -> dict[str, Any]:
     """All metrics of one student from score frames keyed by split ("id_test" and each target).
 
@@ -139,9 +157,11 @@ def compute_metrics(
         credits, targets, draws=params.evaluate.bootstrap, level=params.evaluate.ci, seed=params.seed
     )
     result["pairs"] = coverage
-    result.update(model_diagnostics({s: student[s] for s in splits}, params, group_scores, gold_groups))
+    result.update(
+        model_diagnostics({s: student[s] for s in splits}, params, group_scores, gold_groups, sides)
+    )
     result["teacher"].update(
-        model_diagnostics({s: teacher[s] for s in splits}, params, teacher_group_scores, gold_groups)
+        model_diagnostics({s: teacher[s] for s in splits}, params, teacher_group_scores, gold_groups, sides)
     )
     return result
 
@@ -304,6 +324,9 @@ def headline(m: Mapping[str, Any], targets: Sequence[str], student: bool = True)
             for t in targets
         },
         "best_of_n": {ds: block["acc"] for ds, block in m.get("best_of_n", {}).items()},
+        "cue_gap_id": {
+            cue: block["gap"] for cue, block in m.get("cue_shortcut", {}).get(metrics.ID_SPLIT, {}).items()
+        },
     }
     if student:
         out.update(
@@ -391,7 +414,9 @@ def _score_and_compare(
         for ds in group_files
         if layout.group_scores("teacher", ds).exists()
     }
-    result = compute_metrics(student, teacher, ceiling, params, group_scores, gold_groups, teacher_groups)
+    result = compute_metrics(
+        student, teacher, ceiling, params, group_scores, gold_groups, teacher_groups, cue_sides(pairs)
+    )
     official = benchmark_targets.benchmark_metrics(
         params,
         pairs,

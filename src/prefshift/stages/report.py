@@ -237,6 +237,28 @@ def diagnostics_tables(metrics: Mapping[str, Mapping[str, Any]], splits: Sequenc
             rows,
         ),
     ]
+    cue_rows = [
+        [
+            name,
+            split,
+            report_probe.CUE_NAMES[cue],
+            _subset(block["on_chosen"]),
+            _subset(block["on_rejected"]),
+            _num(block["gap"]),
+        ]
+        for name, m in _models(metrics).items()
+        for split in splits
+        for cue, block in m.get("cue_shortcut", {}).get(split, {}).items()
+    ]
+    if cue_rows:
+        text += [
+            "",
+            "Shortcut cues: accuracy when the cue sits on the chosen response and when on the rejected one. "
+            "Cues are placed independently of the content, so a model that ignores a cue scores alike on "
+            "both; the gap (pp) is how far it follows the cue.",
+            "",
+            _table(["Model", "Split", "Cue", "acc cue on chosen", "acc cue on rejected", "gap"], cue_rows),
+        ]
     datasets = sorted({ds for m in _models(metrics).values() for ds in m.get("best_of_n", {})})
     if datasets:
         bon_rows = []
