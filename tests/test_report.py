@@ -90,6 +90,23 @@ def test_report_renders_every_method_and_target(layout: Layout):
     assert sorted(lam["lambda"]) == [1e-4, 1e-2, 1.0] and set(lam["seeds"]) == {2}
 
 
+def test_a_seed_sweep_that_also_narrows_methods_is_still_a_seed_replicate(layout: Layout):
+    """`-S seed=1 -S methods=[naive,anchor_last]` trains two students the same way as the full list."""
+    from prefshift.stages import report_comparisons
+
+    for name in ("naive-seed1.json", "anchor_last-seed1.json"):
+        path = layout.sweeps_dir / name
+        doc = json.loads(path.read_text())
+        doc["sweep"] = {"seed": 1, "methods": ["naive", "anchor_last"]}
+        path.write_text(json.dumps(doc))
+    sweeps = report.load_sweeps(layout)
+    rows = report_comparisons.compare(_params(), layout, report.load_metrics(_params(), layout), sweeps)
+    vs_naive = next(r for r in rows if (r["a"], r["b"], r["metric"]) == ("anchor_last", "naive", "acc"))
+    assert vs_naive["seeds"]["n"] == 2
+    assert "| anchor_last | 2 |" in report.seeds_table(report.load_metrics(_params(), layout), sweeps)
+    assert "methods" not in report.ablation_tables(sweeps)
+
+
 def test_paired_comparisons_agree_with_the_metrics_files_and_the_seed_replicates(layout: Layout):
     from prefshift.stages import report_comparisons
 

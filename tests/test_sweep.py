@@ -17,10 +17,12 @@ from mlflow_support import seed_database
 from prefshift.errors import PrefshiftError
 from prefshift.sweep import (
     SweepError,
+    ablation_keys,
     experiment_name,
     experiment_rows,
     grid_points,
     parse_grid,
+    replicate_seed,
     sweep_filename,
 )
 from test_pipeline_e2e import REPO, SMALL, _merge, _ran_stages, _run
@@ -35,6 +37,15 @@ def test_grid_keeps_list_values_whole_and_crosses_axes():
         {"anchor.lambda": "1", "anchor.mid_fractions": "[0.25,0.5]"},
         {"anchor.lambda": "1", "anchor.mid_fractions": "[0.75]"},
     ]
+
+
+def test_seed_and_methods_make_a_replicate_and_anything_else_an_ablation():
+    assert replicate_seed({"seed": 2}) == 2
+    assert replicate_seed({"seed": 2, "methods": ["naive", "anchor_last"]}) == 2
+    assert (
+        replicate_seed({"seed": 2, "anchor.lambda": 1.0}) is None and replicate_seed({"methods": []}) is None
+    )
+    assert ablation_keys({"seed": 2, "methods": ["naive"], "anchor.lambda": 1.0}) == {"anchor.lambda"}
 
 
 def test_names_are_readable_and_ref_safe():
@@ -164,9 +175,10 @@ def test_lambda_sweep_queues_experiments_that_carry_their_metrics(project):
     results = {f: json.loads((root / "reports" / "sweeps" / f).read_text()) for f in files}
     assert [r["sweep"] for r in results.values()] == [{"anchor.lambda": 0.01}, {"anchor.lambda": 0.1}]
     for name, result in zip(names, results.values(), strict=True):
-        assert result["method"] == "anchor_last" and result["wrg"] == rows[name]["metrics"][
-            "reports/metrics/anchor_last.json"
-        ]["wrg"]
+        assert (
+            result["method"] == "anchor_last"
+            and result["wrg"] == rows[name]["metrics"]["reports/metrics/anchor_last.json"]["wrg"]
+        )
     workspace = json.loads((root / "reports" / "metrics" / "anchor_last.json").read_text())
     assert results[files[0]]["split_version"] == workspace["split_version"]
 

@@ -58,6 +58,19 @@ DONE_STATES = ("success", "failed")
 POLL_S = 10.0  # one `dvc exp show --json` per poll: about a second of CPU
 WAIT_S = 24 * 3600.0  # a bound for a queue whose worker died; experiments keep running past it
 _REF_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+SELECTION_KEYS = frozenset({"methods"})
+"""Keys that choose which students run and change none of them (per-method stages never read one
+another), so `-S seed=1,2 -S methods=[naive,anchor_last]` is a cheap seed replicate of two methods."""
+
+
+def ablation_keys(sweep: Mapping[str, Any]) -> set[str]:
+    """The keys a sweep point varies that change a student's result: all but seed and selection keys."""
+    return set(sweep) - {"seed"} - SELECTION_KEYS
+
+
+def replicate_seed(sweep: Mapping[str, Any]) -> int | None:
+    """The seed of a point that differs from the main run in seed alone (selection aside); else None."""
+    return sweep["seed"] if "seed" in sweep and not ablation_keys(sweep) else None
 
 
 class SweepError(PrefshiftError):

@@ -9,9 +9,10 @@ Sweep file format (written by whatever drives a sweep, e.g. `dvc exp` + a copy):
 a metrics JSON exactly as `prefshift evaluate` writes it, plus a top-level
 `"sweep": {"<dotted param>": value, ...}` naming the params that differ from
 params.yaml, e.g. {"anchor.lambda": 0.01} or {"anchor.lambda": 0.01, "seed": 2}.
-Every key other than `seed` gets an ablation table (rows: method x value); runs
-that differ only in `seed` are replicates, shown as mean ± std across seeds. A
-sweep whose only key is `seed` is a seed replicate of the main run.
+Every key other than `seed` and `methods` gets an ablation table (rows: method x
+value); runs that differ only in `seed` are replicates, shown as mean ± std across
+seeds. A sweep whose keys are `seed` (and perhaps `methods`, which selects students
+without changing any) is a seed replicate of the main run.
 
 DVC plots written under reports/plots/ (all CSV with a header row):
 - training/<name>.csv: step, loss, acc, lr (one file per trained model)
@@ -42,6 +43,7 @@ from prefshift.output_set import output_set
 from prefshift.paths import Layout
 from prefshift.stages import report_probe
 from prefshift.stages.evaluate import headline, read_train_log, training_summary
+from prefshift.sweep import ablation_keys, replicate_seed
 
 ABLATION_KEYS = ("id.acc", "wrg", "mean_acc_ood", "mean_aog", "mean_nts", "training.final_drift_mean")
 LAMBDA_KEY = "anchor.lambda"
@@ -306,9 +308,8 @@ def drift_table(summaries: Mapping[str, Mapping[str, Any] | None]) -> str:
 def _sweep_groups(sweeps: Sequence[Mapping[str, Any]]) -> dict[str, dict[tuple[str, str], list[Mapping]]]:
     grouped: dict[str, dict[tuple[str, str], list[Mapping]]] = defaultdict(lambda: defaultdict(list))
     for run in sweeps:
-        for key, value in run["sweep"].items():
-            if key != "seed":
-                grouped[key][(run["method"], json.dumps(value))].append(run)
+        for key in ablation_keys(run["sweep"]):
+            grouped[key][(run["method"], json.dumps(run["sweep"][key]))].append(run)
     return grouped
 
 
@@ -349,7 +350,7 @@ def seeds_table(metrics: Mapping[str, Mapping[str, Any]], sweeps: Sequence[Mappi
     """Mean ± std across seeds when seed replicates of the main runs exist."""
     replicates: dict[str, list[Mapping]] = defaultdict(list)
     for run in sweeps:
-        if set(run["sweep"]) == {"seed"}:
+        if replicate_seed(run["sweep"]) is not None:
             replicates[run["method"]].append(run)
     if not replicates:
         return None
@@ -511,7 +512,7 @@ def render_summary(
         "student's and the frozen reference's hidden states on the probe batch (1 = no drift).\n\n"
         + drift_table(training)
     )
-    if any(set(run["sweep"]) - {"seed"} for run in sweeps):
+    if any(ablation_keys(run["sweep"]) for run in sweeps):
         parts.append(
             "## Ablations\n\nFrom reports/sweeps/*.json; mean ± std over runs that differ only in seed "
             "(the λ figure's error bars are the same std).\n\n" + ablation_tables(sweeps)

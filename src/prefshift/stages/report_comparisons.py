@@ -17,6 +17,7 @@ from prefshift import comparisons as cmp
 from prefshift.config import METHODS, Params
 from prefshift.metrics import ID_SPLIT, split_seed
 from prefshift.paths import Layout
+from prefshift.sweep import replicate_seed
 
 BASELINES = ("naive", "teacher")
 
@@ -34,8 +35,9 @@ def seed_runs(metrics: Mapping[str, Mapping], sweeps: Sequence[Mapping]) -> dict
     for method, doc in metrics.items():
         runs[doc["setting"]["seed"]][method] = doc
     for run in sweeps:
-        if set(run["sweep"]) == {"seed"}:
-            runs[run["sweep"]["seed"]].setdefault(run["method"], run)
+        seed = replicate_seed(run["sweep"])
+        if seed is not None:
+            runs[seed].setdefault(run["method"], run)
     return runs
 
 
