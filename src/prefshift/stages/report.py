@@ -158,9 +158,9 @@ def header_section(setting: Mapping[str, Any], version: str, methods: Sequence[s
             "",
             "> **Synthetic demonstration.** These datasets are the embedded synthetic suite with tiny "
             "backbones pretrained from scratch. The numbers demonstrate the pipeline, the metrics and the "
-            "shortcut failure mode (a source-only cue that helps in distribution and hurts out of "
-            "distribution); they are not the paper's results and say nothing about whether ANCHOR works on "
-            "real models.",
+            "shortcut failure mode (source-only cues that help in distribution and hurt out of "
+            "distribution, one that the pretrained strong model already exposes and one it does not); they "
+            "are not the paper's results and say nothing about whether ANCHOR works on real models.",
         ]
     return "\n".join(lines)
 
