@@ -1,102 +1,33 @@
 """The whole pipeline as a user runs it: a git clone, `dvc repro`, MLflow, the registry, `pull`.
 
 One shrunken embedded default (same stages, fewer pairs and steps) is run once per
-session in a temporary git repository; the tests below read what it produced.
+session in a temporary git repository (tests/e2e_project.py); the tests below read what it produced.
+What a change of anchor.lambda re-runs on this project (plan, the two anchor students and what reads
+them; never `reference` or another student) is asserted stage by stage by the real two-point sweep
+in test_sweep.py, which runs on a copy of it.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from mlflow_support import free_port, seed_database
-from prefshift.bench.pipeline import copy_tracked
+from e2e_project import SMALL, project, reproduced
+from e2e_project import ran_stages as _ran_stages
+from e2e_project import run as _run
+from mlflow_support import free_port
 
-REPO = Path(__file__).resolve().parents[1]
 STUDENTS = ("naive", "confidence", "seam", "anchor_last", "anchor_mid", "ceiling")
-
-SMALL = {
-    "synthetic": {"train_pairs": 400, "test_pairs": 160, "groups": 12, "corpus_docs": 600},
-    "data": {"caps": {"teacher_train": 200, "student_train": 200, "id_test": 120, "ood": 120, "groups": 12}},
-    "backbone": {
-        "vocab_size": 300,
-        "weak": {"pretrain_steps": 20, "pretrain_batch_size": 8, "pretrain_seq_len": 64},
-        "strong": {
-            "hidden_size": 64,
-            "num_layers": 2,
-            "num_heads": 2,
-            "intermediate_size": 128,
-            "pretrain_steps": 20,
-            "pretrain_batch_size": 8,
-            "pretrain_seq_len": 64,
-        },
-    },
-    "teacher": {"epochs": 1, "batch_size": 16},
-    "student": {"epochs": 1, "batch_size": 16, "drift_every": 5},
-    "evaluate": {"bootstrap": 50, "batch_size": 64},
-    "downstream": {"prompts": 6, "n_max": 4, "max_new_tokens": 12},
-    # The gate is opened wide so the registry path runs; gate logic has its own tests.
-    "promote": {"id_tolerance": 100.0, "min_mean_aog": -100.0},
-}
-
-
-def _merge(base: dict, overlay: dict) -> dict:
-    for key, value in overlay.items():
-        base[key] = _merge(base.get(key, {}), value) if isinstance(value, dict) else value
-    return base
-
-
-def _run(args: list[str], cwd: Path, env: dict[str, str]) -> str:
-    done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=1800)
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, f"{' '.join(args)} failed:\n{output[-4000:]}"
-    return output
-
-
-def _ran_stages(output: str) -> set[str]:
-    return {line.split("'")[1] for line in output.splitlines() if line.startswith("Running stage '")}
-
-
-def _project(tmp_path_factory, name: str, overlay: dict) -> tuple[Path, dict[str, str]]:
-    """A git repository holding the tracked files, params.yaml overlaid; (root, env to run DVC in)."""
-    root = tmp_path_factory.mktemp(name) / "project"
-    root.mkdir()
-    copy_tracked(REPO, root)
-    params = _merge(yaml.safe_load((root / "params.yaml").read_text()), overlay)
-    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    seed_database(tmp_path_factory, root / "mlflow.db")
-    bin_dir = str(Path(sys.executable).parent)
-    env = {
-        **os.environ,
-        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-        "HF_HUB_OFFLINE": "1",
-        "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}",
-        **{
-            f"GIT_{who}_{what}": value
-            for who in ("AUTHOR", "COMMITTER")
-            for what, value in (("NAME", "t"), ("EMAIL", "t@t"))
-        },
-    }
-    env.pop("PREFSHIFT_PIPELINE_RUN_ID", None)
-    _run(["git", "init", "-q"], root, env)
-    _run(["git", "add", "-A"], root, env)
-    _run(["git", "commit", "-qm", "fixture"], root, env)
-    return root, env
 
 
 @pytest.fixture(scope="session")
 def pipeline(tmp_path_factory):
-    root, env = _project(tmp_path_factory, "pipeline", SMALL)
-    first = _run(["dvc", "repro"], root, env)
-    return {"root": root, "env": env, "first": first}
+    return reproduced(tmp_path_factory)
 
 
 @pytest.mark.slow
@@ -117,6 +48,24 @@ def test_repro_runs_every_stage_and_writes_the_report(pipeline):
     headline = json.loads((root / "reports" / "metrics.json").read_text())
     assert set(STUDENTS) <= set(json.dumps(headline).replace('"', " ").split())
     assert sorted(p.name for p in (root / "reports" / "figures").glob("*.png"))
+
+
+@pytest.mark.slow
+def test_anchor_students_read_the_one_shared_reference(pipeline):
+    """`reference` stores the union of the anchor students' layers once; each student reads it
+    (route "shared") and runs no forward pass of the reference model itself."""
+    from prefshift.methods.anchor import anchor_layers
+
+    root = pipeline["root"]
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    num_layers, fractions = params["backbone"]["strong"]["num_layers"], params["anchor"]["mid_fractions"]
+    layers = sorted({n for kind in ("last", "mid") for n in anchor_layers(kind, num_layers, fractions)})
+    assert layers != [num_layers], "anchor_mid adds layers of its own: the store is their union"
+    manifest = json.loads((root / "data" / "reference" / "manifest.json").read_text())
+    assert manifest["stored"] and manifest["layers"] == layers
+    for method in ("anchor_last", "anchor_mid"):
+        log = json.loads((root / "reports" / "train" / f"{method}.json").read_text())
+        assert log["reference"]["route"] == "shared" and log["reference"]["forward_rows"] == 0, method
 
 
 @pytest.mark.slow
@@ -195,40 +144,21 @@ def test_mlflow_ui_in_a_real_browser_shows_each_evaluate_run_and_its_metrics(pip
     assert shot.stat().st_size > 10_000
 
 
-@pytest.mark.slow
-def test_lambda_change_reruns_only_anchor_stages(pipeline):
-    root, env = pipeline["root"], pipeline["env"]
-    params = yaml.safe_load((root / "params.yaml").read_text())
-    params["anchor"]["lambda"] = 0.5
-    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    output = _run(["dvc", "repro"], root, env)
-    assert _ran_stages(output) == {  # gold_judge re-runs on any student and rewrites identical scores
-        "plan",
-        "gold_judge",
-        "train@anchor_last",
-        "train@anchor_mid",
-        "evaluate@anchor_last",
-        "evaluate@anchor_mid",
-        "downstream@anchor_last",
-        "downstream@anchor_mid",
-        "report",
-        "promote",
-    }
-
-
 def _stages(root: Path, env: dict[str, str]) -> set[str]:
     return {
         line.split()[0] for line in _run(["dvc", "stage", "list"], root, env).splitlines() if line.strip()
     }
 
 
-@pytest.mark.slow
-def test_methods_is_the_pipeline_and_lambda_never_reruns_the_reference(tmp_path_factory):
-    """methods [naive, anchor_last] on the tiny project: no other method has a stage, nothing else runs,
-    and a λ change re-runs plan and the anchor student only, never the shared reference."""
+def test_methods_is_the_pipeline(tmp_path_factory):
+    """methods [naive, anchor_last]: no other method has a stage, and `dvc repro` on the fresh clone
+    plans exactly those stages (real DVC. `--dry --force`: in a fresh clone every stage has changed
+    anyway, and DVC 3's dry run cannot hash the inputs of a stage whose upstream never ran). What
+    the stages do is shown by `pipeline` above and, without a ceiling, by test_downstream and
+    test_team_mlflow on the same tiny project."""
     from tiny_project import TINY
 
-    root, env = _project(tmp_path_factory, "two-methods", {**TINY, "promote": SMALL["promote"]})
+    root, env = project(tmp_path_factory, "two-methods", {**TINY, "promote": SMALL["promote"]})
     per_method = {
         f"{stage}@{m}" for m in ("naive", "anchor_last") for stage in ("targets", "train", "evaluate")
     }
@@ -237,15 +167,5 @@ def test_methods_is_the_pipeline_and_lambda_never_reruns_the_reference(tmp_path_
     expected |= {"promote"}
     expected |= {"policy_samples", "gold_judge", "downstream_teacher"}  # judged by the rule only: no ceiling
     assert _stages(root, env) == expected | per_method
-    assert _ran_stages(_run(["dvc", "repro"], root, env)) == expected | per_method
-    manifest = json.loads((root / "data" / "reference" / "manifest.json").read_text())
-    assert manifest["stored"] and manifest["layers"] == [2]
-    log = json.loads((root / "reports" / "train" / "anchor_last.json").read_text())
-    assert log["reference"]["route"] == "shared" and log["reference"]["forward_rows"] == 0
-
-    params = yaml.safe_load((root / "params.yaml").read_text())
-    params["anchor"]["lambda"] = 0.25
-    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    ran = _ran_stages(_run(["dvc", "repro"], root, env))
-    anchor_stages = {f"{stage}@anchor_last" for stage in ("train", "evaluate", "downstream")}
-    assert ran == {"plan", "gold_judge", "report", "promote"} | anchor_stages
+    assert _ran_stages(_run(["dvc", "repro", "--dry", "--force"], root, env)) == expected | per_method
+    assert not (root / "dvc.lock").exists() and not (root / "data").exists(), "--dry runs nothing"

@@ -7,13 +7,14 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 import yaml
 
-from mlflow_support import seed_database
+from e2e_project import REPO, copy_reproduced
+from e2e_project import ran_stages as _ran_stages
+from e2e_project import run as _run
 from prefshift.errors import PrefshiftError
 from prefshift.sweep import (
     SweepError,
@@ -25,7 +26,6 @@ from prefshift.sweep import (
     replicate_seed,
     sweep_filename,
 )
-from test_pipeline_e2e import REPO, SMALL, _merge, _ran_stages, _run
 
 
 def test_grid_keeps_list_values_whole_and_crosses_axes():
@@ -71,52 +71,18 @@ def test_bad_grids_are_refused(specs, message):
         parse_grid(specs)
 
 
-SWEPT = ("ceiling", "anchor_last")  # PGR needs the ceiling
-
-
-def shrink_methods(root: Path, methods: Sequence[str]) -> None:
-    """Keep only `methods` in params.yaml: dvc.yaml's per-method stages follow it (`foreach: ${methods}`).
-
-    A full pipeline would train all six students; the sweep test needs two.
-    """
-    params = yaml.safe_load((root / "params.yaml").read_text())
-    params["methods"] = list(methods)
-    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-
-
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
-    """A shrunken embedded default in a git repo, reproduced up to the report and NOT committed.
+    """The shrunken embedded default reproduced by `dvc repro` (tests/e2e_project.py), copied as it
+    was right after that run, and NOT committed.
 
     That is a fresh clone after `make repro`: dvc.lock staged (core.autostage), the metrics
-    files untracked, the state in which experiments used to come out without numbers.
+    files untracked, the state in which experiments used to come out without numbers. The copy
+    has an empty MLflow database of its own, so the runs in it are the sweep's.
     """
-    root = tmp_path_factory.mktemp("sweep") / "project"
-    root.mkdir()
-    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True, check=True)
-    for rel in filter(None, tracked.stdout.split("\0")):
-        if (REPO / rel).is_file():
-            (root / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / rel, root / rel)
-    params = _merge(yaml.safe_load((root / "params.yaml").read_text()), SMALL)
-    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    shrink_methods(root, SWEPT)
-    seed_database(tmp_path_factory, root / "mlflow.db")
-    env = {
-        **os.environ,
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-        "HF_HUB_OFFLINE": "1",
-        "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}",
-        # MLflow's telemetry thread edits os.environ while tracking.py iterates it (KeyError).
-        "MLFLOW_DISABLE_TELEMETRY": "true",
-        **{f"GIT_{who}_{what}": "t" for who in ("AUTHOR", "COMMITTER") for what in ("NAME", "EMAIL")},
-    }
-    env.pop("PREFSHIFT_PIPELINE_RUN_ID", None)
-    _run(["git", "init", "-q"], root, env)
-    _run(["git", "add", "-A"], root, env)
-    _run(["git", "commit", "-qm", "fixture"], root, env)
-    _run(["dvc", "repro", "report"], root, env)
-    return root, env
+    root, env = copy_reproduced(tmp_path_factory, "sweep")
+    # MLflow's telemetry thread edits os.environ while tracking.py iterates it (KeyError).
+    return root, {**env, "MLFLOW_DISABLE_TELEMETRY": "true"}
 
 
 def _json(args: list[str], root: Path, env: dict[str, str]):
@@ -139,10 +105,20 @@ def test_lambda_sweep_queues_experiments_that_carry_their_metrics(project):
 
     assert (root / "params.yaml").read_bytes() == before
     assert "git add dvc.lock reports/metrics/teacher.json" in output  # the uncommitted baseline is named
-    ran = [line for line in output.splitlines() if line.startswith("Running stage '")]
-    anchor_stages = {f"{stage}@anchor_last" for stage in ("train", "evaluate", "downstream")}
+    # What a λ change re-runs, in each experiment (its echoed queue log): plan and the two anchor
+    # students with what reads them (gold_judge re-runs on any student and rewrites identical scores);
+    # the shared `reference`, the other four students and their downstream stages stay cached.
+    anchor_stages = {
+        f"{stage}@{method}"
+        for method in ("anchor_last", "anchor_mid")
+        for stage in ("train", "evaluate", "downstream")
+    }
     per_point = {"plan", "gold_judge", "report"} | anchor_stages
-    assert _ran_stages(output) == per_point and len(ran) == 12
+    logs = output.split("--- experiment ")[1:]
+    assert len(logs) == 2
+    for log in logs:
+        ran = [line for line in log.splitlines() if line.startswith("Running stage '")]
+        assert _ran_stages(log) == per_point and len(ran) == len(per_point), log.splitlines()[0]
 
     names = ["sweep-anchor.lambda-0.01", "sweep-anchor.lambda-0.1"]
     rows = _show_rows(root, env)
@@ -195,8 +171,7 @@ def test_lambda_sweep_queues_experiments_that_carry_their_metrics(project):
     lambdas = {stage: set() for stage in ("train", "evaluate", "downstream")}
     for r in runs:
         lambdas[r.data.tags["stage"]].add(float(r.data.params["anchor.lambda"]))
-    baseline = float(yaml.safe_load(before)["anchor"]["lambda"])
-    assert lambdas == {stage: {baseline, 0.01, 0.1} for stage in ("train", "evaluate", "downstream")}
+    assert lambdas == {stage: {0.01, 0.1} for stage in ("train", "evaluate", "downstream")}  # its own db
 
 
 def test_copy_paths_carries_untracked_uncached_outputs_but_no_cached_ones(tmp_path):
