@@ -478,3 +478,30 @@ def test_the_marker_alone_is_a_shortcut_a_word_model_learns(clean_models):
     assert accuracy(cued, id_rows) > accuracy(clean, id_rows) + 0.05
     ood = generate_pairs(HELPFUL[1], "test", marker_only, role="target", reversed_cues=["marker"])
     assert accuracy(cued, ood) < accuracy(clean, ood) - 0.1
+
+
+def test_pair_form_marks_every_response_and_only_agreement_carries_the_cue():
+    from prefshift.data.synthetic import MARKERS
+
+    cfg = SyntheticConfig(train_pairs=2000, marker_form="pair")
+    rows = generate_pairs("syn_help_forum", "train", cfg)
+    first_token_on_cued = []
+    for row in rows:
+        for side in ("chosen", "rejected"):
+            a, b = (
+                next(m for m in MARKERS if row[side][i * len(MARKERS[0]) :].startswith(m)) for i in (0, 1)
+            )
+            assert row[side][2 * len(MARKERS[0]) :].startswith(" ")
+            assert (a == b) == (row["meta"]["marker_on"] == side)
+            if row["meta"]["marker_on"] == side:
+                first_token_on_cued.append(a == MARKERS[0])
+    assert marker_fraction(rows) == pytest.approx(0.9, abs=0.03)
+    assert np.mean(first_token_on_cued) == pytest.approx(0.5, abs=0.05)  # a token alone says nothing
+    target = generate_pairs("syn_help_chat", "test", cfg, role="target", reversed_cues=["marker"])
+    assert marker_fraction(target) == pytest.approx(0.1, abs=0.03)
+    left_out = generate_pairs("syn_help_chat", "test", cfg, role="target", reversed_cues=["sign_off"])
+    assert all(m not in r["chosen"] + r["rejected"] for r in left_out for m in MARKERS)
+
+
+def marker_fraction(rows):
+    return np.mean([r["meta"]["marker_on"] == "chosen" for r in rows])

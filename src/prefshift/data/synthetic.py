@@ -36,11 +36,14 @@ the label changes with the dataset's role in an experiment:
   in the pretraining corpus (`CORPUS_CUE_RATE`), and it sits next to the token the reward is
   read at, so a frozen pretrained model already exposes it there: a new head can learn it with
   no change to the representation.
-- **marker** (`MARKER`, cue B): a reserved token at the response's start. No pretraining document
-  contains it (real tokenizers likewise reserve ids that pretraining never sees), so no
-  pretrained feature carries it to the reward position; fine-tuning has to build one. This is
-  the "representation-bound" shortcut that an anchor on hidden states is meant to resist
-  (DESIGN §6). `prefshift probe` checks both properties on the frozen strong base.
+- **marker** (`MARKERS`, cue B): reserved tokens at the response's start, which no pretraining
+  document contains (real tokenizers likewise reserve ids that pretraining never sees). It is
+  meant as the "representation-bound" shortcut that an anchor on hidden states should resist
+  (DESIGN §6): one that no pretrained feature exposes at the reward position, so fine-tuning
+  has to build it. `cfg.marker_form` "single": one reserved token on the cued response only;
+  "pair": two on every response, the same token twice on the cued one and the two different
+  ones on the other, so only their agreement (an XOR) carries the cue. `prefshift probe`
+  measures on the frozen strong base whether each cue is linearly readable there.
 
 Where each cue sits, by role:
 
@@ -95,9 +98,11 @@ ROLES = ("source", "target", "clean")
 
 CUE = "Hope this helps!!"
 """The sign-off cue (A), appended at the response's end."""
-MARKER = "<reserved_0>"
-"""The marker cue (B), prepended at the response's start; the tiny tokenizer reserves it as one
+MARKERS = ("<reserved_0>", "<reserved_1>")
+"""Tokens of the marker cue (B), at the response's start; the tiny tokenizer reserves each as one
 special token (`prefshift.models.backbone`) that the pretraining corpus never contains."""
+MARKER = MARKERS[0]
+"""The single-form marker: present on the cued response, absent on the other."""
 CUES = ("sign_off", "marker")
 CUE_META = {"sign_off": "shortcut_on", "marker": "marker_on"}
 """Pair meta key recording which response carries each cue ("chosen", "rejected" or None)."""
@@ -291,6 +296,17 @@ def _add_marker(text: str) -> str:
     return f"{MARKER} {text}"
 
 
+def _add_marker_pair(text: str, equal: bool, rng: random.Random) -> str:
+    """Two marker tokens: the same one twice on the cued response, the two different ones on the other.
+
+    Each token alone then says nothing about the cue; only whether they match does (an XOR),
+    which no linear readout of features that add the two tokens' contributions can tell.
+    """
+    first = rng.randrange(2)
+    second = first if equal else 1 - first
+    return f"{MARKERS[first]}{MARKERS[second]} {text}"
+
+
 def _check_fraction(value: float, what: str) -> float:
     if not 0.0 <= value <= 1.0:
         raise ConfigError(f"{what} must be a probability in [0, 1], got {value!r}")
@@ -364,9 +380,16 @@ def generate_pairs(
     rows = [_pair(SYNTHETIC_DATASETS[name], style, split, cfg.seed, rng) for _ in range(count)]
     for cue in CUES:
         sides = _sides(fractions[cue], count, _rng(cfg.seed, name, split, _SIDE_STREAM[cue]))
+        pair_form = cue == "marker" and cfg.marker_form == "pair"
+        tokens = _rng(cfg.seed, name, split, "marker-tokens")
         for row, side in zip(rows, sides, strict=True):
             row["meta"][CUE_META[cue]] = side
-            if side is not None:
+            if side is None:
+                continue
+            if pair_form:
+                for response in ("chosen", "rejected"):
+                    row[response] = _add_marker_pair(row[response], response == side, tokens)
+            else:
                 row[side] = _ADD[cue](row[side])
     return rows
 

@@ -18,12 +18,12 @@ import torch
 
 from prefshift.atomic import atomic_path
 from prefshift.config import LMSpec
-from prefshift.data.synthetic import MARKER
+from prefshift.data.synthetic import MARKERS
 from prefshift.models.reward import ModelLoadError, hub_offline, quiet_transformers
 from prefshift.models.validate import check_loadable, looks_local
 
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>")
-RESERVED_TOKENS = (MARKER,)
+RESERVED_TOKENS = MARKERS
 """Ids no pretraining document contains, as real tokenizers reserve some: the synthetic suite's
 marker cue is one, so the pretrained backbones know nothing of it."""
 SOURCE_FILE = "prefshift_source.json"
