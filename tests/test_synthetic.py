@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 import pytest
+import torch
 from scipy import sparse
 from scipy.optimize import minimize
 
@@ -55,9 +56,16 @@ def last_user(prompt):
     return [m["content"] for m in prompt if m["role"] == "user"][-1]
 
 
+def strip_markers(text):
+    """The response without its marker token (one token, however many characters it is spelt with)."""
+    for marker in synthetic.MARKERS:
+        text = text.removeprefix(f"{marker} ")
+    return text
+
+
 def strip_cue(text):
     """The response without either cue."""
-    return text.removesuffix(f" {CUE}").removeprefix(f"{MARKER} ")
+    return strip_markers(text).removesuffix(f" {CUE}")
 
 
 def digest(rows):
@@ -212,7 +220,9 @@ def test_pair_text_is_short(suite):
     data, _, _ = suite
     for name, splits in data.items():
         totals = [
-            sum(len(m["content"]) for m in r["prompt"]) + len(r["chosen"]) + len(r["rejected"])
+            sum(len(m["content"]) for m in r["prompt"])
+            + len(strip_markers(r["chosen"]))
+            + len(strip_markers(r["rejected"]))
             for r in splits["train"]
         ]
         assert np.mean(totals) < 400, name
@@ -480,27 +490,35 @@ def test_the_marker_alone_is_a_shortcut_a_word_model_learns(clean_models):
     assert accuracy(cued, ood) < accuracy(clean, ood) - 0.1
 
 
-def test_pair_form_marks_every_response_and_only_agreement_carries_the_cue():
+def test_twin_form_marks_every_response_with_one_of_two_twins():
     from prefshift.data.synthetic import MARKERS
 
-    cfg = SyntheticConfig(train_pairs=2000, marker_form="pair")
+    cfg = SyntheticConfig(train_pairs=2000, marker_form="twin")
     rows = generate_pairs("syn_help_forum", "train", cfg)
-    first_token_on_cued = []
     for row in rows:
         for side in ("chosen", "rejected"):
-            a, b = (
-                next(m for m in MARKERS if row[side][i * len(MARKERS[0]) :].startswith(m)) for i in (0, 1)
-            )
-            assert row[side][2 * len(MARKERS[0]) :].startswith(" ")
-            assert (a == b) == (row["meta"]["marker_on"] == side)
-            if row["meta"]["marker_on"] == side:
-                first_token_on_cued.append(a == MARKERS[0])
+            twin = MARKERS[0] if row["meta"]["marker_on"] == side else MARKERS[1]
+            assert row[side].startswith(f"{twin} ") and row[side].count("<reserved_") == 1
     assert marker_fraction(rows) == pytest.approx(0.9, abs=0.03)
-    assert np.mean(first_token_on_cued) == pytest.approx(0.5, abs=0.05)  # a token alone says nothing
     target = generate_pairs("syn_help_chat", "test", cfg, role="target", reversed_cues=["marker"])
     assert marker_fraction(target) == pytest.approx(0.1, abs=0.03)
     left_out = generate_pairs("syn_help_chat", "test", cfg, role="target", reversed_cues=["sign_off"])
     assert all(m not in r["chosen"] + r["rejected"] for r in left_out for m in MARKERS)
+
+
+def test_pretrained_backbones_cannot_tell_the_twins_apart():
+    from prefshift.config import LMSpec
+    from prefshift.data.synthetic import MARKERS
+    from prefshift.models.backbone import pretrain_lm, train_tokenizer
+
+    corpus = generate_corpus(SMALL.model_copy(update={"corpus_docs": 200}))
+    tokenizer = train_tokenizer(corpus, 300)
+    spec = LMSpec(hidden_size=16, num_heads=2, intermediate_size=32, pretrain_steps=3, pretrain_batch_size=4)
+    model, _ = pretrain_lm(spec, tokenizer, corpus, seed=0, max_positions=128)
+    ids = tokenizer.convert_tokens_to_ids(list(MARKERS))
+    weight = model.get_input_embeddings().weight
+    assert torch.equal(weight[ids[0]], weight[ids[1]])
+    assert not torch.equal(weight[ids[0]], weight[tokenizer.eos_token_id])
 
 
 def marker_fraction(rows):

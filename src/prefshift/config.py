@@ -159,10 +159,11 @@ class SyntheticConfig(Strict):
         description="P(the marker cue, a reserved token at the response's start, sits on the chosen "
         "response) in the source; null = no marker cue.",
     )
-    marker_form: Literal["single", "pair"] = Field(
-        "single",
-        description="single: one reserved token on the cued response; pair: two on every response, "
-        "equal on the cued one (only their agreement carries the cue).",
+    marker_form: Literal["twin", "single"] = Field(
+        "twin",
+        description="twin: every response starts with one of two reserved tokens that share one "
+        "pretrained embedding (the first on the cued response); single: one reserved token on the cued "
+        "response only.",
     )
     target_cues: dict[str, list[Literal["sign_off", "marker"]]] = Field(
         default_factory=lambda: {"syn_help_instruct": ["sign_off"], "syn_help_chat": ["marker"]},

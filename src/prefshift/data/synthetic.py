@@ -40,10 +40,13 @@ the label changes with the dataset's role in an experiment:
   document contains (real tokenizers likewise reserve ids that pretraining never sees). It is
   meant as the "representation-bound" shortcut that an anchor on hidden states should resist
   (DESIGN §6): one that no pretrained feature exposes at the reward position, so fine-tuning
-  has to build it. `cfg.marker_form` "single": one reserved token on the cued response only;
-  "pair": two on every response, the same token twice on the cued one and the two different
-  ones on the other, so only their agreement (an XOR) carries the cue. `prefshift probe`
-  measures on the frozen strong base whether each cue is linearly readable there.
+  has to build it. `cfg.marker_form` "twin" (the default): every response starts with one of two
+  reserved twins, the first on the cued response and the second on the other; the backbones give
+  reserved tokens one shared embedding (as transformers does for tokens added to a pretrained
+  model), so a frozen model cannot tell the twins apart at all, while fine-tuning moves their
+  embeddings apart. "single": one reserved token on the cued response only, nothing on the
+  other (measured: the frozen strong base reads it at ~84%, so it is not representation-bound).
+  `prefshift probe` measures on the frozen strong base whether each cue is linearly readable.
 
 Where each cue sits, by role:
 
@@ -102,7 +105,7 @@ MARKERS = ("<reserved_0>", "<reserved_1>")
 """Tokens of the marker cue (B), at the response's start; the tiny tokenizer reserves each as one
 special token (`prefshift.models.backbone`) that the pretraining corpus never contains."""
 MARKER = MARKERS[0]
-"""The single-form marker: present on the cued response, absent on the other."""
+"""The marker on the cued response (the twin form puts MARKERS[1] on the other)."""
 CUES = ("sign_off", "marker")
 CUE_META = {"sign_off": "shortcut_on", "marker": "marker_on"}
 """Pair meta key recording which response carries each cue ("chosen", "rejected" or None)."""
@@ -296,15 +299,8 @@ def _add_marker(text: str) -> str:
     return f"{MARKER} {text}"
 
 
-def _add_marker_pair(text: str, equal: bool, rng: random.Random) -> str:
-    """Two marker tokens: the same one twice on the cued response, the two different ones on the other.
-
-    Each token alone then says nothing about the cue; only whether they match does (an XOR),
-    which no linear readout of features that add the two tokens' contributions can tell.
-    """
-    first = rng.randrange(2)
-    second = first if equal else 1 - first
-    return f"{MARKERS[first]}{MARKERS[second]} {text}"
+def _add_twin(text: str, cued: bool) -> str:
+    return f"{MARKERS[0] if cued else MARKERS[1]} {text}"
 
 
 def _check_fraction(value: float, what: str) -> float:
@@ -380,15 +376,14 @@ def generate_pairs(
     rows = [_pair(SYNTHETIC_DATASETS[name], style, split, cfg.seed, rng) for _ in range(count)]
     for cue in CUES:
         sides = _sides(fractions[cue], count, _rng(cfg.seed, name, split, _SIDE_STREAM[cue]))
-        pair_form = cue == "marker" and cfg.marker_form == "pair"
-        tokens = _rng(cfg.seed, name, split, "marker-tokens")
+        twin_form = cue == "marker" and cfg.marker_form == "twin"
         for row, side in zip(rows, sides, strict=True):
             row["meta"][CUE_META[cue]] = side
             if side is None:
                 continue
-            if pair_form:
+            if twin_form:
                 for response in ("chosen", "rejected"):
-                    row[response] = _add_marker_pair(row[response], response == side, tokens)
+                    row[response] = _add_twin(row[response], response == side)
             else:
                 row[side] = _ADD[cue](row[side])
     return rows

@@ -104,6 +104,7 @@ def pretrain_lm(spec: LMSpec, tokenizer, texts: Sequence[str], seed: int, max_po
         opt.step()
         sched.step()
         loss_value = loss.item()
+    share_reserved_embedding(model, tokenizer)
     params = sum(p.numel() for p in model.parameters())
     stats = {
         "final_loss": loss_value,
@@ -112,6 +113,18 @@ def pretrain_lm(spec: LMSpec, tokenizer, texts: Sequence[str], seed: int, max_po
         "wall_s": time.perf_counter() - start,
     }
     return model, stats
+
+
+def share_reserved_embedding(model, tokenizer) -> None:
+    """Give every reserved token the mean embedding of the others, as transformers initialises tokens
+    added to a pretrained model: pretraining never saw them, so the model must not tell them apart
+    (the synthetic suite's twin markers rely on it; fine-tuning is what moves them apart)."""
+    ids = tokenizer.convert_tokens_to_ids(list(RESERVED_TOKENS))
+    weight = model.get_input_embeddings().weight
+    seen = torch.ones(weight.shape[0], dtype=torch.bool)
+    seen[ids] = False
+    with torch.no_grad():
+        weight[ids] = weight[seen].mean(0)
 
 
 def save_backbone(model, tokenizer, out_dir: Path, source: dict) -> None:
