@@ -9,8 +9,7 @@ import pytest
 
 from prefshift.config import Params
 from prefshift.data.encode import EncodedPair, EncodedSeq
-from prefshift.data.schema import make_pair
-from prefshift.probe import ProbeError, fit_probe, response_labels
+from prefshift.probe import ProbeError, fit_probe, length_labels
 from prefshift.stages import probe as probe_stage
 from prefshift.stages import report_probe
 from tiny_project import copy_project, pipeline_root, tiny_params
@@ -45,27 +44,25 @@ def _seq(n_response: int) -> EncodedSeq:
     return EncodedSeq([1] * (n_response + 2), [0, 0] + [1] * n_response, n_response)
 
 
-def test_labels_come_from_the_pair_meta_and_the_response_lengths():
-    def pair(sign_off, marker):
-        return make_pair(
-            dataset="d",
-            category="helpful",
-            prompt=[{"role": "user", "content": "p"}],
-            chosen="a",
-            rejected="b",
-            meta={"shortcut_on": sign_off, "marker_on": marker},
-        )
-
-    pairs = [pair("chosen", "rejected"), pair("rejected", None)]
-    items = [
-        EncodedPair(0, "x", _seq(5), _seq(3), 1.0),
-        EncodedPair(1, "y", _seq(4), _seq(4), 1.0),
-    ]
-    labels = response_labels(pairs, items)
+def test_length_labels_mark_the_longer_response_and_leave_ties_out():
+    items = [EncodedPair(0, "x", _seq(5), _seq(3), 1.0), EncodedPair(1, "y", _seq(4), _seq(4), 1.0)]
     # rows: chosen of x, chosen of y, rejected of x, rejected of y
-    np.testing.assert_array_equal(labels["sign_off"], [1.0, 0.0, 0.0, 1.0])
-    np.testing.assert_array_equal(labels["marker"], [0.0, np.nan, 1.0, np.nan])
-    np.testing.assert_array_equal(labels["longer"], [1.0, np.nan, 0.0, np.nan])
+    np.testing.assert_array_equal(length_labels(items), [1.0, np.nan, 0.0, np.nan])
+
+
+@pytest.mark.parametrize("form", ["twin", "single"])
+def test_minimal_pairs_differ_in_the_probed_cue_alone(form):
+    from prefshift.data.synthetic import CUE, MARKERS, cue_minimal_pair, without_cues
+
+    text = f"{MARKERS[1]} To fix it, do this. {CUE}" if form == "twin" else f"To fix it, do this. {CUE}"
+    on, off = cue_minimal_pair(text, "marker", form)
+    assert on == f"{MARKERS[0]} To fix it, do this. {CUE}"
+    assert off == (
+        f"{MARKERS[1]} To fix it, do this. {CUE}" if form == "twin" else f"To fix it, do this. {CUE}"
+    )
+    on, off = cue_minimal_pair(text, "sign_off", form)
+    assert on == text and off == text.removesuffix(f" {CUE}")
+    assert without_cues(on) == without_cues(off) == "To fix it, do this."
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +81,9 @@ def test_the_stage_probes_every_cue_and_length_at_the_last_and_mid_layers(probed
         for cell in by_layer.values():
             assert 0 <= cell["ci"][0] <= cell["acc"] <= cell["ci"][1] <= 100
             assert cell["n"] > 0 and cell["n_fit"] > cell["n"]  # fitted on student_train, scored on id_test
+    for cell in result["probes"]["marker"].values():
+        # the twins share one pretrained embedding: each minimal pair's two states are identical
+        assert cell["acc"] == 50.0 and not cell["readable"]
 
 
 def test_the_report_section_names_each_targets_cue_and_refuses_another_split_version(probed):

@@ -7,9 +7,13 @@ learns it with no drift; at chance means fine-tuning has to build it.
 
 A probe is a logistic regression on standardised states, fitted on student_train's responses
 and scored on id_test's, so no test response is seen in fitting; the interval is the exact
-(Clopper-Pearson) binomial one. Labels per response: each synthetic cue (does this response
-carry it, from the pair's meta) and `longer` (is it the longer response of its pair, ties
-dropped), so real datasets get the length probe too.
+(Clopper-Pearson) binomial one. Each synthetic cue is probed on minimal pairs: every response
+once with the cue and once without (prefshift.data.synthetic.cue_minimal_pair), so only the
+cue's own footprint can be read. Probing the responses as they are would not do: a cue sits on
+the chosen response in 90% of source pairs, so a probe that reads the gold label, or the other
+cue, "finds" it (the sign-off alone predicts the marker's side in 0.9² + 0.1² = 82% of
+responses). `longer` (is it the longer response of its pair, ties dropped) is probed on the
+responses as they are, so real datasets get it too.
 """
 
 from __future__ import annotations
@@ -21,35 +25,23 @@ import numpy as np
 from scipy import stats
 
 from prefshift.data.encode import EncodedPair
-from prefshift.data.schema import Pair
-from prefshift.data.synthetic import CUE_META, CUES
+from prefshift.data.synthetic import CUES
 from prefshift.errors import PrefshiftError
 
 PROBES = (*CUES, "longer")
-SIDES = ("chosen", "rejected")
 
 
 class ProbeError(PrefshiftError):
     pass
 
 
-def response_labels(pairs: Sequence[Pair], items: Sequence[EncodedPair]) -> dict[str, np.ndarray]:
-    """probe → one label per response (chosen rows, then rejected rows, in `items` order); NaN = no label.
-
-    A cue's labels are NaN throughout when no pair records it (a real dataset, or a target
-    that leaves the cue out).
-    """
-    labels: dict[str, list[float]] = {name: [] for name in PROBES}
-    for side in SIDES:
-        for item in items:
-            meta = pairs[item.index].meta or {}
-            for cue in CUES:
-                on = meta.get(CUE_META[cue])
-                labels[cue].append(np.nan if on is None else float(on == side))
-            mine, other = (item.chosen, item.rejected) if side == "chosen" else (item.rejected, item.chosen)
-            tie = mine.response_tokens == other.response_tokens
-            labels["longer"].append(np.nan if tie else float(mine.response_tokens > other.response_tokens))
-    return {name: np.asarray(values) for name, values in labels.items()}
+def length_labels(items: Sequence[EncodedPair]) -> np.ndarray:
+    """1 where a response is the longer of its pair, 0 the shorter, NaN a tie: chosen rows, then rejected."""
+    chosen = np.array([it.chosen.response_tokens for it in items], dtype=float)
+    rejected = np.array([it.rejected.response_tokens for it in items], dtype=float)
+    longer = np.concatenate([chosen > rejected, rejected > chosen]).astype(float)
+    longer[np.concatenate([chosen == rejected, chosen == rejected])] = np.nan
+    return longer
 
 
 def fit_probe(

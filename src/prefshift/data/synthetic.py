@@ -303,6 +303,34 @@ def _add_twin(text: str, cued: bool) -> str:
     return f"{MARKERS[0] if cued else MARKERS[1]} {text}"
 
 
+def without_cues(text: str) -> str:
+    """A response of the suite with both cues taken off (whichever form the marker has)."""
+    for marker in MARKERS:
+        text = text.removeprefix(f"{marker} ")
+    return text.removesuffix(f" {CUE}")
+
+
+def cue_minimal_pair(text: str, cue: str, marker_form: str) -> tuple[str, str]:
+    """(the response with `cue` on, the same response with it off), the other cue as it was.
+
+    Probing such pairs reads the cue's own footprint: the content is identical, so nothing that
+    merely correlates with the cue (the gold label, the other cue) can be read instead.
+    """
+    if cue == "sign_off":
+        base = text.removesuffix(f" {CUE}")
+        return _add_cue(base), base
+    if cue != "marker":
+        raise ConfigError(f"unknown cue {cue!r}; valid cues: {', '.join(CUES)}")
+    sign_off = text.endswith(f" {CUE}")
+    base = without_cues(text)
+    on, off = (
+        (_add_twin(base, True), _add_twin(base, False))
+        if marker_form == "twin"
+        else (_add_marker(base), base)
+    )
+    return (_add_cue(on), _add_cue(off)) if sign_off else (on, off)
+
+
 def _check_fraction(value: float, what: str) -> float:
     if not 0.0 <= value <= 1.0:
         raise ConfigError(f"{what} must be a probability in [0, 1], got {value!r}")

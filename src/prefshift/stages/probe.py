@@ -1,9 +1,9 @@
 """`prefshift probe`: which cues the frozen strong base already exposes where the reward is read.
 
-Fits one linear probe per label (each synthetic cue, and `longer`; see prefshift.probe) on the
-reward-position states of student_train's responses and scores it on id_test's, at the last
-layer (what the head reads) and at the layers anchor_mid anchors. reports/probe.json feeds the
-report's diagnostic next to the length one.
+Fits one linear probe per label (each synthetic cue on minimal pairs, and `longer`; see
+prefshift.probe) on the reward-position states of student_train's responses and scores it on
+id_test's, at the last layer (what the head reads) and at the layers anchor_mid anchors.
+reports/probe.json feeds the report's diagnostic next to the length one.
 """
 
 from __future__ import annotations
@@ -17,45 +17,58 @@ from rich.console import Console
 
 from prefshift.atomic import write_json
 from prefshift.config import Params
-from prefshift.data.encode import Encoder, collate, sorted_batches
-from prefshift.data.schema import SkipCounter, read_pairs
+from prefshift.data.encode import EncodedSeq, Encoder, pad_sequences, sorted_batches
+from prefshift.data.schema import Pair, SkipCounter, read_pairs
 from prefshift.data.splits import load_manifest
+from prefshift.data.synthetic import CUE_META, CUES, cue_minimal_pair
 from prefshift.methods.anchor import anchor_layers
 from prefshift.models.reward import RewardModel, load_reward_model, reading_states
 from prefshift.paths import Layout
-from prefshift.probe import PROBES, ProbeError, fit_probe, response_labels
+from prefshift.probe import PROBES, ProbeError, fit_probe, length_labels
 
 console = Console(stderr=True)
 
 
-def split_states(
-    model: RewardModel, tokenizer, split_path, params: Params, layers: Sequence[int]
-) -> tuple[dict[int, np.ndarray], dict[str, np.ndarray]]:
-    """(layer → [2N, H] reward-position states, probe → [2N] labels): chosen rows, then rejected."""
-    pairs = read_pairs(split_path)
-    items = Encoder(tokenizer, params.encode).encode_pairs(pairs, skips=SkipCounter())
-    if not items:
-        raise ProbeError(f"{split_path}: no pair survives encoding; nothing to probe")
-    chunks: dict[int, tuple[list[np.ndarray], list[np.ndarray]]] = {layer: ([], []) for layer in layers}
-    order = []
+def sequence_states(
+    model: RewardModel, seqs: Sequence[EncodedSeq], pad_id: int, batch_size: int, layers: Sequence[int]
+) -> dict[int, np.ndarray]:
+    """layer → [len(seqs), H] reward-position states, in the order of `seqs`."""
+    out = {layer: np.zeros((len(seqs), model.config.get_text_config().hidden_size)) for layer in layers}
+    device = next(model.parameters()).device
     with torch.inference_mode():
-        for idx in sorted_batches([it.length for it in items], params.evaluate.batch_size):
-            batch = collate([items[i] for i in idx], tokenizer.pad_token_id)
-            device = next(model.parameters()).device
+        for idx in sorted_batches([len(s.input_ids) for s in seqs], batch_size):
+            batch = pad_sequences([seqs[i] for i in idx], pad_id)
             states = reading_states(
                 model, batch["input_ids"].to(device), batch["attention_mask"].to(device), layers
             )
             for layer, values in states.items():
-                values = values.float().cpu().numpy()
-                chunks[layer][0].append(values[: len(idx)])
-                chunks[layer][1].append(values[len(idx) :])
-            order.extend(idx)
-    inverse = np.argsort(order)
-    stacked = {
-        layer: np.concatenate([np.concatenate(side)[inverse] for side in sides])
-        for layer, sides in chunks.items()
+                out[layer][idx] = values.float().cpu().numpy()
+    return out
+
+
+def _probe_sets(
+    pairs: Sequence[Pair], encoder: Encoder, marker_form: str
+) -> dict[str, tuple[list[EncodedSeq], np.ndarray]]:
+    """probe → (sequences, labels): minimal pairs per cue the split records; its responses for `longer`."""
+    items = encoder.encode_pairs(pairs, skips=SkipCounter())
+    sets = {
+        "longer": (
+            [it.chosen for it in items] + [it.rejected for it in items],
+            length_labels(items),
+        )
     }
-    return stacked, response_labels(pairs, items)
+    for cue in CUES:
+        cued = [p for p in pairs if (p.meta or {}).get(CUE_META[cue]) is not None]
+        if not cued:
+            continue
+        seqs, labels = [], []
+        for pair in cued:
+            for response in (pair.chosen, pair.rejected):
+                on, off = cue_minimal_pair(response, cue, marker_form)
+                seqs += [encoder.encode_one(pair.prompt, on), encoder.encode_one(pair.prompt, off)]
+                labels += [1.0, 0.0]
+        sets[cue] = (seqs, np.asarray(labels))
+    return sets
 
 
 def run(params: Params, layout: Layout) -> dict[str, Any]:
@@ -65,20 +78,40 @@ def run(params: Params, layout: Layout) -> dict[str, Any]:
     model.eval()
     last = model.num_layers
     layers = sorted({last, *anchor_layers("mid", last, params.anchor.mid_fractions)})
-    fit_x, fit_y = split_states(model, tokenizer, layout.split("student_train"), params, layers)
-    test_x, test_y = split_states(model, tokenizer, layout.split("id_test"), params, layers)
+    encoder = Encoder(tokenizer, params.encode)
+    fit_split, test_split = "student_train", "id_test"
+    sets = {}
+    for split in (fit_split, test_split):
+        pairs = read_pairs(layout.split(split))
+        if not pairs:
+            raise ProbeError(f"{layout.split(split)}: no pairs; nothing to probe")
+        sets[split] = _probe_sets(pairs, encoder, params.synthetic.marker_form)
     probes: dict[str, Any] = {}
     for name in PROBES:
+        if name not in sets[fit_split] or name not in sets[test_split]:
+            continue
+        states = {
+            split: sequence_states(
+                model, sets[split][name][0], tokenizer.pad_token_id, params.evaluate.batch_size, layers
+            )
+            for split in (fit_split, test_split)
+        }
         by_layer = {
-            str(layer): fit_probe(fit_x[layer], fit_y[name], test_x[layer], test_y[name], params.evaluate.ci)
+            str(layer): fit_probe(
+                states[fit_split][layer],
+                sets[fit_split][name][1],
+                states[test_split][layer],
+                sets[test_split][name][1],
+                params.evaluate.ci,
+            )
             for layer in layers
         }
         if any(result is not None for result in by_layer.values()):
             probes[name] = by_layer
     result = {
         "model": "strong base (frozen)",
-        "fit_split": "student_train",
-        "test_split": "id_test",
+        "fit_split": fit_split,
+        "test_split": test_split,
         "layers": layers,
         "last_layer": last,
         "ci": params.evaluate.ci,

@@ -111,6 +111,9 @@ def probe_section(params: Params, probe: Mapping[str, Any] | None) -> str | None
             f"Linear probes (logistic regression on standardised states) on the {probe['model']}'s "
             f"reward-position states, fitted on {probe['fit_split']} responses and scored on "
             f"{probe['test_split']} responses: held-out accuracy in %, exact {level}% binomial interval. "
+            "Each cue is probed on minimal pairs (every response once with the cue and once without, "
+            "nothing else changed), so a probe cannot score by reading the gold label or the other cue, "
+            "which the cue correlates with in the source. "
             "*Readable*: the interval lies above chance, so a new reward head can learn the label with no "
             "change to the representation, and an anchor on hidden states cannot stop it. *At chance*: "
             "fine-tuning has to build the feature, which is what an anchor resists.\n\n" + probe_table(probe)
