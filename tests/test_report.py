@@ -107,6 +107,23 @@ def test_a_seed_sweep_that_also_narrows_methods_is_still_a_seed_replicate(layout
     assert "methods" not in report.ablation_tables(sweeps)
 
 
+def test_seed_replicates_bring_their_own_split_but_one_per_seed(layout: Layout):
+    """`seed` reshuffles the split, so a replicate's version differs from the main run's by design."""
+    for name in ("naive-seed1.json", "anchor_last-seed1.json"):
+        path = layout.sweeps_dir / name
+        doc = json.loads(path.read_text())
+        doc["split_version"] = "seed1-split"
+        path.write_text(json.dumps(doc))
+    report.run(_params(), layout)
+    assert "## Across seeds" in layout.summary.read_text(encoding="utf-8")
+    path = layout.sweeps_dir / "naive-seed1.json"
+    doc = json.loads(path.read_text())
+    doc["split_version"] = "another-split"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(PrefshiftError, match="seed 1's replicates come from different split versions"):
+        report.run(_params(), layout)
+
+
 def test_paired_comparisons_agree_with_the_metrics_files_and_the_seed_replicates(layout: Layout):
     from prefshift.stages import report_comparisons
 

@@ -104,6 +104,24 @@ def check_versions(named: Mapping[str, Mapping[str, Any]], layout: Layout) -> st
     return next(iter(versions.values()))
 
 
+def check_replicates(replicates: Sequence[Mapping[str, Any]]) -> None:
+    """Seed replicates: one split version per seed, shared by its methods.
+
+    `seed` reshuffles the split, so a replicate's split differs from the main run's by design;
+    what must hold is that the methods compared within one seed saw the same split.
+    """
+    by_seed: dict[int, dict[str, str]] = defaultdict(dict)
+    for run in replicates:
+        by_seed[replicate_seed(run["sweep"])][run["_path"]] = str(run["split_version"])
+    for seed, versions in sorted(by_seed.items()):
+        if len(set(versions.values())) > 1:
+            listing = "; ".join(f"{name}: {v}" for name, v in versions.items())
+            raise ReportError(
+                f"seed {seed}'s replicates come from different split versions ({listing}); "
+                "re-run that seed's sweep point (or remove its stale sweep files)"
+            )
+
+
 def _num(value: float | None, digits: int = 1) -> str:
     return DASH if value is None else f"{value:.{digits}f}"
 
@@ -554,9 +572,15 @@ def _teacher_accuracies(m: Mapping[str, Any]) -> dict[str, float]:
 def run(params: Params, layout: Layout) -> dict[str, Any]:
     metrics = load_metrics(params, layout)
     sweeps = load_sweeps(layout)
+    replicates = [s for s in sweeps if replicate_seed(s["sweep"]) is not None]
     version = check_versions(
-        {**{str(layout.metrics(m)): v for m, v in metrics.items()}, **{s["_path"]: s for s in sweeps}}, layout
+        {
+            **{str(layout.metrics(m)): v for m, v in metrics.items()},
+            **{s["_path"]: s for s in sweeps if s not in replicates},
+        },
+        layout,
     )
+    check_replicates(replicates)
     first = next(iter(metrics.values()))
     targets = first["setting"]["targets"]
     for name, m in metrics.items():
