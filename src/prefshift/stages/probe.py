@@ -2,8 +2,9 @@
 
 Fits one linear probe per label (each synthetic cue on minimal pairs, and `longer`; see
 prefshift.probe) on the reward-position states of student_train's responses and scores it on
-id_test's (the first `PROBE_PAIRS` pairs of each), at the last layer (what the head reads) and at the layers anchor_mid anchors.
-reports/probe.json feeds the report's diagnostic next to the length one.
+id_test's (the first `PROBE_PAIRS` pairs of each), at the last layer (what the head reads)
+and at the layers anchor_mid anchors. reports/probe.json feeds the report's diagnostic next to
+the length one.
 """
 
 from __future__ import annotations
