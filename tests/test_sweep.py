@@ -355,3 +355,19 @@ def test_a_failed_experiment_fails_the_sweep_with_its_queue_log(tmp_path, monkey
     filed = json.loads((tmp_path / "reports" / "sweeps" / "anchor_last__anchor.lambda=0.5.json").read_text())
     headline = {"wrg": 1.0, "mean_aog": 0.5, "mean_nts": -0.5}
     assert filed == {"method": "anchor_last", **headline, "sweep": {"anchor.lambda": 0.5}}
+
+
+def test_a_hung_exp_show_is_killed_and_retried(monkeypatch, tmp_path):
+    import prefshift.sweep as sweep_module
+
+    calls = []
+
+    def run(command, **kwargs):
+        calls.append(kwargs["timeout"])
+        if len(calls) == 1:
+            raise subprocess.TimeoutExpired(command, kwargs["timeout"])
+        return subprocess.CompletedProcess(command, 0, "[]", "")
+
+    monkeypatch.setattr(sweep_module.subprocess, "run", run)
+    assert sweep_module.exp_show(tmp_path, pause_s=0) == []
+    assert calls == [sweep_module.EXP_SHOW_TIMEOUT_S] * 2

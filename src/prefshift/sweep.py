@@ -56,6 +56,7 @@ TARGET = "report"  # see the module docstring: one consistent pipeline state per
 HEADLINE = ("wrg", "mean_aog", "mean_nts")
 DONE_STATES = ("success", "failed")
 POLL_S = 10.0  # one `dvc exp show --json` per poll: about a second of CPU
+EXP_SHOW_TIMEOUT_S = 300.0  # a hung call is killed and retried like a failed one
 WAIT_S = 24 * 3600.0  # a bound for a queue whose worker died; experiments keep running past it
 _REF_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 SELECTION_KEYS = frozenset({"methods"})
@@ -269,7 +270,12 @@ def exp_show(root: Path, attempts: int = 6, pause_s: float = 5.0) -> list[dict[s
     """
     command, env = _dvc_command(["exp", "show", "--json"])
     for attempt in range(attempts):
-        done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True)
+        try:
+            done = subprocess.run(
+                command, cwd=root, env=env, capture_output=True, text=True, timeout=EXP_SHOW_TIMEOUT_S
+            )
+        except subprocess.TimeoutExpired:  # seen once under load: blocked on a futex for minutes
+            done = subprocess.CompletedProcess(command, -9, "", f"timed out after {EXP_SHOW_TIMEOUT_S:.0f} s")
         if done.returncode == 0:
             try:
                 return json.loads(done.stdout)
