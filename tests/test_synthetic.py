@@ -229,14 +229,24 @@ def test_pair_text_is_short(suite):
         assert np.percentile(totals, 90) < 420, name
 
 
-def cue_on_chosen(rows):
+def cue_side_on_chosen(rows, text, meta_key, at_start):
+    """Per pair: is the cue `text` on the chosen response (asserting it sits on exactly one, in place)."""
     on = []
     for row in rows:
-        sides = [s for s in ("chosen", "rejected") if CUE in row[s]]
-        assert len(sides) == 1 and row[sides[0]].endswith(f" {CUE}")
-        assert row["meta"]["shortcut_on"] == sides[0]
+        sides = [s for s in ("chosen", "rejected") if text in row[s]]
+        placed = row[sides[0]].startswith(f"{text} ") if at_start else row[sides[0]].endswith(f" {text}")
+        assert len(sides) == 1 and placed and row[sides[0]].count(text) == 1
+        assert row["meta"][meta_key] == sides[0]
         on.append(sides[0] == "chosen")
     return np.array(on)
+
+
+def cue_on_chosen(rows):
+    return cue_side_on_chosen(rows, CUE, "shortcut_on", at_start=False)
+
+
+def marker_on_chosen(rows):
+    return cue_side_on_chosen(rows, MARKER, "marker_on", at_start=True)
 
 
 def test_cue_follows_strength_in_source_and_reverses_in_target(suite):
@@ -416,17 +426,6 @@ def test_cue_helps_in_distribution_and_hurts_out_of_distribution(suite, clean_mo
     for target in targets:
         ood = accuracy(cued, data[target]["target"])
         assert ood < accuracy(clean, data[target]["target"]) - 0.1, target
-
-
-def marker_on_chosen(rows):
-    on = []
-    for row in rows:
-        sides = [s for s in ("chosen", "rejected") if MARKER in row[s]]
-        assert len(sides) == 1 and row[sides[0]].startswith(f"{MARKER} ")
-        assert row[sides[0]].count(MARKER) == 1
-        assert row["meta"]["marker_on"] == sides[0]
-        on.append(sides[0] == "chosen")
-    return np.array(on)
 
 
 def test_marker_follows_its_strength_independently_of_the_sign_off(suite):
