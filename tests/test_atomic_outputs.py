@@ -50,7 +50,9 @@ def _kill(
     """
     cmd = [PREFSHIFT, *args, "--root", str(layout.root), "--params", str(layout.root / "params.yaml")]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_ctrl_c_as_at_a_terminal
+    )
     start = time.time()
     try:
         while proc.poll() is None and time.time() - start < timeout:
@@ -63,6 +65,17 @@ def _kill(
         proc.kill()
         proc.wait()
     return proc.returncode
+
+
+def _ctrl_c_as_at_a_terminal() -> None:
+    """Give the stage the SIGINT disposition a terminal gives it, whatever this test inherited.
+
+    A shell starts a background job (`make test &`, a CI runner's script) with SIGINT
+    ignored, and Python then installs no KeyboardInterrupt handler: the stage ran on
+    through every "Ctrl-C" and the backbone test failed with "no attempt was interrupted",
+    in exactly the CI-like runs that were launched in the background.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _mid_write(under: Path) -> Callable[[float], bool]:
