@@ -50,9 +50,8 @@ def _kill(
     """
     cmd = [PREFSHIFT, *args, "--root", str(layout.root), "--params", str(layout.root / "params.yaml")]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(
-        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_ctrl_c_as_at_a_terminal
-    )
+    sink = subprocess.DEVNULL
+    proc = subprocess.Popen(cmd, env=env, stdout=sink, stderr=sink, preexec_fn=_ctrl_c_as_at_a_terminal)
     start = time.time()
     try:
         while proc.poll() is None and time.time() - start < timeout:

@@ -340,6 +340,13 @@ def test_a_failed_experiment_fails_the_sweep_with_its_queue_log(tmp_path, monkey
     _run(["git", "commit", "-qm", "base"], tmp_path, env)
     _run([dvc, "repro"], tmp_path, env)  # dvc.lock and the metrics stay untracked: carried with -C
 
+    # A task removed from the queue ends the wait with its name, instead of a wait for good. (No
+    # worker has started yet, so the task is still queued when it is removed.)
+    tasks = sweep.queue_points(tmp_path, [{"anchor.lambda": "7"}], [])
+    _run([dvc, "queue", "remove", "sweep-anchor.lambda-7"], tmp_path, env)
+    with pytest.raises(SweepError, match=r"sweep-anchor\.lambda-7: no longer listed"):
+        sweep.wait_for_queue(tmp_path, tasks, poll_s=0.1, wait_s=300)  # before: a wait to the bound
+
     with pytest.raises(SweepError) as err:
         sweep.run(tmp_path, ["anchor.lambda=0.5,13"], ["anchor_last"], report=False, poll_s=1)
     assert "--- sweep-anchor.lambda-13 ---" in str(err.value)

@@ -58,6 +58,7 @@ DONE_STATES = ("success", "failed")
 POLL_S = 10.0  # one `dvc exp show --json` per poll: about a second of CPU
 EXP_SHOW_TIMEOUT_S = 300.0  # a hung call is killed and retried like a failed one
 WAIT_S = 24 * 3600.0  # a bound for a queue whose worker died; experiments keep running past it
+GONE_POLLS = 3  # polls in a row without a task before it counts as removed, not between two states
 _REF_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 SELECTION_KEYS = frozenset({"methods"})
 """Keys that choose which students run and change none of them (per-method stages never read one
@@ -406,16 +407,26 @@ def _task_log(root: Path, task: str) -> str:
 def wait_for_queue(
     root: Path, tasks: Mapping[str, str], poll_s: float = POLL_S, wait_s: float = WAIT_S
 ) -> tuple[list[dict[str, Any]], dict[str, str]]:
-    """Poll `dvc exp show --json` until every task succeeded or failed; echo each one's log.
+    """Poll `dvc exp show --json` until every task succeeded, failed or was removed; echo each one's log.
 
     Returns the last rows and {name: `dvc queue logs` output}. Past `wait_s` the sweep
     stops waiting (the queue itself keeps running) and says how to follow it.
     """
     deadline = time.monotonic() + wait_s
     logs: dict[str, str] = {}
+    unlisted = dict.fromkeys(tasks, 0)
     while True:
         rows = experiment_rows(exp_show(root))
         states = {row["task_id"]: row["state"] for row in rows}
+        for name, task in tasks.items():
+            unlisted[name] = 0 if task in states else unlisted[name] + 1
+        gone = [name for name in tasks if name not in logs and unlisted[name] >= GONE_POLLS]
+        if gone:
+            raise SweepError(
+                f"{', '.join(gone)}: no longer listed by `dvc exp show` (removed with `dvc queue remove` "
+                "or `dvc exp remove`, or the queue was cleared), so no result will come; "
+                "sweep again to rerun it"
+            )
         for name, task in tasks.items():
             if name not in logs and states.get(task) in DONE_STATES:
                 logs[name] = _task_log(root, task)
