@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow.parquet as pq
 import pytest
 
@@ -32,3 +34,14 @@ def test_two_runs_give_byte_identical_metrics(tmp_path_factory):
     ).read_bytes()
     config = [(layout.student_dir("naive") / "config.json").read_bytes() for layout in (first, second)]
     assert config[0] == config[1] and b'"mean"' in config[0]  # the id_test reward stats, reproducibly
+    # Whole model directories, provenance files included: everything keyed on a model's content
+    # hash (policy sampling seeds, SEAM's generation cache, DVC's hashes) must come out the same.
+    for directory in ("base_dir", "teacher_dir"):
+        trees = [_tree(getattr(layout, directory)) for layout in (first, second)]
+        differing = sorted(k for k in trees[0].keys() | trees[1].keys() if trees[0].get(k) != trees[1].get(k))
+        assert not differing, f"{directory}: {differing} differ between two identical runs"
+    assert _tree(first.student_dir("naive")) == _tree(second.student_dir("naive"))
+
+
+def _tree(directory: Path) -> dict[str, bytes]:
+    return {p.relative_to(directory).as_posix(): p.read_bytes() for p in directory.rglob("*") if p.is_file()}

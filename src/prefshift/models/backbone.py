@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -77,7 +76,12 @@ def _token_stream(texts: Sequence[str], tokenizer) -> torch.Tensor:
 
 
 def pretrain_lm(spec: LMSpec, tokenizer, texts: Sequence[str], seed: int, max_positions: int):
-    """Next-token pretraining on random windows of the concatenated corpus; returns (model, stats)."""
+    """Next-token pretraining on random windows of the concatenated corpus; returns (model, stats).
+
+    The stats are saved with the model, so they hold reproducible values only: a wall time there
+    made two identical runs write different model directories, and everything keyed on their
+    content hash (the policy's sampling seeds, SEAM's generation cache) differed with it.
+    """
     from transformers import LlamaForCausalLM, get_scheduler
 
     torch.manual_seed(seed)
@@ -93,7 +97,7 @@ def pretrain_lm(spec: LMSpec, tokenizer, texts: Sequence[str], seed: int, max_po
         "cosine", opt, num_warmup_steps=max(1, steps // 20), num_training_steps=max(1, steps)
     )
     model.train()
-    start, loss_value = time.perf_counter(), float("nan")
+    loss_value = float("nan")
     for _ in range(steps):
         offsets = torch.randint(0, len(stream) - seq, (spec.pretrain_batch_size,), generator=gen)
         batch = torch.stack([stream[o : o + seq] for o in offsets.tolist()])
@@ -106,13 +110,7 @@ def pretrain_lm(spec: LMSpec, tokenizer, texts: Sequence[str], seed: int, max_po
         loss_value = loss.item()
     share_reserved_embedding(model, tokenizer)
     params = sum(p.numel() for p in model.parameters())
-    stats = {
-        "final_loss": loss_value,
-        "params": params,
-        "steps": steps,
-        "wall_s": time.perf_counter() - start,
-    }
-    return model, stats
+    return model, {"final_loss": loss_value, "params": params, "steps": steps}
 
 
 def share_reserved_embedding(model, tokenizer) -> None:
