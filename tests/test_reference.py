@@ -77,6 +77,10 @@ def test_a_reference_of_other_data_or_encoding_is_refused(tmp_path):
         stored.check(items(8))
     with pytest.raises(ReferenceMismatchError, match="holds layers \\[2\\], not \\[1\\]"):
         StoredReference(tmp_path, (1,))
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    (tmp_path / "manifest.json").write_text(json.dumps({**manifest, "format": 1}))  # an older prefshift's
+    with pytest.raises(ReferenceMismatchError, match="reference format 1, this prefshift reads 2; rerun"):
+        StoredReference(tmp_path, (2,))
 
 
 def test_too_large_a_reference_keeps_only_its_constants(tmp_path):
