@@ -1,4 +1,4 @@
-"""policy-samples → gold-judge → downstream@M → report on the shrunk tiny project (real models, MLflow)."""
+"""policy-samples → gold-judge → downstream → report on the shrunk tiny project (real models, MLflow)."""
 
 from __future__ import annotations
 
@@ -57,13 +57,22 @@ def test_best_of_n_stages_end_to_end(tmp_path_factory, tmp_path):
         ceiling = docs["ceiling"]["splits"][split]["judge"]
         assert ceiling["gold"] == pytest.approx(ceiling["proxy"], abs=1e-3) and abs(ceiling["gap"]) < 1e-3
 
+    # The DVC stage: every proxy (teacher, then the listed methods) in one process, one output set
+    # (the anchor_last student of `params` is not trained here, so two methods are listed).
+    listed = tiny_params(methods=["naive", "ceiling"], downstream=settings)
+    assert downstream.run_all(listed, layout) == docs
+    written = {layout.downstream_dir: ".json", layout.proxy_scores("naive").parent: ".parquet"}
+    for directory, suffix in written.items():
+        names = sorted(p.name for p in directory.iterdir())
+        assert names == [f"{m}{suffix}" for m in ("ceiling", "naive", "teacher")]
+
     import mlflow
 
     runs = mlflow.MlflowClient(os.environ["MLFLOW_TRACKING_URI"]).search_runs(
         [mlflow.get_experiment_by_name(params.tracking.experiment).experiment_id],
         filter_string="tags.mlflow.runName = 'downstream@naive'",
     )
-    assert runs and "best_of_n.id_test.judge.gold_gain" in runs[0].data.metrics
+    assert len(runs) == 2 and "best_of_n.id_test.judge.gold_gain" in runs[0].data.metrics  # run, run_all
 
     report.run(params, layout)
     text = layout.summary.read_text(encoding="utf-8")

@@ -106,14 +106,13 @@ def test_lambda_sweep_queues_experiments_that_carry_their_metrics(project):
     assert (root / "params.yaml").read_bytes() == before
     assert "git add dvc.lock reports/metrics/teacher.json" in output  # the uncommitted baseline is named
     # What a λ change re-runs, in each experiment (its echoed queue log): plan and the two anchor
-    # students with what reads them (gold_judge re-runs on any student and rewrites identical scores);
-    # the shared `reference`, the other four students and their downstream stages stay cached.
+    # students with what reads them (gold_judge re-runs on any student and rewrites identical scores;
+    # downstream scores every proxy in one stage); the shared `reference` and the other four
+    # students stay cached.
     anchor_stages = {
-        f"{stage}@{method}"
-        for method in ("anchor_last", "anchor_mid")
-        for stage in ("train", "evaluate", "downstream")
+        f"{stage}@{method}" for method in ("anchor_last", "anchor_mid") for stage in ("train", "evaluate")
     }
-    per_point = {"plan", "gold_judge", "report"} | anchor_stages
+    per_point = {"plan", "gold_judge", "downstream", "report"} | anchor_stages
     logs = output.split("--- experiment ")[1:]
     assert len(logs) == 2
     for log in logs:

@@ -174,15 +174,23 @@ def gold_judge(
 
 @app.command()
 def downstream(
-    method: Annotated[str, typer.Option("--method", "-m", help="teacher, or the student whose RM picks.")],
+    method: Annotated[
+        str | None,
+        typer.Option("--method", "-m", help="Only this proxy: teacher or a method (default: all of them)."),
+    ] = None,
     params: ParamsOption = Path("params.yaml"),
     set_: SetOption = None,
     root: RootOption = Path("."),
 ):
-    """Best-of-n with M's reward model as the proxy, judged by gold (reports/downstream/<M>.json)."""
+    """Best-of-n with the teacher's and every listed method's RM as the proxy, judged by gold
+    (reports/downstream/<M>.json)."""
+    loaded = _params(params, set_)
+    if method is None:
+        _call(_stage("stages.downstream", "run_all"), loaded, Layout(root))
+        return
     if method != "teacher":
         _call(check_method, method)
-    _call(_stage("stages.downstream"), _params(params, set_), Layout(root), method)
+    _call(_stage("stages.downstream"), loaded, Layout(root), method)
 
 
 @app.command()

@@ -326,7 +326,7 @@ class EvaluateConfig(Strict):
 
 
 class DownstreamConfig(Strict):
-    """Best-of-n against a gold judge (stages policy_samples, gold_judge, downstream@M)."""
+    """Best-of-n against a gold judge (stages policy_samples, gold_judge, downstream)."""
 
     prompts: int = Field(32, ge=1, description="Prompts per split (ID test and each OOD target).")
     n_max: int = Field(8, ge=2, description="Completions per prompt; best-of-n for n = 1, 2, 4, ..., n_max.")

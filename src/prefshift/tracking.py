@@ -39,6 +39,7 @@ replaced by a placeholder before it leaves the process.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -318,14 +319,32 @@ def dvc_stage_name(stage: str, method: str | None) -> str:
     return os.environ.get("DVC_STAGE") or (f"{stage}@{method}" if method else stage)
 
 
-def _dvc_dep_paths(root: Path, stage_name: str) -> list[Path] | None:
-    """The stage's declared deps as DVC resolves them (foreach, vars), None if DVC cannot say."""
+def _dvc_dep_paths(root: Path, stage_name: str) -> tuple[Path, ...] | None:
+    """The stage's declared deps as DVC resolves them (foreach, vars), None if DVC cannot say.
+
+    Cached while dvc.yaml and params.yaml (which `foreach: ${methods}` reads) stay as they are:
+    a stage that logs one run per model (downstream) asks DVC once, not once per model.
+    """
+    stamps = tuple(_stamp(root / name) for name in ("dvc.yaml", "params.yaml"))
+    return _resolved_dep_paths(root, stage_name, stamps)
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_mtime_ns, stat.st_size
+
+
+@functools.cache
+def _resolved_dep_paths(root: Path, stage_name: str, _stamps: tuple) -> tuple[Path, ...] | None:
     try:
         from dvc.repo import Repo
 
         with Repo(str(root)) as repo:
             stages = repo.stage.collect(stage_name)
-            return [Path(dep.fs_path) for stage in stages for dep in stage.deps]
+            return tuple(Path(dep.fs_path) for stage in stages for dep in stage.deps)
     except Exception:  # no dvc.yaml, no such stage, not a DVC repo: fall back below
         return None
 
@@ -372,7 +391,7 @@ class StageRun:
 
     def __init__(self, params: Params, layout: Layout, stage: str, method: str | None, uri: str):
         self.params, self.layout = params, layout
-        self.run_name = dvc_stage_name(stage, method)
+        self.run_name = f"{stage}@{method}" if method else stage  # one run per model, even in one DVC stage
         self.pipeline_run_id = pipeline_run_id(params, layout)
         self.tags = scrub(run_tags(params, layout, stage, method, self.pipeline_run_id))
         self.journal: list[tuple[str, tuple, dict]] = []

@@ -4,7 +4,7 @@ K prompts (`downstream.prompts`) are drawn from the ID test split and from each 
 distinct prompts, ordered by a seeded hash, so the same seed and splits give the same prompts
 and a larger K only adds prompts. The policy is `downstream.policy` (a hub id or directory),
 by default the strong base LM. Completions are generated once here and read by the gold judge
-and by every `downstream@M`, so retraining a reward model never regenerates them; the
+and by `downstream` for every proxy, so retraining a reward model never regenerates them; the
 generation cache (persist: true in dvc.yaml) also spares prompts already sampled when K,
 the splits or the judge change.
 """

@@ -1,6 +1,6 @@
 """The report's best-of-n section: gold score vs n per proxy reward model, and over-optimisation.
 
-Reads reports/downstream/<model>.json (written by `prefshift downstream --method M`); the
+Reads reports/downstream/<model>.json (written by `prefshift downstream`); the
 teacher comes first, then the methods in their usual order.
 """
 
@@ -29,7 +29,7 @@ def load_downstream(layout: Layout, version: str, methods: Sequence[str]) -> dic
         if doc.get("split_version") != version:
             raise ReportError(
                 f"{path}: best-of-n from split version {doc.get('split_version')}, the report compares "
-                f"{version}; re-run `prefshift downstream --method {name}`"
+                f"{version}; re-run `prefshift downstream`"
             )
         docs[name] = doc
     return docs
