@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pandas as pd
 import pytest
@@ -60,6 +61,7 @@ def test_best_of_n_stages_end_to_end(tmp_path_factory, tmp_path):
     # The DVC stage: every proxy (teacher, then the listed methods) in one process, one output set
     # (the anchor_last student of `params` is not trained here, so two methods are listed).
     listed = tiny_params(methods=["naive", "ceiling"], downstream=settings)
+    since_ms = int(time.time() * 1000)
     assert downstream.run_all(listed, layout) == docs
     written = {layout.downstream_dir: ".json", layout.proxy_scores("naive").parent: ".parquet"}
     for directory, suffix in written.items():
@@ -68,11 +70,15 @@ def test_best_of_n_stages_end_to_end(tmp_path_factory, tmp_path):
 
     import mlflow
 
-    runs = mlflow.MlflowClient(os.environ["MLFLOW_TRACKING_URI"]).search_runs(
-        [mlflow.get_experiment_by_name(params.tracking.experiment).experiment_id],
-        filter_string="tags.mlflow.runName = 'downstream@naive'",
-    )
-    assert len(runs) == 2 and "best_of_n.id_test.judge.gold_gain" in runs[0].data.metrics  # run, run_all
+    client = mlflow.MlflowClient(os.environ["MLFLOW_TRACKING_URI"])  # the session's: other tests log too
+    experiment_id = client.get_experiment_by_name(params.tracking.experiment).experiment_id
+    for name in ("teacher", "naive", "ceiling"):  # run_all's own runs: one per proxy
+        runs = client.search_runs(
+            [experiment_id],
+            filter_string=f"tags.mlflow.runName = 'downstream@{name}' "
+            f"and attributes.start_time >= {since_ms}",
+        )
+        assert len(runs) == 1 and "best_of_n.id_test.judge.gold_gain" in runs[0].data.metrics, name
 
     report.run(params, layout)
     text = layout.summary.read_text(encoding="utf-8")
