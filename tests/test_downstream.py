@@ -63,7 +63,7 @@ def test_best_of_n_stages_end_to_end(tmp_path_factory, tmp_path):
     listed = tiny_params(methods=["naive", "ceiling"], downstream=settings)
     since_ms = int(time.time() * 1000)
     assert downstream.run_all(listed, layout) == docs
-    written = {layout.downstream_dir: ".json", layout.proxy_scores("naive").parent: ".parquet"}
+    written = {layout.downstream_dir: ".json", layout.proxy_dir: ".parquet"}
     for directory, suffix in written.items():
         names = sorted(p.name for p in directory.iterdir())
         assert names == [f"{m}{suffix}" for m in ("ceiling", "naive", "teacher")]

@@ -182,8 +182,18 @@ class Layout:
         """The gold judge's (and, on the synthetic suite, the gold rule's) score of every policy sample."""
         return self.root / "data" / "downstream" / "gold.parquet"
 
+    @property
+    def proxy_dir(self) -> Path:
+        """Every proxy's scores of the policy samples: one DVC directory output.
+
+        Not data/downstream/proxy, where each model's file used to be its own output: DVC wrote a
+        .gitignore there that projects committed, and DVC refuses a directory output holding a
+        git-tracked file ("already tracked by SCM").
+        """
+        return self.root / "data" / "downstream" / "proxies"
+
     def proxy_scores(self, model: str) -> Path:
-        return self.root / "data" / "downstream" / "proxy" / f"{model}.parquet"
+        return self.proxy_dir / f"{model}.parquet"
 
     @property
     def downstream_dir(self) -> Path:

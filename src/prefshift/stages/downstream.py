@@ -4,7 +4,7 @@ The teacher and every listed method, in one process and one DVC stage: a stage p
 paid 8-10 s of start-up (imports, MLflow, DVC) to score 768 samples in 3-4, which made
 best-of-n cost 138 s of the embedded default's repro instead of the ~90 s budgeted.
 `--method M` scores one model (ad hoc). Each model's reward model scores every policy sample
-(data/downstream/proxy/M.parquet); for each split and n = 1, 2, 4, …, n_max the expected
+(data/downstream/proxies/M.parquet); for each split and n = 1, 2, 4, …, n_max the expected
 gold score of its best-of-n pick is computed exactly over all n-subsets of the n_max samples
 (prefshift.best_of_n). Judge and proxy scores are standardised per split over all samples,
 so the gold and proxy gains read in standard deviations of their own scorer and the gap
@@ -169,11 +169,11 @@ def proxies(params: Params) -> list[str]:
 
 
 def run_all(params: Params, layout: Layout) -> dict[str, dict[str, Any]]:
-    """Every proxy, as one output set over data/downstream/proxy and reports/downstream (the DVC stage)."""
+    """Every proxy, as one output set over data/downstream/proxies and reports/downstream (the DVC stage)."""
     for method in proxies(params):  # a missing model fails before anything is scored
         _model_dir(layout, method)
     inputs = _inputs(params, layout)
-    directories = [layout.proxy_scores("teacher").parent, layout.downstream_dir]
+    directories = [layout.proxy_dir, layout.downstream_dir]
     with output_set(layout.root, "prefshift downstream", directories=directories, manifest=False) as staged:
         return {method: _score(params, layout, method, inputs, staged) for method in proxies(params)}
 
