@@ -9,7 +9,7 @@ anchor student and sweep point reads them. Layout of the directory:
   safetensors is memory-mapped, so a student reads only the rows of its batch.
 - `index.json`: pair_id, side, shard, offset, n_tokens (one list each): where each sequence's
   rows are. JSON, not parquet: reading a parquet index pulled pyarrow's reader into every anchor
-  student, 22 MB of resident memory for a 4,000-row table (what made the shared route's peak RSS
+  student, 21 MB of resident memory for a 4,000-row table (what made the shared route's peak RSS
   5-7% above naive's in `prefshift bench`).
 - `manifest.json`: layers, hidden size, split version, encoding, totals, each layer's
   mean squared activation over response tokens (the `anchor.normalize` constant), and

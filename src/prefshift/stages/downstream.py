@@ -174,13 +174,14 @@ def run_all(params: Params, layout: Layout) -> dict[str, dict[str, Any]]:
         _model_dir(layout, method)
     inputs = _inputs(params, layout)
     directories = [layout.proxy_dir, layout.downstream_dir]
+    # No manifest: nothing verifies these directories, and `--method M` would leave one stale.
     with output_set(layout.root, "prefshift downstream", directories=directories, manifest=False) as staged:
         return {method: _score(params, layout, method, inputs, staged) for method in proxies(params)}
 
 
 def run(params: Params, layout: Layout, method: str) -> dict[str, Any]:
     """One proxy (`--method M`): its two files replaced together, the other models' left as they are."""
-    _model_dir(layout, method)
+    _model_dir(layout, method)  # a missing model is named before any missing upstream input
     inputs = _inputs(params, layout)
     files = [layout.proxy_scores(method), layout.downstream(method)]
     with output_set(layout.root, f"prefshift downstream --method {method}", files=files) as staged:
