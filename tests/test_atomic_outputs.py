@@ -169,14 +169,22 @@ def test_killed_teacher_leaves_no_half_written_model(project):
 
 
 @pytest.mark.slow
-def test_killed_evaluate_leaves_the_previous_scores_and_metrics_together(project):
+def test_killed_train_leaves_the_previous_model_scores_and_log_together(project):
     layout = project
-    # killed once its first staged score file exists: scores and metrics replaced neither
-    assert _kill(layout, ["evaluate", "-m", "naive"], _mid_write(layout.root / "data")) == -signal.SIGKILL
+    params = yaml.safe_load((layout.root / "params.yaml").read_text())
+    params["student"]["lr"] /= 2  # new weights, so a new model beside the old scores would show
+    (layout.root / "params.yaml").write_text(yaml.safe_dump(params))
+    before = {p: p.read_bytes() for p in sorted(layout.student_dir("naive").rglob("*")) if p.is_file()}
+    # killed once its first staged score file exists: the new model is staged by then, and
+    # neither it nor the scores nor the training log may replace the previous ones
+    assert _kill(layout, ["train", "-m", "naive"], _mid_write(layout.root / "data")) == -signal.SIGKILL
     _assert_only_hidden_temporaries(layout.root)
+    assert {p: p.read_bytes() for p in sorted(layout.student_dir("naive").rglob("*")) if p.is_file()} == before
     manifest = verify(layout.root, manifest_of(layout.scores_dir("naive")), [layout.scores_dir("naive")], "x")
-    assert manifest["files"]["reports/metrics/naive.json"] == file_sha256(layout.metrics("naive"))
-    assert json.loads(layout.metrics("naive").read_text())["method"] == "naive"
+    assert manifest["files"]["reports/train/naive.json"] == file_sha256(layout.train_log("naive"))
+    weights = layout.student_dir("naive") / "model.safetensors"
+    assert manifest["files"][weights.relative_to(layout.root).as_posix()] == file_sha256(weights)
+    assert not manifest_of(layout.student_dir("naive")).exists()  # a model directory holds the model alone
 
 
 @pytest.mark.slow

@@ -96,6 +96,7 @@ def test_teacher_and_train_refuse_a_weak_and_strong_from_different_backbone_runs
 
 
 def test_evaluate_refuses_teacher_scores_that_one_label_run_did_not_write(tmp_path):
+    from prefshift.heldout_scores import write_scores
     from prefshift.stages import evaluate
     from test_report import TARGETS, _params, _splits
 
@@ -106,8 +107,8 @@ def test_evaluate_refuses_teacher_scores_that_one_label_run_did_not_write(tmp_pa
     )
     with output_set(tmp_path, "prefshift label", directories=[layout.scores_dir("teacher")]) as out:
         for split in ("id_test", *TARGETS):
-            evaluate.write_scores(out.path(layout.scores("teacher", split)), frame, "v1")
-    evaluate.write_scores(
+            write_scores(out.path(layout.scores("teacher", split)), frame, "v1")
+    write_scores(
         layout.scores("teacher", TARGETS[1]), frame.assign(delta=[2.0]), "v1"
     )  # another run's
     with pytest.raises(OutputSetError, match=f"{layout.scores('teacher', TARGETS[1])} differs from the file"):

@@ -14,6 +14,7 @@ import pytest
 from prefshift.config import Params
 from prefshift.data.schema import make_pair, write_pairs
 from prefshift.errors import PrefshiftError
+from prefshift.heldout_scores import write_scores
 from prefshift.output_set import output_set
 from prefshift.paths import Layout
 from prefshift.stages import evaluate, report
@@ -247,6 +248,6 @@ def test_evaluate_refuses_scores_of_another_split_version(tmp_path: Path):
         }
     )
     with output_set(layout.root, "prefshift label", directories=[layout.scores_dir("teacher")]) as out:
-        evaluate.write_scores(out.path(layout.scores("teacher", "id_test")), frame, "old")
+        write_scores(out.path(layout.scores("teacher", "id_test")), frame, "old")
     with pytest.raises(PrefshiftError, match="split version old"):
         evaluate.run(_params(), layout, "naive")

@@ -53,6 +53,7 @@ class _Output:
     target: Path
     staged: Path
     directory: bool
+    bare: bool = False
 
     @property
     def work(self) -> Path:
@@ -92,7 +93,7 @@ class OutputSet:
         files = self._files()
         manifest = {"command": self.command, "version": content_hash(files), "files": files}
         for out in self.outputs:
-            if out.directory and self.manifest:
+            if out.directory and self.manifest and not out.bare:
                 write_json(manifest_of(out.staged), manifest)
         renames = [
             {
@@ -113,28 +114,32 @@ def output_set(
     files: Sequence[Path] = (),
     directories: Sequence[Path] = (),
     manifest: bool = True,
+    bare: Sequence[Path] = (),
 ) -> Iterator[OutputSet]:
-    """Stage `files` and `directories` (each replaced whole) and commit them together on success.
+    """Stage `files`, `directories` and `bare` directories (each replaced whole) and commit them together.
 
     `command` (e.g. "prefshift evaluate --method naive") names the journal and goes into the
     manifest, so an error about the set can say what to rerun. On an exception or Ctrl-C
     nothing is replaced and the staged copies are removed. `manifest=False` leaves the
     directories as written (the report's figures directory is a `dvc plots` source, where
-    a JSON file would be read as data).
+    a JSON file would be read as data). A `bare` directory never gets one: a model directory must
+    hold the model alone, since its bytes are what TRL, OpenRLHF and the registry load and its
+    content hash keys caches; the manifests of the set's other directories still list its files.
     """
     root = _absolute(root)
     finish_interrupted(root)
     journal = root / JOURNALS / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', command)}.json"
     outputs = []
     try:
-        for target, directory in [(f, False) for f in files] + [(d, True) for d in directories]:
+        members = [(f, False, False) for f in files] + [(d, True, False) for d in directories]
+        for target, directory, is_bare in members + [(d, True, True) for d in bare]:
             target = _absolute(target)
             target.parent.mkdir(parents=True, exist_ok=True)
             clear_stale(target)
             if directory:
                 recover_interrupted_swap(target)
             staged = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-            outputs.append(_Output(target, staged, directory))
+            outputs.append(_Output(target, staged, directory, is_bare))
         writer = OutputSet(root, command, outputs, manifest)
         yield writer
         (root / ".prefshift").mkdir(exist_ok=True)

@@ -37,6 +37,7 @@ from prefshift.models.reward import (
     load_reward_model,
     save_reward_model,
 )
+from prefshift.output_set import output_set
 from prefshift.paths import Layout
 from prefshift.reference_store import (
     FINGERPRINT,
@@ -506,6 +507,28 @@ def _write_reward_stats(model, tokenizer, params: Params, layout: Layout) -> dic
     return stats
 
 
+def _save(
+    model, tokenizer, log: dict, params: Params, layout: Layout, *, name: str, method: str, out_dir: Path
+):
+    """Model, training log and (for a student) its held-out scores, replaced together or not at all.
+
+    The label stage scores the teacher. A kill while scoring leaves the previous set whole and
+    the checkpoint in place, so the rerun resumes instead of starting over.
+    """
+    from prefshift.heldout_scores import score_heldout
+
+    student = method != "teacher"
+    command = f"prefshift train --method {method}" if student else "prefshift teacher"
+    scores = [layout.scores_dir(name)] if student else []
+    with output_set(
+        layout.root, command, files=[layout.train_log(name)], directories=scores, bare=[out_dir]
+    ) as out:
+        save_reward_model(model, tokenizer, out.path(out_dir))
+        if student:
+            log["heldout_skipped"] = score_heldout(out.path(out_dir), params, layout, name, out)
+        write_json(out.path(layout.train_log(name)), log)
+
+
 def _mean_layers(row: dict) -> float:
     values = [v for k, v in row.items() if k.startswith("layer_")]
     return sum(values) / len(values)
@@ -596,8 +619,7 @@ def fit(
         if run is None:
             return log
         log["reward_stats"] = _write_reward_stats(model, tokenizer, params, layout)
-        save_reward_model(model, tokenizer, out_dir)
-        write_json(layout.train_log(name), log)
+        _save(model, tokenizer, log, params, layout, name=name, method=method, out_dir=out_dir)
         shutil.rmtree(ckpt, ignore_errors=True)
         run.log_history(log["steps"], prefix="train/")
         run.log_history(log["drift"], prefix="drift/")

@@ -1,10 +1,11 @@
-"""`prefshift evaluate --method M`: score a student once, then compare it with the teacher (and ceiling).
+"""`prefshift evaluate --method M`: compare a student's held-out scores with the teacher's and the ceiling's.
 
-Scoring (the only part that needs a model) writes reward margins per split; all
-comparisons go through `compute_metrics`, which reads plain score frames, so the
-metrics are testable and re-computable without loading anything. Scores written
-here carry the split version in their parquet metadata, and every comparison is
-made on identical pair sets, so numbers from different splits are never mixed.
+No model is loaded here: `prefshift train` writes each student's reward margins per split
+(`prefshift.heldout_scores`), as `prefshift label` writes the teacher's, and everything is
+computed by `compute_metrics` from plain score frames, so the metrics are testable and
+re-computable from files alone. Scores carry the split version in their parquet metadata,
+and every comparison is made on identical pair sets, so numbers from different splits are
+never mixed.
 """
 
 from __future__ import annotations
@@ -16,21 +17,20 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from prefshift import benchmark_targets, diagnostics, metrics
-from prefshift.atomic import atomic_path, write_json
+from prefshift.atomic import write_json
 from prefshift.config import LMSpec, Params
-from prefshift.data.schema import Group, Pair, SkipCounter, read_groups, read_pairs
+from prefshift.data.schema import Group, Pair, read_groups, read_pairs
 from prefshift.data.splits import check_version, load_manifest
 from prefshift.data.synthetic import CUE_META, CUES
 from prefshift.errors import PrefshiftError
-from prefshift.output_set import OutputSet, manifest_of, output_set, verify
+from prefshift.heldout_scores import VERSION_KEY, read_skips
+from prefshift.output_set import manifest_of, output_set, verify
 from prefshift.paths import Layout
 
 SCORE_COLUMNS = ("pair_id", "delta", "gold", "len_chosen", "len_rejected")
-VERSION_KEY = b"split_version"
 
 
 class EvaluateError(PrefshiftError):
@@ -169,13 +169,6 @@ def compute_metrics(
 def data_hashes(manifest: Mapping[str, Any]) -> dict[str, str]:
     """sha256 of every split file the metrics were computed from, as the manifest records them."""
     return {name: entry["sha256"] for name, entry in sorted(manifest.get("splits", {}).items())}
-
-
-def write_scores(path: Path, frame: pd.DataFrame, version: str) -> None:
-    table = pa.Table.from_pandas(frame.reset_index(drop=True), preserve_index=False)
-    table = table.replace_schema_metadata({**(table.schema.metadata or {}), VERSION_KEY: version.encode()})
-    with atomic_path(path) as tmp:
-        pq.write_table(table, tmp)
 
 
 def read_scores(path: Path, layout: Layout, split_ids: set[str], missing_hint: str) -> pd.DataFrame:
@@ -353,67 +346,54 @@ def run(params: Params, layout: Layout, method: str) -> dict[str, Any]:
             raise EvaluateError(f"{layout.split(split)}: split {split!r} has zero pairs; nothing to evaluate")
     ids = {split: {p.pair_id for p in pairs[split]} for split in splits}
     teacher = _read_all(layout, "teacher", ids, "prefshift label")
-    datasets = [params.data.source, *params.data.targets]
-    group_files = {ds: layout.split_groups(ds) for ds in datasets if layout.split_groups(ds).exists()}
-    student_dir = layout.student_dir(method)
-    if not student_dir.exists():
-        raise EvaluateError(f"{student_dir}: no trained student; run `prefshift train --method {method}`")
+    if not layout.student_dir(method).exists():
+        raise EvaluateError(
+            f"{layout.student_dir(method)}: no trained student; run `prefshift train --method {method}`"
+        )
+    student = _read_all(layout, method, ids, f"prefshift train --method {method}")
 
     from prefshift import tracking
 
     with (
         tracking.stage_run(params, layout, "evaluate", method) as logger,
         output_set(
-            layout.root,
-            f"prefshift evaluate --method {method}",
-            files=[layout.metrics(method)],
-            directories=[layout.scores_dir(method)],
+            layout.root, f"prefshift evaluate --method {method}", files=[layout.metrics(method)]
         ) as out,
     ):
-        document = _score_and_compare(params, layout, method, manifest, pairs, ids, teacher, group_files, out)
+        document = _compare(params, layout, method, manifest, pairs, student, teacher)
         write_json(out.path(layout.metrics(method)), document)
         logger.log_metrics(headline(document, params.data.targets))
         logger.log_artifact(out.path(layout.metrics(method)), "metrics")
     return document
 
 
-def _score_and_compare(
+def _group_scores(layout: Layout, model: str, datasets: Sequence[str]) -> dict[str, pd.DataFrame]:
+    return {
+        ds: pq.read_table(layout.group_scores(model, ds)).to_pandas()
+        for ds in datasets
+        if layout.group_scores(model, ds).exists()
+    }
+
+
+def _compare(
     params: Params,
     layout: Layout,
     method: str,
     manifest: Mapping[str, Any],
     pairs: Mapping[str, list[Pair]],
-    ids: Mapping[str, set[str]],
+    student: Mapping[str, pd.DataFrame],
     teacher: Mapping[str, pd.DataFrame],
-    group_files: Mapping[str, Path],
-    out: OutputSet,
 ) -> dict[str, Any]:
-    """Score every split and group set with the student, stage the scores in `out`, build the metrics."""
-    from prefshift.scoring import load_for_scoring, score_groups, score_pairs
-
-    version, splits = str(manifest["version"]), list(pairs)
-    model, tokenizer = load_for_scoring(layout.student_dir(method), params)
-    student, skipped = {}, {}
-    for split in splits:
-        skips = SkipCounter()
-        frame = score_pairs(model, tokenizer, pairs[split], params, skips=skips)
-        student[split] = check_scores(frame, f"{method} on {split}")
-        skipped[split] = skips.as_dict()["skipped"]
-        write_scores(out.path(layout.scores(method, split)), student[split], version)
-    gold_groups, group_scores = {}, {}
-    for ds, path in group_files.items():
-        gold_groups[ds] = read_groups(path)
-        group_scores[ds] = score_groups(model, tokenizer, gold_groups[ds], params)
-        write_scores(out.path(layout.group_scores(method, ds)), group_scores[ds], version)
-
+    """The metrics document of one student from its and the teacher's score files."""
+    splits = list(pairs)
+    datasets = [params.data.source, *params.data.targets]
+    group_files = {ds: layout.split_groups(ds) for ds in datasets if layout.split_groups(ds).exists()}
+    gold_groups = {ds: read_groups(path) for ds, path in group_files.items()}
+    group_scores = _group_scores(layout, method, group_files)
+    teacher_groups = _group_scores(layout, "teacher", group_files)
     # Students are compared with the ceiling in the report (metrics.with_ceiling): the pipeline
     # has a ceiling stage only when `methods` lists it, so no student's evaluation waits on one.
     ceiling = student if method == "ceiling" else None
-    teacher_groups = {
-        ds: pq.read_table(layout.group_scores("teacher", ds)).to_pandas()
-        for ds in group_files
-        if layout.group_scores("teacher", ds).exists()
-    }
     result = compute_metrics(
         student, teacher, ceiling, params, group_scores, gold_groups, teacher_groups, cue_sides(pairs)
     )
@@ -429,8 +409,9 @@ def _score_and_compare(
     )
     if official is not None:
         result["benchmarks"], result["teacher"]["benchmarks"] = official
-    result["pairs"] = {s: {**result["pairs"][s], "skipped_by_scoring": skipped[s]} for s in splits}
-    document = metrics_document(
+    skipped = read_skips(layout, method)
+    result["pairs"] = {s: {**result["pairs"][s], "skipped_by_scoring": skipped.get(s, 0)} for s in splits}
+    return metrics_document(
         result,
         method=method,
         manifest=manifest,
@@ -438,4 +419,3 @@ def _score_and_compare(
         sizes={s: len(pairs[s]) for s in splits},
         training_log=read_train_log(layout.train_log(method)),
     )
-    return document

@@ -1,0 +1,68 @@
+"""A student's margins on every held-out split, written by the stage that trains it.
+
+`prefshift label` does this for the teacher; `prefshift train` does it for each student,
+from the saved directory reloaded, so the scores are the artifact's and not the in-memory
+model's. Evaluation then compares score files and loads no model: importing torch and
+transformers and reloading the student was a third of each evaluate stage's time.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from prefshift.atomic import atomic_path, write_json
+from prefshift.config import Params
+from prefshift.data.schema import SkipCounter, read_groups, read_pairs
+from prefshift.data.splits import load_manifest
+from prefshift.output_set import OutputSet
+from prefshift.paths import Layout
+
+VERSION_KEY = b"split_version"
+SKIPS_FILE = "skips.json"
+
+
+def write_scores(path: Path, frame: pd.DataFrame, version: str) -> None:
+    """A score parquet stamped with the split version it was computed on."""
+    table = pa.Table.from_pandas(frame.reset_index(drop=True), preserve_index=False)
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), VERSION_KEY: version.encode()})
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
+
+
+def skips_path(layout: Layout, model: str) -> Path:
+    return layout.scores_dir(model) / SKIPS_FILE
+
+
+def read_skips(layout: Layout, model: str) -> dict[str, int]:
+    """split → pairs scoring skipped (their response did not survive truncation); {} if not recorded."""
+    path = skips_path(layout, model)
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
+
+def score_heldout(
+    model_dir: Path, params: Params, layout: Layout, name: str, out: OutputSet
+) -> dict[str, int]:
+    """Score id_test, every target and every best-of-n group set with the model in `model_dir`,
+    staging the files in `out` under data/scores/<name>/; returns the pairs skipped per split."""
+    from prefshift.scoring import load_for_scoring, score_groups, score_pairs
+
+    version = str(load_manifest(layout)["version"])
+    model, tokenizer = load_for_scoring(model_dir, params)
+    skipped: dict[str, int] = {}
+    for split in ["id_test", *params.data.targets]:
+        skips = SkipCounter()
+        frame = score_pairs(model, tokenizer, read_pairs(layout.split(split)), params, skips=skips)
+        write_scores(out.path(layout.scores(name, split)), frame, version)
+        skipped[split] = skips.as_dict()["skipped"]
+    for dataset in [params.data.source, *params.data.targets]:
+        path = layout.split_groups(dataset)
+        if path.exists():
+            frame = score_groups(model, tokenizer, read_groups(path), params)
+            write_scores(out.path(layout.group_scores(name, dataset)), frame, version)
+    write_json(out.path(skips_path(layout, name)), skipped)
+    return skipped
