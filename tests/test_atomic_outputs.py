@@ -179,7 +179,8 @@ def test_killed_train_leaves_the_previous_model_scores_and_log_together(project)
     # neither it nor the scores nor the training log may replace the previous ones
     assert _kill(layout, ["train", "-m", "naive"], _mid_write(layout.root / "data")) == -signal.SIGKILL
     _assert_only_hidden_temporaries(layout.root)
-    assert {p: p.read_bytes() for p in sorted(layout.student_dir("naive").rglob("*")) if p.is_file()} == before
+    after = {p: p.read_bytes() for p in sorted(layout.student_dir("naive").rglob("*")) if p.is_file()}
+    assert after == before
     manifest = verify(layout.root, manifest_of(layout.scores_dir("naive")), [layout.scores_dir("naive")], "x")
     assert manifest["files"]["reports/train/naive.json"] == file_sha256(layout.train_log("naive"))
     weights = layout.student_dir("naive") / "model.safetensors"

@@ -26,7 +26,7 @@ from prefshift.data.schema import SchemaError, SkipCounter, make_pair
 from prefshift.data.splits import SplitError, assert_disjoint, build_splits
 from prefshift.errors import PrefshiftError
 from prefshift.methods import build_objective
-from prefshift.methods.anchor import AnchorError, anchor_layers
+from prefshift.methods.layers import AnchorError, anchor_layers
 from prefshift.models.reward import ModelLoadError, load_reward_model
 from prefshift.paths import Layout
 from prefshift.stages import prepare

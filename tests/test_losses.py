@@ -9,9 +9,10 @@ import torch
 
 from prefshift.config import ConfigError, Params
 from prefshift.methods import build_objective, label_source
-from prefshift.methods.anchor import AnchorError, AnchorObjective, anchor_layers, anchor_mse, select_response
+from prefshift.methods.anchor import AnchorObjective, anchor_mse, select_response
 from prefshift.methods.base import BatchOut, soft_bt_loss
 from prefshift.methods.confidence import confidence_alpha, confidence_loss, hardened_predictions
+from prefshift.methods.layers import AnchorError, anchor_layers
 
 
 def test_bt_hard_target_is_minus_log_sigmoid():

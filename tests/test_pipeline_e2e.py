@@ -54,7 +54,7 @@ def test_repro_runs_every_stage_and_writes_the_report(pipeline):
 def test_anchor_students_read_the_one_shared_reference(pipeline):
     """`reference` stores the union of the anchor students' layers once; each student reads it
     (route "shared") and runs no forward pass of the reference model itself."""
-    from prefshift.methods.anchor import anchor_layers
+    from prefshift.methods.layers import anchor_layers
 
     root = pipeline["root"]
     params = yaml.safe_load((root / "params.yaml").read_text())

@@ -14,7 +14,8 @@ from prefshift.data.encode import collate
 from prefshift.methods import build_objective, reference_layers, reference_request
 from prefshift.methods.anchor import AnchorObjective, select_response
 from prefshift.methods.base import BatchOut
-from prefshift.reference_store import ReferenceMismatchError, ReferenceWriter, StoredReference, stored_bytes
+from prefshift.reference_manifest import ReferenceMismatchError
+from prefshift.reference_store import ReferenceWriter, StoredReference, stored_bytes
 from prefshift.train import train_reward_model
 from tiny_models import items, reward_model, tokenizer
 

@@ -109,7 +109,7 @@ class Layout:
         return self.seam_dir / "counts.json"
 
     def scores_dir(self, model: str) -> Path:
-        """Per-model reward margins on the held-out splits: `teacher` (written by label) or a method (by train)."""
+        """Reward margins on the held-out splits: `teacher` (written by label) or a method (by train)."""
         return self.root / "data" / "scores" / model
 
     def scores(self, model: str, split: str) -> Path:

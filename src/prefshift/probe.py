@@ -19,14 +19,16 @@ responses as they are, so real datasets get it too.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from scipy import stats
 
-from prefshift.data.encode import EncodedPair
 from prefshift.data.synthetic import CUES
 from prefshift.errors import PrefshiftError
+
+if TYPE_CHECKING:
+    from prefshift.data.encode import EncodedPair
 
 PROBES = (*CUES, "longer")
 

@@ -31,20 +31,12 @@ from typing import Any
 import torch
 
 from prefshift.data.encode import SIDES, EncodedPair
-from prefshift.errors import PrefshiftError
+from prefshift.reference_manifest import FORMAT, MANIFEST, ReferenceMismatchError, mean_squares, read_manifest
 
-MANIFEST = "manifest.json"
 INDEX = "index.json"
-FORMAT = 2  # 1: index.parquet
 INDEX_COLUMNS = ("pair_id", "side", "shard", "offset", "n_tokens")
-FINGERPRINT = "reference.json"
-"""Written into an anchor method's targets: what of the reference it reads."""
 SHARD_BYTES = 256 * 2**20
 Key = tuple[str, str]
-
-
-class ReferenceMismatchError(PrefshiftError):
-    """A stored reference that does not belong to this student's data, encoding or layers."""
 
 
 def half(states: torch.Tensor) -> torch.Tensor:
@@ -132,39 +124,6 @@ class ReferenceWriter:
         }
         (self.directory / MANIFEST).write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
         return document
-
-
-def read_manifest(directory: Path) -> dict[str, Any]:
-    path = Path(directory) / MANIFEST
-    if not path.exists():
-        raise ReferenceMismatchError(
-            f"{path}: no reference manifest; run `prefshift reference` (or dvc repro)"
-        )
-    manifest = json.loads(path.read_text())
-    if manifest.get("format") != FORMAT:
-        raise ReferenceMismatchError(
-            f"{path}: reference format {manifest.get('format')}, this prefshift reads {FORMAT}; "
-            "rerun `prefshift reference` (or dvc repro)"
-        )
-    return manifest
-
-
-def mean_squares(manifest: dict[str, Any]) -> dict[int, float]:
-    return {int(k): float(v) for k, v in manifest["mean_square"].items()}
-
-
-def fingerprint(manifest: dict[str, Any], layers: Sequence[int]) -> dict[str, Any]:
-    """What a student anchored at `layers` reads of a reference: those layers' constants and
-    the data they came from. Equal fingerprints mean the same states for that student."""
-    squares = mean_squares(manifest)
-    return {
-        "layers": list(layers),
-        "mean_square": {str(k): squares[k] for k in layers},
-        "stored": manifest["stored"],
-        "tokens": manifest["tokens"],
-        "split_version": manifest["split_version"],
-        "encode": manifest["encode"],
-    }
 
 
 class StoredReference:

@@ -39,15 +39,15 @@ from prefshift.models.reward import (
 )
 from prefshift.output_set import output_set
 from prefshift.paths import Layout
-from prefshift.reference_store import (
+from prefshift.reference_manifest import (
     FINGERPRINT,
     MANIFEST,
     ReferenceMismatchError,
-    StoredReference,
     fingerprint,
     mean_squares,
     read_manifest,
 )
+from prefshift.reference_store import StoredReference
 
 STATE_FILE = "trainer_state.json"
 

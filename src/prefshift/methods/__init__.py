@@ -6,10 +6,13 @@ targets the method trains on (gold, the teacher's q, or SEAM's labels).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from prefshift.config import METHODS, Params, check_method
-from prefshift.methods.anchor import AnchorObjective, anchor_layers
-from prefshift.methods.base import BatchOut, Objective
-from prefshift.methods.confidence import ConfidenceObjective
+from prefshift.methods.layers import anchor_layers
+
+if TYPE_CHECKING:
+    from prefshift.methods.base import Objective
 
 LABEL_SOURCES = {
     "teacher": "gold",
@@ -71,7 +74,14 @@ def label_source(method: str) -> str:
 
 
 def build_objective(method: str, params: Params, num_layers: int) -> Objective:
-    """The objective for `method`; anchor settings are validated here, before any training."""
+    """The objective for `method`; anchor settings are validated here, before any training.
+
+    The objectives are imported here, not at module level, because they need torch and the
+    light stages (plan, targets) read only this module's tables."""
+    from prefshift.methods.anchor import AnchorObjective
+    from prefshift.methods.base import Objective
+    from prefshift.methods.confidence import ConfidenceObjective
+
     if method != "teacher":
         check_method(method)
     if method == "confidence":
@@ -86,8 +96,6 @@ def build_objective(method: str, params: Params, num_layers: int) -> Objective:
 
 
 __all__ = [
-    "BatchOut",
-    "Objective",
     "build_objective",
     "label_source",
     "reference_layers",

@@ -10,35 +10,13 @@ weighs a drift as large as the representation itself like one nat of w2s loss.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
-from prefshift.errors import PrefshiftError
 from prefshift.methods.base import BatchOut, Objective, soft_bt_loss
-
-
-class AnchorError(PrefshiftError, ValueError):
-    """Anchor settings that cannot work with this model; raised before training starts."""
-
-
-def anchor_layers(kind: str, num_layers: int, mid_fractions: Sequence[float]) -> tuple[int, ...]:
-    """hidden_states indices: `last` = L (final layer output); `mid` = round(f · L), halves up."""
-    if kind == "last":
-        layers = (num_layers,)
-    elif kind == "mid":
-        layers = tuple(sorted({math.floor(f * num_layers + 0.5) for f in mid_fractions}))
-    else:
-        raise AnchorError(f"unknown anchor kind {kind!r} (last|mid)")
-    for layer in layers:
-        if not 1 <= layer <= num_layers:
-            raise AnchorError(
-                f"anchor layer {layer} is out of range for a model with {num_layers} layers "
-                f"(anchor.mid_fractions={list(mid_fractions)})"
-            )
-    return layers
+from prefshift.methods.layers import AnchorError
 
 
 def select_response(

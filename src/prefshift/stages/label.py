@@ -25,7 +25,6 @@ from prefshift.errors import PrefshiftError
 from prefshift.metrics import accuracy
 from prefshift.output_set import output_set
 from prefshift.paths import Layout
-from prefshift.scoring import load_for_scoring, score_groups, score_pairs
 
 console = Console(stderr=True)
 VERSION_KEY = b"split_version"
@@ -58,6 +57,9 @@ def read_labels(path: Path, layout: Layout) -> dict[str, float]:
 
 
 def run(params: Params, layout: Layout) -> dict:
+    # Imported here: the targets stage reads labels through this module and needs no torch.
+    from prefshift.scoring import load_for_scoring, score_groups, score_pairs
+
     version = str(load_manifest(layout)["version"])
     model, tokenizer = load_for_scoring(layout.teacher_dir, params)
     meta = {VERSION_KEY: version.encode()}

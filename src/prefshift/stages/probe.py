@@ -22,7 +22,7 @@ from prefshift.data.encode import EncodedSeq, Encoder, pad_sequences, sorted_bat
 from prefshift.data.schema import Pair, SkipCounter, read_pairs
 from prefshift.data.splits import load_manifest
 from prefshift.data.synthetic import CUE_META, CUES, cue_minimal_pair
-from prefshift.methods.anchor import anchor_layers
+from prefshift.methods.layers import anchor_layers
 from prefshift.models.reward import RewardModel, load_reward_model, reading_states
 from prefshift.paths import Layout
 from prefshift.probe import PROBES, ProbeError, fit_probe, length_labels

@@ -20,10 +20,10 @@ from prefshift.config import ConfigError, LMSpec, Params, cannot_generate, check
 from prefshift.data.schema import read_pairs
 from prefshift.data.splits import load_manifest
 from prefshift.methods import ANCHOR_KINDS, label_source
-from prefshift.methods.anchor import anchor_layers
+from prefshift.methods.layers import anchor_layers
 from prefshift.output_set import manifest_of, verify
 from prefshift.paths import Layout
-from prefshift.reference_store import FINGERPRINT, fingerprint, read_manifest
+from prefshift.reference_manifest import FINGERPRINT, fingerprint, read_manifest
 from prefshift.stages.label import VERSION_KEY, read_labels, write_frame
 
 
