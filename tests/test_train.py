@@ -155,7 +155,11 @@ def test_stages_teacher_label_train_end_to_end(tmp_path):
     frame = labels.to_pandas()
     assert frame["q"].tolist() == pytest.approx([1 / (1 + math.exp(-d)) for d in frame["teacher_delta"]])
     scores = pd.read_parquet(layout.scores("teacher", "toy_ood"))
-    assert list(scores.columns) == ["pair_id", "delta", "gold", "len_chosen", "len_rejected"]
+    assert list(scores.columns) == [
+        *("pair_id", "delta", "gold", "len_chosen", "len_rejected", "reward_chosen", "reward_rejected")
+    ]
+    margins = scores["reward_chosen"] - scores["reward_rejected"]
+    assert margins.tolist() == pytest.approx(scores["delta"].tolist())
     assert scores["pair_id"].tolist() == [p.pair_id for p in pairs(16)[4:8]]  # input order, not length order
     groups = pd.read_parquet(layout.group_scores("teacher", "toy"))
     assert groups["group_id"].tolist() == ["g1"] and len(groups["rewards"][0]) == 3

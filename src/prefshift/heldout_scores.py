@@ -44,20 +44,23 @@ def read_skips(layout: Layout, model: str) -> dict[str, int]:
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
 
 
-def score_heldout(
-    model_dir: Path, params: Params, layout: Layout, name: str, out: OutputSet
-) -> dict[str, int]:
+def score_heldout(model_dir: Path, params: Params, layout: Layout, name: str, out: OutputSet) -> dict:
     """Score id_test, every target and every best-of-n group set with the model in `model_dir`,
-    staging the files in `out` under data/scores/<name>/; returns the pairs skipped per split."""
-    from prefshift.scoring import load_for_scoring, score_groups, score_pairs
+    staging the files in `out` under data/scores/<name>/.
+
+    Returns the pairs skipped per split and the mean/std of the rewards on id_test (the model's
+    normalisation constants), so the trainer needs no second pass over id_test for them.
+    """
+    from prefshift.scoring import load_for_scoring, rewards_mean_std, score_groups, score_pairs
 
     version = str(load_manifest(layout)["version"])
     model, tokenizer = load_for_scoring(model_dir, params)
     skipped: dict[str, int] = {}
+    frames = {}
     for split in ["id_test", *params.data.targets]:
         skips = SkipCounter()
-        frame = score_pairs(model, tokenizer, read_pairs(layout.split(split)), params, skips=skips)
-        write_scores(out.path(layout.scores(name, split)), frame, version)
+        frames[split] = score_pairs(model, tokenizer, read_pairs(layout.split(split)), params, skips=skips)
+        write_scores(out.path(layout.scores(name, split)), frames[split], version)
         skipped[split] = skips.as_dict()["skipped"]
     for dataset in [params.data.source, *params.data.targets]:
         path = layout.split_groups(dataset)
@@ -65,4 +68,4 @@ def score_heldout(
             frame = score_groups(model, tokenizer, read_groups(path), params)
             write_scores(out.path(layout.group_scores(name, dataset)), frame, version)
     write_json(out.path(skips_path(layout, name)), skipped)
-    return skipped
+    return {"skipped": skipped, "reward_stats": rewards_mean_std(frames["id_test"])}

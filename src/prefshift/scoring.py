@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -17,7 +18,7 @@ from prefshift.data.encode import Encoder, collate, pad_sequences, sorted_batche
 from prefshift.data.schema import Group, Pair, RowError, SkipCounter
 from prefshift.models.reward import RewardModel, load_reward_model
 
-PAIR_COLUMNS = ["pair_id", "delta", "gold", "len_chosen", "len_rejected"]
+PAIR_COLUMNS = ["pair_id", "delta", "gold", "len_chosen", "len_rejected", "reward_chosen", "reward_rejected"]
 
 
 def load_for_scoring(model_dir: str | Path, params: Params):
@@ -40,7 +41,8 @@ def _rewards(model: RewardModel, batch: dict) -> torch.Tensor:
 def score_pairs(
     model: RewardModel, tokenizer, pairs: Sequence[Pair], params: Params, skips: SkipCounter | None = None
 ) -> pd.DataFrame:
-    """Δ = r(chosen) - r(rejected) per pair; len_* are response token counts before truncation.
+    """Δ = r(chosen) - r(rejected) per pair, with both rewards; len_* are response token counts
+    before truncation.
 
     Pairs whose response does not survive truncation are left out and counted in `skips`.
     """
@@ -51,10 +53,12 @@ def score_pairs(
         for idx in sorted_batches([it.length for it in items], params.evaluate.batch_size):
             chunk = [items[i] for i in idx]
             rewards = _rewards(model, collate(chunk, tokenizer.pad_token_id))
-            deltas = rewards[: len(chunk)] - rewards[len(chunk) :]
-            for item, delta in zip(chunk, deltas.tolist(), strict=True):
+            chosen, rejected = rewards[: len(chunk)], rewards[len(chunk) :]
+            for item, delta, r_chosen, r_rejected in zip(
+                chunk, (chosen - rejected).tolist(), chosen.tolist(), rejected.tolist(), strict=True
+            ):
                 lengths = (item.chosen.response_tokens, item.rejected.response_tokens)
-                rows.append((item.index, item.pair_id, delta, item.target, *lengths))
+                rows.append((item.index, item.pair_id, delta, item.target, *lengths, r_chosen, r_rejected))
     rows.sort()
     frame = pd.DataFrame([row[1:] for row in rows], columns=PAIR_COLUMNS)
     frame.attrs["skips"] = skips.as_dict()
@@ -62,20 +66,19 @@ def score_pairs(
 
 
 def reward_stats(model: RewardModel, tokenizer, pairs: Sequence[Pair], params: Params) -> dict[str, float]:
-    """{"mean", "std"} of the rewards of both responses of every pair: OpenRLHF's `mean`/`std` config keys.
+    """`rewards_mean_std` of the model's scores of `pairs`."""
+    return rewards_mean_std(score_pairs(model, tokenizer, pairs, params))
 
-    std is the sample standard deviation, floored at 1e-8 so normalising never divides by zero.
-    """
-    items = Encoder(tokenizer, params.encode).encode_pairs(pairs)
-    if not items:
+
+def rewards_mean_std(frame: pd.DataFrame) -> dict[str, float]:
+    """{"mean", "std"} of the rewards of both responses of every scored pair: OpenRLHF's `mean`/`std`
+    config keys. std is the sample standard deviation, floored at 1e-8 so normalising never divides
+    by zero."""
+    if frame.empty:
         raise RowError("no_pairs", "no pair survives encoding, so the reward mean/std are undefined")
-    rewards = []
-    with torch.inference_mode():
-        for idx in sorted_batches([it.length for it in items], params.evaluate.batch_size):
-            rewards.append(_rewards(model, collate([items[i] for i in idx], tokenizer.pad_token_id)))
-    values = torch.cat(rewards).double()
-    std = values.std().item() if len(values) > 1 else 0.0
-    return {"mean": values.mean().item(), "std": max(std, 1e-8)}
+    values = np.concatenate([frame["reward_chosen"], frame["reward_rejected"]]).astype(np.float64)
+    std = float(values.std(ddof=1)) if len(values) > 1 else 0.0
+    return {"mean": float(values.mean()), "std": max(std, 1e-8)}
 
 
 def score_groups(model: RewardModel, tokenizer, groups: Sequence[Group], params: Params) -> pd.DataFrame:

@@ -525,8 +525,18 @@ def _save(
     ) as out:
         save_reward_model(model, tokenizer, out.path(out_dir))
         if student:
-            log["heldout_skipped"] = score_heldout(out.path(out_dir), params, layout, name, out)
+            heldout = score_heldout(out.path(out_dir), params, layout, name, out)
+            log["heldout_skipped"], log["reward_stats"] = heldout["skipped"], heldout["reward_stats"]
+            _record_reward_stats(out.path(out_dir), heldout["reward_stats"])
         write_json(out.path(layout.train_log(name)), log)
+
+
+def _record_reward_stats(model_dir: Path, stats: dict[str, float]) -> None:
+    """Write mean/std into a saved model's config.json in transformers' own layout (indent 2,
+    sorted keys). They do not change its rewards, so the scores it was just given stand."""
+    path = model_dir / "config.json"
+    config = {**json.loads(path.read_text(encoding="utf-8")), **stats}
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def _mean_layers(row: dict) -> float:
@@ -618,7 +628,8 @@ def fit(
         state.wait_for_everyone()
         if run is None:
             return log
-        log["reward_stats"] = _write_reward_stats(model, tokenizer, params, layout)
+        if method == "teacher":  # a student's come from scoring its saved directory (_save)
+            log["reward_stats"] = _write_reward_stats(model, tokenizer, params, layout)
         _save(model, tokenizer, log, params, layout, name=name, method=method, out_dir=out_dir)
         shutil.rmtree(ckpt, ignore_errors=True)
         run.log_history(log["steps"], prefix="train/")
