@@ -144,10 +144,12 @@ def _pairs():
 
 
 def _project(root) -> Layout:
-    """student_train, id_test, a manifest, a tiny strong LM and a tiny teacher with margins that matter."""
+    """student_train, the held-out splits, a manifest, a tiny strong LM and a tiny, decisive teacher."""
     layout = Layout(root)
     write_pairs(layout.split("student_train"), _pairs())
-    write_pairs(layout.split("id_test"), _pairs()[:2])  # train writes its reward mean/std from it
+    write_pairs(layout.split("id_test"), _pairs()[:2])  # train scores the held-out splits
+    for target in Params().data.targets:
+        write_pairs(layout.split(target), _pairs()[2:4])
     write_json(layout.split_manifest, {"version": "v1"})
     install_backbones(layout, base_dir(root), base_dir(root))
     teacher = reward_model(seed=3)

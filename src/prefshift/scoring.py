@@ -87,17 +87,12 @@ def score_groups(model: RewardModel, tokenizer, groups: Sequence[Group], params:
     records = []
     skips = SkipCounter()
     for group in groups:
-        seqs = []
-        for response in group.responses:
-            seq = encoder.encode_one(group.prompt, response)
-            if sum(seq.response_mask) < params.encode.min_response_tokens:
-                skips.skip(
-                    RowError("response_truncated", f"group {group.group_id}: a response is truncated away")
-                )
-                seqs = []
-                break
-            seqs.append(seq)
-        if seqs:
+        seqs = encoder.encode_many([(group.prompt, response) for response in group.responses])
+        if any(sum(seq.response_mask) < params.encode.min_response_tokens for seq in seqs):
+            skips.skip(
+                RowError("response_truncated", f"group {group.group_id}: a response is truncated away")
+            )
+        elif seqs:
             records.append((group.group_id, seqs))
     flat = [(g, j, seq) for g, (_, seqs) in enumerate(records) for j, seq in enumerate(seqs)]
     rewards: dict[tuple[int, int], float] = {}

@@ -31,6 +31,8 @@ from prefshift.data.schema import Pair, RowError, SkipCounter
 from prefshift.errors import PrefshiftError
 
 SIDES = ("chosen", "rejected")
+ENCODE_CHUNK = 512
+"""Pairs per tokenizer call in `encode_pairs`: one call per chunk, not per text."""
 
 
 class RenderError(PrefshiftError):
@@ -99,29 +101,48 @@ _SLOT = "\u2063prefshift-response\u2063"
 """Stands in for the response to find where the template puts it (no template alters it)."""
 
 
-def render(tokenizer, prompt: Sequence[dict[str, str]], response: str) -> tuple[str, tuple[int, int]]:
+def _conversation(prompt: Sequence[dict[str, str]], content: str) -> list[dict[str, str]]:
+    return [
+        *({"role": m["role"], "content": m["content"]} for m in prompt),
+        {"role": "assistant", "content": content},
+    ]
+
+
+def _apply(tokenizer, conversations: list[list[dict[str, str]]]) -> list[str]:
+    """Texts of several conversations under `chat_template`, in one call (cheaper than one each)."""
+    return list(
+        tokenizer.apply_chat_template(conversations, chat_template=chat_template(tokenizer), tokenize=False)
+    )
+
+
+def slotted(tokenizer, prompt: Sequence[dict[str, str]]) -> str:
+    """The prompt rendered with `_SLOT` as the assistant's content: where any response of it goes."""
+    return _apply(tokenizer, [_conversation(prompt, _SLOT)])[0]
+
+
+def render(
+    tokenizer, prompt: Sequence[dict[str, str]], response: str, frame: str | None = None
+) -> tuple[str, tuple[int, int]]:
     """(text, (start, end) character span of the response in it) under `chat_template`.
 
-    The span is where the template puts the assistant's content, found by rendering once
-    with a stand-in, so a response that also occurs in the frame (say "end" in
-    "<|im_end|>") is still located exactly; a template that trims content is allowed.
+    The span is where the template puts the assistant's content, found in `frame` (the prompt's
+    `slotted` rendering; computed here when not given), so a response that also occurs in the
+    frame (say "end" in "<|im_end|>") is still located exactly; a template that trims content is
+    allowed.
     """
-    template = chat_template(tokenizer)
-    turns = [{"role": m["role"], "content": m["content"]} for m in prompt]
+    text = _apply(tokenizer, [_conversation(prompt, response)])[0]
+    return text, _locate(text, response, slotted(tokenizer, prompt) if frame is None else frame)
 
-    def apply(content: str) -> str:
-        messages = [*turns, {"role": "assistant", "content": content}]
-        return tokenizer.apply_chat_template(messages, chat_template=template, tokenize=False)
 
-    text, slotted = apply(response), apply(_SLOT)
-    at = slotted.find(_SLOT)
+def _locate(text: str, response: str, frame: str) -> tuple[int, int]:
+    at = frame.find(_SLOT)
     if at >= 0:
-        head, tail = slotted[:at], slotted[at + len(_SLOT) :]
+        head, tail = frame[:at], frame[at + len(_SLOT) :]
         if text == head + response + tail:
-            return text, (at, at + len(response))
+            return at, at + len(response)
         start = text.find(response.strip(), at)
         if start >= 0 and response.strip():
-            return text, (start, start + len(response.strip()))
+            return start, start + len(response.strip())
     raise RenderError(
         "the tokenizer's chat template does not write the assistant's content into the text, so the "
         "response tokens cannot be found; use a template that renders message['content']"
@@ -140,11 +161,39 @@ class Encoder:
         self.tokenizer = tokenizer
         self.cfg = cfg
         self.special = set(tokenizer.all_special_ids)
+        self._last_frame: tuple[tuple, str] | None = None
 
     def encode_one(self, prompt: Sequence[dict[str, str]], response: str) -> EncodedSeq:
-        text, (start, end) = render(self.tokenizer, prompt, response)
-        enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        ids, offsets = enc["input_ids"], enc["offset_mapping"]
+        return self.encode_many([(prompt, response)])[0]
+
+    def encode_many(self, requests: Sequence[tuple[Sequence[dict[str, str]], str]]) -> list[EncodedSeq]:
+        """(prompt, response) → EncodedSeq, in order, with one tokenizer call for all of them.
+
+        A prompt's frame is rendered once for consecutive requests that share it (both sides of
+        a pair, every response of a group): rendering was most of the encoding time.
+        """
+        if not requests:
+            return []
+        texts = _apply(self.tokenizer, [_conversation(prompt, response) for prompt, response in requests])
+        spans = [
+            _locate(text, response, self._frame(prompt))
+            for text, (prompt, response) in zip(texts, requests, strict=True)
+        ]
+        enc = self.tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
+        return [
+            self._cut(ids, offsets, span)
+            for ids, offsets, span in zip(enc["input_ids"], enc["offset_mapping"], spans, strict=True)
+        ]
+
+    def _frame(self, prompt: Sequence[dict[str, str]]) -> str:
+        key = tuple((m["role"], m["content"]) for m in prompt)
+        if self._last_frame is None or self._last_frame[0] != key:
+            self._last_frame = (key, slotted(self.tokenizer, prompt))
+        return self._last_frame[1]
+
+    def _cut(self, ids: list[int], offsets: list[tuple[int, int]], span: tuple[int, int]) -> EncodedSeq:
+        """The response mask from the character span, then truncation to `max_length`."""
+        start, end = span
         inside = [i for i, (s, e) in enumerate(offsets) if s < end and e > start]
         first = inside[0] if inside else sum(1 for _, e in offsets if e <= start)
         last = inside[-1] + 1 if inside else first
@@ -167,7 +216,11 @@ class Encoder:
         return EncodedSeq(kept, mask, full_response)
 
     def encode_pair(self, index: int, pair: Pair, target: float) -> EncodedPair:
-        seqs = [self.encode_one(pair.prompt, getattr(pair, side)) for side in SIDES]
+        return self._paired(
+            index, pair, target, self.encode_many([(pair.prompt, getattr(pair, side)) for side in SIDES])
+        )
+
+    def _paired(self, index: int, pair: Pair, target: float, seqs: Sequence[EncodedSeq]) -> EncodedPair:
         for side, seq in zip(SIDES, seqs, strict=True):
             kept = sum(seq.response_mask)
             if kept < self.cfg.min_response_tokens:
@@ -185,12 +238,18 @@ class Encoder:
         """Encode every pair; `targets` default to gold. Skipped pairs are counted in `skips`."""
         skips = skips if skips is not None else SkipCounter()
         targets = targets if targets is not None else [p.gold for p in pairs]
+        if len(targets) != len(pairs):
+            raise ValueError(f"{len(targets)} targets for {len(pairs)} pairs")
         out = []
-        for i, (pair, target) in enumerate(zip(pairs, targets, strict=True)):
-            try:
-                out.append(self.encode_pair(i, pair, target))
-            except RowError as err:
-                skips.skip(err)
+        for start in range(0, len(pairs), ENCODE_CHUNK):
+            chunk = pairs[start : start + ENCODE_CHUNK]
+            seqs = self.encode_many([(p.prompt, getattr(p, side)) for p in chunk for side in SIDES])
+            for offset, pair in enumerate(chunk):
+                i = start + offset
+                try:
+                    out.append(self._paired(i, pair, targets[i], seqs[2 * offset : 2 * offset + 2]))
+                except RowError as err:
+                    skips.skip(err)
         skips.kept += len(out)
         return out
 

@@ -70,7 +70,7 @@ def _probe_sets(
         for pair in cued:
             for response in (pair.chosen, pair.rejected):
                 on, off = cue_minimal_pair(response, cue, marker_form)
-                seqs += [encoder.encode_one(pair.prompt, on), encoder.encode_one(pair.prompt, off)]
+                seqs += encoder.encode_many([(pair.prompt, on), (pair.prompt, off)])
                 labels += [1.0, 0.0]
         sets[cue] = (seqs, np.asarray(labels))
     return sets
