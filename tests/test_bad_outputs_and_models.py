@@ -95,7 +95,7 @@ def test_teacher_and_train_refuse_a_weak_and_strong_from_different_backbone_runs
     assert f"{layout.base_model('strong') / 'config.json'} differs from the file it recorded" in message
 
 
-def test_evaluate_refuses_teacher_scores_that_one_label_run_did_not_write(tmp_path):
+def test_evaluate_refuses_teacher_scores_that_one_teacher_run_did_not_write(tmp_path):
     from prefshift.heldout_scores import write_scores
     from prefshift.stages import evaluate
     from test_report import TARGETS, _params, _splits
@@ -105,7 +105,7 @@ def test_evaluate_refuses_teacher_scores_that_one_label_run_did_not_write(tmp_pa
     frame = pd.DataFrame(
         {"pair_id": ["p1"], "delta": [1.0], "gold": [1.0], "len_chosen": [3], "len_rejected": [4]}
     )
-    with output_set(tmp_path, "prefshift label", directories=[layout.scores_dir("teacher")]) as out:
+    with output_set(tmp_path, "prefshift teacher", directories=[layout.scores_dir("teacher")]) as out:
         for split in ("id_test", *TARGETS):
             write_scores(out.path(layout.scores("teacher", split)), frame, "v1")
     write_scores(

@@ -221,10 +221,10 @@ def _splits(layout: Layout, sizes: dict[str, int], version: str = "v1") -> None:
     layout.split_manifest.write_text(json.dumps({"version": version, "splits": {}}))
 
 
-def test_evaluate_without_teacher_scores_says_run_label(tmp_path: Path):
+def test_evaluate_without_teacher_scores_says_run_teacher(tmp_path: Path):
     layout = Layout(tmp_path)
     _splits(layout, {"id_test": 3, **{t: 3 for t in TARGETS}})
-    with pytest.raises(evaluate.EvaluateError, match="run `prefshift label`"):
+    with pytest.raises(evaluate.EvaluateError, match="run `prefshift teacher`"):
         evaluate.run(_params(), layout, "naive")
 
 
@@ -247,7 +247,7 @@ def test_evaluate_refuses_scores_of_another_split_version(tmp_path: Path):
             "len_rejected": [4, 3],
         }
     )
-    with output_set(layout.root, "prefshift label", directories=[layout.scores_dir("teacher")]) as out:
+    with output_set(layout.root, "prefshift teacher", directories=[layout.scores_dir("teacher")]) as out:
         write_scores(out.path(layout.scores("teacher", "id_test")), frame, "old")
     with pytest.raises(PrefshiftError, match="split version old"):
         evaluate.run(_params(), layout, "naive")

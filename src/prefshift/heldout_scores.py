@@ -1,14 +1,16 @@
-"""A student's margins on every held-out split, written by the stage that trains it.
+"""A trained reward model's margins on every held-out split, written by the stage that trains it.
 
-`prefshift label` does this for the teacher; `prefshift train` does it for each student,
-from the saved directory reloaded, so the scores are the artifact's and not the in-memory
-model's. Evaluation then compares score files and loads no model: importing torch and
-transformers and reloading the student was a third of each evaluate stage's time.
+`prefshift teacher` and `prefshift train` score their model from the saved directory reloaded,
+so the scores are the artifact's and not the in-memory model's (the teacher also scores
+student_train: its soft labels). Label and evaluate then work on score files and load no
+model: importing torch and transformers and reloading the model was a third of each evaluate
+stage's time and most of label's.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -44,9 +46,11 @@ def read_skips(layout: Layout, model: str) -> dict[str, int]:
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
 
 
-def score_heldout(model_dir: Path, params: Params, layout: Layout, name: str, out: OutputSet) -> dict:
-    """Score id_test, every target and every best-of-n group set with the model in `model_dir`,
-    staging the files in `out` under data/scores/<name>/.
+def score_heldout(
+    model_dir: Path, params: Params, layout: Layout, name: str, out: OutputSet, also: Sequence[str] = ()
+) -> dict:
+    """Score id_test, every target, the splits in `also` and every best-of-n group set with the
+    model in `model_dir`, staging the files in `out` under data/scores/<name>/.
 
     Returns the pairs skipped per split and the mean/std of the rewards on id_test (the model's
     normalisation constants), so the trainer needs no second pass over id_test for them.
@@ -57,7 +61,7 @@ def score_heldout(model_dir: Path, params: Params, layout: Layout, name: str, ou
     model, tokenizer = load_for_scoring(model_dir, params)
     skipped: dict[str, int] = {}
     frames = {}
-    for split in ["id_test", *params.data.targets]:
+    for split in ["id_test", *params.data.targets, *also]:
         skips = SkipCounter()
         frames[split] = score_pairs(model, tokenizer, read_pairs(layout.split(split)), params, skips=skips)
         write_scores(out.path(layout.scores(name, split)), frames[split], version)

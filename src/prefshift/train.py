@@ -492,42 +492,30 @@ class _NullProgress(nullcontext):
         return None
 
 
-def _write_reward_stats(model, tokenizer, params: Params, layout: Layout) -> dict[str, float]:
-    """Put mean/std of the model's rewards on id_test into its config (saved into config.json).
-
-    OpenRLHF's `--reward.normalize_enable` and `prefshift score --normalize` read them.
-    """
-    from prefshift.data.schema import read_pairs
-    from prefshift.scoring import reward_stats
-
-    model.eval()
-    stats = reward_stats(model, tokenizer, read_pairs(layout.split("id_test")), params)
-    for key, value in stats.items():
-        setattr(model.config, key, value)
-    return stats
-
-
 def _save(
     model, tokenizer, log: dict, params: Params, layout: Layout, *, name: str, method: str, out_dir: Path
 ):
-    """Model, training log and (for a student) its held-out scores, replaced together or not at all.
-
-    The label stage scores the teacher. A kill while scoring leaves the previous set whole and
-    the checkpoint in place, so the rerun resumes instead of starting over.
+    """Model, training log and its scores (held-out splits; the teacher's also student_train, its
+    labels), replaced together or not at all. The reward mean/std of id_test go into the saved
+    config. A kill while scoring leaves the previous set whole and the checkpoint in place, so the
+    rerun resumes instead of starting over.
     """
     from prefshift.heldout_scores import score_heldout
 
-    student = method != "teacher"
-    command = f"prefshift train --method {method}" if student else "prefshift teacher"
-    scores = [layout.scores_dir(name)] if student else []
+    teacher = method == "teacher"
+    command = "prefshift teacher" if teacher else f"prefshift train --method {method}"
     with output_set(
-        layout.root, command, files=[layout.train_log(name)], directories=scores, bare=[out_dir]
+        layout.root,
+        command,
+        files=[layout.train_log(name)],
+        directories=[layout.scores_dir(name)],
+        bare=[out_dir],
     ) as out:
         save_reward_model(model, tokenizer, out.path(out_dir))
-        if student:
-            heldout = score_heldout(out.path(out_dir), params, layout, name, out)
-            log["heldout_skipped"], log["reward_stats"] = heldout["skipped"], heldout["reward_stats"]
-            _record_reward_stats(out.path(out_dir), heldout["reward_stats"])
+        also = ("student_train",) if teacher else ()
+        heldout = score_heldout(out.path(out_dir), params, layout, name, out, also)
+        log["heldout_skipped"], log["reward_stats"] = heldout["skipped"], heldout["reward_stats"]
+        _record_reward_stats(out.path(out_dir), heldout["reward_stats"])
         write_json(out.path(layout.train_log(name)), log)
 
 
@@ -628,8 +616,6 @@ def fit(
         state.wait_for_everyone()
         if run is None:
             return log
-        if method == "teacher":  # a student's come from scoring its saved directory (_save)
-            log["reward_stats"] = _write_reward_stats(model, tokenizer, params, layout)
         _save(model, tokenizer, log, params, layout, name=name, method=method, out_dir=out_dir)
         shutil.rmtree(ckpt, ignore_errors=True)
         run.log_history(log["steps"], prefix="train/")

@@ -1,7 +1,7 @@
 """`prefshift evaluate --method M`: compare a student's held-out scores with the teacher's and the ceiling's.
 
 No model is loaded here: `prefshift train` writes each student's reward margins per split
-(`prefshift.heldout_scores`), as `prefshift label` writes the teacher's, and everything is
+(`prefshift.heldout_scores`), as `prefshift teacher` writes the teacher's, and everything is
 computed by `compute_metrics` from plain score frames, so the metrics are testable and
 re-computable from files alone. Scores carry the split version in their parquet metadata,
 and every comparison is made on identical pair sets, so numbers from different splits are
@@ -66,7 +66,7 @@ def _aligned(split: str, frames: Mapping[str, pd.DataFrame]) -> tuple[metrics.Sp
     if not common:
         raise EvaluateError(
             f"split {split!r}: the {', '.join(frames)} scores share no pair; they come from different "
-            f"split versions — re-run `prefshift label` and `prefshift evaluate`"
+            f"split versions — re-run `dvc repro` (or `prefshift teacher` and `prefshift train`)"
         )
     order = [pid for pid in frames["student"]["pair_id"] if pid in common]
     credits = {
@@ -345,7 +345,7 @@ def run(params: Params, layout: Layout, method: str) -> dict[str, Any]:
         if not pairs[split]:
             raise EvaluateError(f"{layout.split(split)}: split {split!r} has zero pairs; nothing to evaluate")
     ids = {split: {p.pair_id for p in pairs[split]} for split in splits}
-    teacher = _read_all(layout, "teacher", ids, "prefshift label")
+    teacher = _read_all(layout, "teacher", ids, "prefshift teacher")
     if not layout.student_dir(method).exists():
         raise EvaluateError(
             f"{layout.student_dir(method)}: no trained student; run `prefshift train --method {method}`"

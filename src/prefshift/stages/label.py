@@ -1,10 +1,10 @@
-"""`prefshift label`: the teacher's soft labels for student_train and its scores on every test split.
+"""`prefshift label`: the teacher's soft labels for student_train, and its accuracy on every test split.
 
-q_i = σ(Δ_teacher / T). The teacher's margins on id_test, each OOD target and the
-best-of-n groups are written here so evaluation never reloads the teacher. The
-labels carry the split version they were made from (parquet metadata
-`split_version`); training refuses labels from another version. Labels, scores and
-metrics are one output set (`prefshift.output_set`), replaced together.
+q_i = σ(Δ_teacher / T), from the margins `prefshift teacher` wrote when it scored its saved
+model (data/scores/teacher/, with id_test, each OOD target and the best-of-n groups, which
+evaluation reads), so no model is loaded here. The labels carry the split version they were
+made from (parquet metadata `split_version`); training refuses labels from another version.
+Labels and metrics are one output set (`prefshift.output_set`), replaced together.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from rich.console import Console
 
 from prefshift.atomic import atomic_path, write_json
 from prefshift.config import Params
-from prefshift.data.schema import SkipCounter, read_groups, read_pairs
+from prefshift.data.schema import read_pairs
 from prefshift.data.splits import check_version, load_manifest
 from prefshift.errors import PrefshiftError
 from prefshift.metrics import accuracy
-from prefshift.output_set import output_set
+from prefshift.output_set import manifest_of, output_set, verify
 from prefshift.paths import Layout
 
 console = Console(stderr=True)
@@ -57,34 +57,37 @@ def read_labels(path: Path, layout: Layout) -> dict[str, float]:
 
 
 def run(params: Params, layout: Layout) -> dict:
-    # Imported here: the targets stage reads labels through this module and needs no torch.
-    from prefshift.scoring import load_for_scoring, score_groups, score_pairs
+    from prefshift.heldout_scores import read_skips
+    from prefshift.stages.evaluate import read_scores
 
     version = str(load_manifest(layout)["version"])
-    model, tokenizer = load_for_scoring(layout.teacher_dir, params)
     meta = {VERSION_KEY: version.encode()}
-    skips: dict[str, dict] = {}
+    scores_dir = layout.scores_dir("teacher")
+    if not scores_dir.exists():
+        raise StaleLabelsError(f"{scores_dir}: no teacher scores; run `prefshift teacher`")
+    verify(layout.root, manifest_of(scores_dir), [scores_dir], "prefshift teacher")
+    skipped = read_skips(layout, "teacher")
 
-    staged = output_set(
+    def scored(split: str) -> pd.DataFrame:
+        ids = {p.pair_id for p in read_pairs(layout.split(split))}
+        return read_scores(layout.scores("teacher", split), layout, ids, "prefshift teacher")
+
+    with output_set(
         layout.root,
         "prefshift label",
         files=[layout.teacher_metrics],
-        directories=[layout.weak_labels.parent, layout.scores_dir("teacher")],
-    )
-    with staged as out:
-        counter = SkipCounter()
-        scored = score_pairs(model, tokenizer, read_pairs(layout.split("student_train")), params, counter)
+        directories=[layout.weak_labels.parent],
+    ) as out:
+        train = scored("student_train")
         temperature = params.label.temperature
         labels = pd.DataFrame(
             {
-                "pair_id": scored["pair_id"],
-                "q": [1.0 / (1.0 + math.exp(-d / temperature)) for d in scored["delta"]],
-                "teacher_delta": scored["delta"],
+                "pair_id": train["pair_id"],
+                "q": [1.0 / (1.0 + math.exp(-d / temperature)) for d in train["delta"]],
+                "teacher_delta": train["delta"],
             }
         )
         write_frame(out.path(layout.weak_labels), labels, meta)
-        skips["student_train"] = counter.as_dict()
-
         metrics: dict = {
             "split_version": version,
             "accuracy_pp": {},
@@ -92,20 +95,12 @@ def run(params: Params, layout: Layout) -> dict:
             "mean_q": float(labels["q"].mean()),
         }
         for split in ["id_test", *params.data.targets]:
-            counter = SkipCounter()
-            frame = score_pairs(model, tokenizer, read_pairs(layout.split(split)), params, counter)
-            write_frame(out.path(layout.scores("teacher", split)), frame, meta)
+            frame = scored(split)
             metrics["accuracy_pp"][split] = accuracy(frame["delta"])
             metrics["pairs"][split] = len(frame)
-            skips[split] = counter.as_dict()
-            accuracy_pp = metrics["accuracy_pp"][split]
-            console.print(f"teacher {split}: accuracy {accuracy_pp:.1f}% on {len(frame)} pairs")
-        for dataset in [params.data.source, *params.data.targets]:
-            path = layout.split_groups(dataset)
-            if path.exists():
-                frame = score_groups(model, tokenizer, read_groups(path), params)
-                write_frame(out.path(layout.group_scores("teacher", dataset)), frame, meta)
-                skips[f"groups/{dataset}"] = frame.attrs["skips"]
-        metrics["skips"] = skips
+            console.print(
+                f"teacher {split}: accuracy {metrics['accuracy_pp'][split]:.1f}% on {len(frame)} pairs"
+            )
+        metrics["skipped_by_scoring"] = skipped
         write_json(out.path(layout.teacher_metrics), metrics)
     return metrics
