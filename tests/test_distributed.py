@@ -75,13 +75,17 @@ def worker(root: Path, batch: int, method: str) -> None:
 def _prepare(root: Path, factory) -> None:
     import tiny_models
     from mlflow_support import seed_database
+    from prefshift.atomic import write_json
     from prefshift.data.schema import write_pairs
     from prefshift.paths import Layout
 
     root.mkdir(parents=True)
     seed_database(factory, root / "mlflow.db")
     tiny_models.base_dir(root, seed=1).rename(root / "base")
-    write_pairs(Layout(root).split("id_test"), tiny_models.pairs(8))  # fit writes reward stats from it
+    layout = Layout(root)
+    for split in ("id_test", *_params(BATCH).data.targets):  # fit scores the saved model on them
+        write_pairs(layout.split(split), tiny_models.pairs(8))
+    write_json(layout.split_manifest, {"version": "v1"})
 
 
 def _launch(root: Path, batch: int, method: str, processes: int) -> subprocess.Popen:
