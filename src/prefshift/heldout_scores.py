@@ -40,8 +40,9 @@ def skips_path(layout: Layout, model: str) -> Path:
     return layout.scores_dir(model) / SKIPS_FILE
 
 
-def read_skips(layout: Layout, model: str) -> dict[str, int]:
-    """split → pairs scoring skipped (their response did not survive truncation); {} if not recorded."""
+def read_skips(layout: Layout, model: str) -> dict[str, dict]:
+    """split (or `groups/<dataset>`) → the skip counts of scoring it (kept, skipped per reason,
+    examples: responses that did not survive truncation); {} if not recorded."""
     path = skips_path(layout, model)
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
 
@@ -52,24 +53,25 @@ def score_heldout(
     """Score id_test, every target, the splits in `also` and every best-of-n group set with the
     model in `model_dir`, staging the files in `out` under data/scores/<name>/.
 
-    Returns the pairs skipped per split and the mean/std of the rewards on id_test (the model's
+    Returns the skip counts per split and group set and the mean/std of the rewards on id_test (the model's
     normalisation constants), so the trainer needs no second pass over id_test for them.
     """
     from prefshift.scoring import load_for_scoring, rewards_mean_std, score_groups, score_pairs
 
     version = str(load_manifest(layout)["version"])
     model, tokenizer = load_for_scoring(model_dir, params)
-    skipped: dict[str, int] = {}
+    skips: dict[str, dict] = {}
     frames = {}
     for split in ["id_test", *params.data.targets, *also]:
-        skips = SkipCounter()
-        frames[split] = score_pairs(model, tokenizer, read_pairs(layout.split(split)), params, skips=skips)
+        counter = SkipCounter()
+        frames[split] = score_pairs(model, tokenizer, read_pairs(layout.split(split)), params, skips=counter)
         write_scores(out.path(layout.scores(name, split)), frames[split], version)
-        skipped[split] = skips.as_dict()["skipped"]
+        skips[split] = counter.as_dict()
     for dataset in [params.data.source, *params.data.targets]:
         path = layout.split_groups(dataset)
         if path.exists():
             frame = score_groups(model, tokenizer, read_groups(path), params)
             write_scores(out.path(layout.group_scores(name, dataset)), frame, version)
-    write_json(out.path(skips_path(layout, name)), skipped)
-    return {"skipped": skipped, "reward_stats": rewards_mean_std(frames["id_test"])}
+            skips[f"groups/{dataset}"] = frame.attrs["skips"]
+    write_json(out.path(skips_path(layout, name)), skips)
+    return {"skips": skips, "reward_stats": rewards_mean_std(frames["id_test"])}

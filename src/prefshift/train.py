@@ -514,7 +514,7 @@ def _save(
         save_reward_model(model, tokenizer, out.path(out_dir))
         also = ("student_train",) if teacher else ()
         heldout = score_heldout(out.path(out_dir), params, layout, name, out, also)
-        log["heldout_skipped"], log["reward_stats"] = heldout["skipped"], heldout["reward_stats"]
+        log["heldout_skips"], log["reward_stats"] = heldout["skips"], heldout["reward_stats"]
         _record_reward_stats(out.path(out_dir), heldout["reward_stats"])
         write_json(out.path(layout.train_log(name)), log)
 

@@ -409,8 +409,10 @@ def _compare(
     )
     if official is not None:
         result["benchmarks"], result["teacher"]["benchmarks"] = official
-    skipped = read_skips(layout, method)
-    result["pairs"] = {s: {**result["pairs"][s], "skipped_by_scoring": skipped.get(s, 0)} for s in splits}
+    skips = read_skips(layout, method)
+    result["pairs"] = {
+        s: {**result["pairs"][s], "skipped_by_scoring": skips.get(s, {}).get("skipped", {})} for s in splits
+    }
     return metrics_document(
         result,
         method=method,

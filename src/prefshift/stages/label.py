@@ -66,7 +66,6 @@ def run(params: Params, layout: Layout) -> dict:
     if not scores_dir.exists():
         raise StaleLabelsError(f"{scores_dir}: no teacher scores; run `prefshift teacher`")
     verify(layout.root, manifest_of(scores_dir), [scores_dir], "prefshift teacher")
-    skipped = read_skips(layout, "teacher")
 
     def scored(split: str) -> pd.DataFrame:
         ids = {p.pair_id for p in read_pairs(layout.split(split))}
@@ -101,6 +100,6 @@ def run(params: Params, layout: Layout) -> dict:
             console.print(
                 f"teacher {split}: accuracy {metrics['accuracy_pp'][split]:.1f}% on {len(frame)} pairs"
             )
-        metrics["skipped_by_scoring"] = skipped
+        metrics["skips"] = read_skips(layout, "teacher")
         write_json(out.path(layout.teacher_metrics), metrics)
     return metrics
