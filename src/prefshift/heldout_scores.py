@@ -14,26 +14,21 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 
-from prefshift.atomic import atomic_path, write_json
+from prefshift.atomic import write_json
 from prefshift.config import Params
 from prefshift.data.schema import SkipCounter, read_groups, read_pairs
 from prefshift.data.splits import load_manifest
 from prefshift.output_set import OutputSet
 from prefshift.paths import Layout
+from prefshift.stages.label import VERSION_KEY, write_frame
 
-VERSION_KEY = b"split_version"
 SKIPS_FILE = "skips.json"
 
 
 def write_scores(path: Path, frame: pd.DataFrame, version: str) -> None:
     """A score parquet stamped with the split version it was computed on."""
-    table = pa.Table.from_pandas(frame.reset_index(drop=True), preserve_index=False)
-    table = table.replace_schema_metadata({**(table.schema.metadata or {}), VERSION_KEY: version.encode()})
-    with atomic_path(path) as tmp:
-        pq.write_table(table, tmp)
+    write_frame(path, frame.reset_index(drop=True), {VERSION_KEY: version.encode()})
 
 
 def skips_path(layout: Layout, model: str) -> Path:
