@@ -262,7 +262,7 @@ def test_normalize_without_stats_fails_clearly(tmp_path):
     source.write_text(json.dumps({"prompt": "hi", "response": "hello"}) + "\n")
     result = CliRunner().invoke(app, ["score", "--model", str(plain), "--input", str(source), "--normalize"])
     assert result.exit_code == 2
-    assert "no reward 'mean'/'std'" in " ".join(result.output.split())
+    assert "no reward 'mean'/'std'" in result.output
 
 
 def test_pull_refuses_a_foreign_non_empty_dir_and_force_keeps_user_files(project, tmp_path):
@@ -274,7 +274,7 @@ def test_pull_refuses_a_foreign_non_empty_dir_and_force_keeps_user_files(project
     (target / "config.json").write_text("{}")
     result = CliRunner().invoke(app, ["pull", uri, "--out", str(target), "--root", str(layout.root)])
     assert result.exit_code == 2
-    message = " ".join(result.output.split())
+    message = result.output
     assert "not empty and holds no earlier prefshift pull" in message and "--force" in message
     assert sorted(p.name for p in target.iterdir()) == ["config.json", "notes.txt"]
     assert (target / "config.json").read_text() == "{}"

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
 from prefshift.config import Params, check_method, load_params
+from prefshift.console import error_text, messages
 from prefshift.errors import PrefshiftError
 from prefshift.paths import Layout
 
@@ -23,7 +23,7 @@ app = typer.Typer(
     no_args_is_help=True,
     help="prefshift: weak-to-strong reward models under preference shift.",
 )
-err_console = Console(stderr=True)
+err_console = messages()
 
 ParamsOption = Annotated[Path, typer.Option("--params", "-p", help="params.yaml to read.")]
 SetOption = Annotated[
@@ -46,7 +46,7 @@ def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:
     try:
         return fn(*args, **kwargs)
     except PrefshiftError as err:
-        err_console.print(f"[bold red]error:[/] {err}")
+        err_console.print(error_text(err))
         raise typer.Exit(2) from None
 
 
@@ -287,7 +287,7 @@ def preset(
         _call(_stage("presets", "print_catalogue"))
         return
     if name is None:
-        err_console.print("[bold red]error:[/] name a preset, or pass --list to see them")
+        err_console.print(error_text("name a preset, or pass --list to see them"))
         raise typer.Exit(2)
     written = _call(_stage("presets", "write"), name, out, set_)
     typer.echo(f"wrote {written} from preset {name}")

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import time
 
-from rich.console import Console
-
 from prefshift.config import Params
+from prefshift.console import messages
 from prefshift.models.backbone import pretrain_lm, resolve_pretrained, save_backbone, train_tokenizer
 from prefshift.output_set import manifest_of, output_set, verify
 from prefshift.paths import Layout
 
-console = Console(stderr=True)
+console = messages()
 WHICH = ("weak", "strong")
 
 

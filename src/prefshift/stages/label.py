@@ -15,10 +15,10 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-from rich.console import Console
 
 from prefshift.atomic import atomic_path, write_json
 from prefshift.config import Params
+from prefshift.console import messages
 from prefshift.data.schema import read_pairs
 from prefshift.data.splits import check_version, load_manifest
 from prefshift.errors import PrefshiftError
@@ -26,7 +26,7 @@ from prefshift.metrics import accuracy
 from prefshift.output_set import manifest_of, output_set, verify
 from prefshift.paths import Layout
 
-console = Console(stderr=True)
+console = messages()
 VERSION_KEY = b"split_version"
 
 

@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
-from rich.console import Console
 
 from prefshift.atomic import write_json
 from prefshift.config import Params
+from prefshift.console import messages
 from prefshift.data.schema import Pair, content_hash, read_pairs
 from prefshift.data.splits import load_manifest
 from prefshift.errors import PrefshiftError
@@ -31,7 +31,7 @@ from prefshift.seam import GenerationCache
 from prefshift.stages.label import VERSION_KEY, write_frame
 from prefshift.stages.seam_label import model_key
 
-console = Console(stderr=True)
+console = messages()
 SAMPLE_COLUMNS = ("unit", "split", "dataset", "category", "prompt", "meta", "sample", "response")
 
 

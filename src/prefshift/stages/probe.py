@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from rich.console import Console
 
 from prefshift.atomic import write_json
 from prefshift.config import Params
+from prefshift.console import messages
 from prefshift.data.encode import EncodedSeq, Encoder, pad_sequences, sorted_batches
 from prefshift.data.schema import Pair, SkipCounter, read_pairs
 from prefshift.data.splits import load_manifest
@@ -27,7 +27,7 @@ from prefshift.models.reward import RewardModel, load_reward_model, reading_stat
 from prefshift.paths import Layout
 from prefshift.probe import PROBES, ProbeError, fit_probe, length_labels
 
-console = Console(stderr=True)
+console = messages()
 PROBE_PAIRS = 500
 """Pairs per split a probe reads (the first, in split order): the minimal pairs make four
 sequences of each, and 2,000 states fit a linear probe to a ±2 pp interval at a fraction of

@@ -13,11 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from rich.console import Console
-
 from prefshift.anchor_cache import hidden_upto
 from prefshift.atomic import atomic_path
 from prefshift.config import Params
+from prefshift.console import messages
 from prefshift.data.encode import EncodedPair, Encoder, collate, sorted_batches
 from prefshift.data.schema import SkipCounter, read_pairs
 from prefshift.data.splits import load_manifest
@@ -27,7 +26,7 @@ from prefshift.models.reward import RewardModel, load_reward_model
 from prefshift.paths import Layout
 from prefshift.reference_store import ReferenceWriter, stored_bytes
 
-console = Console(stderr=True)
+console = messages()
 
 
 def compute_reference(

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from rich.console import Console
 
 from prefshift.atomic import write_json
 from prefshift.config import Params
+from prefshift.console import messages
 from prefshift.data.schema import SkipCounter, content_hash, read_pairs
 from prefshift.data.splits import file_sha256, load_manifest
 from prefshift.metrics import accuracy
@@ -38,7 +38,7 @@ from prefshift.seam import propose as propose_principles
 from prefshift.stages.backbone import check_base
 from prefshift.stages.label import VERSION_KEY, write_frame
 
-console = Console(stderr=True)
+console = messages()
 
 
 def model_key(model_dir: Path) -> str:
