@@ -1,4 +1,6 @@
-"""`prefshift sweep`: grid parsing, and a real two-point lambda sweep as DVC experiments."""
+"""`prefshift sweep`: grid parsing, results and a real queue on a one-stage project. The real
+two-point lambda sweep on the reproduced pipeline is in test_pipeline_e2e.py, beside the tests it
+shares that pipeline with."""
 
 from __future__ import annotations
 
@@ -12,8 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from e2e_project import REPO, copy_reproduced
-from e2e_project import ran_stages as _ran_stages
+from e2e_project import REPO
 from e2e_project import run as _run
 from prefshift.errors import PrefshiftError
 from prefshift.sweep import (
@@ -69,108 +70,6 @@ def test_names_are_readable_and_ref_safe():
 def test_bad_grids_are_refused(specs, message):
     with pytest.raises(PrefshiftError, match=message):  # key errors come from config's -S parser
         parse_grid(specs)
-
-
-@pytest.fixture(scope="module")
-def project(tmp_path_factory):
-    """The shrunken embedded default reproduced by `dvc repro` (tests/e2e_project.py), copied as it
-    was right after that run, and NOT committed.
-
-    That is a fresh clone after `make repro`: dvc.lock staged (core.autostage), the metrics
-    files untracked, the state in which experiments used to come out without numbers. The copy
-    has an empty MLflow database of its own, so the runs in it are the sweep's.
-    """
-    root, env = copy_reproduced(tmp_path_factory, "sweep")
-    # MLflow's telemetry thread edits os.environ while tracking.py iterates it (KeyError).
-    return root, {**env, "MLFLOW_DISABLE_TELEMETRY": "true"}
-
-
-def _json(args: list[str], root: Path, env: dict[str, str]):
-    """stdout of a DVC --json command, parsed (its warnings go to stderr)."""
-    done = subprocess.run(args, cwd=root, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, f"{' '.join(args)} failed:\n{done.stdout}{done.stderr}"
-    return json.loads(done.stdout)
-
-
-def _show_rows(root: Path, env: dict[str, str]) -> dict[str, dict]:
-    return {row["name"]: row for row in experiment_rows(_json(["dvc", "exp", "show", "--json"], root, env))}
-
-
-@pytest.mark.slow
-def test_lambda_sweep_queues_experiments_that_carry_their_metrics(project):
-    root, env = project
-    before = (root / "params.yaml").read_bytes()
-    sweep = ["prefshift", "sweep", "-S", "anchor.lambda=0.01,0.1", "--methods", "anchor_last", "--jobs", "1"]
-    output = _run(sweep, root, env)
-
-    assert (root / "params.yaml").read_bytes() == before
-    assert "git add dvc.lock reports/metrics/teacher.json" in output  # the uncommitted baseline is named
-    # What a λ change re-runs, in each experiment (its echoed queue log): plan and the two anchor
-    # students with what reads them (gold_judge re-runs on any student and rewrites identical scores;
-    # downstream scores every proxy in one stage); the shared `reference` and the other four
-    # students stay cached.
-    anchor_stages = {
-        f"{stage}@{method}" for method in ("anchor_last", "anchor_mid") for stage in ("train", "evaluate")
-    }
-    per_point = {"plan", "gold_judge", "downstream", "report"} | anchor_stages
-    logs = output.split("--- experiment ")[1:]
-    assert len(logs) == 2
-    for log in logs:
-        ran = [line for line in log.splitlines() if line.startswith("Running stage '")]
-        assert _ran_stages(log) == per_point and len(ran) == len(per_point), log.splitlines()[0]
-
-    names = ["sweep-anchor.lambda-0.01", "sweep-anchor.lambda-0.1"]
-    rows = _show_rows(root, env)
-    for name, lam in zip(names, (0.01, 0.1), strict=True):
-        row = rows[name]
-        assert row["state"] == "success"
-        for path, block in (
-            ("reports/metrics/anchor_last.json", row["metrics"]["reports/metrics/anchor_last.json"]),
-            ("reports/metrics.json", row["metrics"]["reports/metrics.json"]["anchor_last"]),
-            ("reports/metrics/ceiling.json", row["metrics"]["reports/metrics/ceiling.json"]),  # not rerun
-        ):
-            assert all(isinstance(block[k], float) for k in ("wrg", "mean_aog", "mean_nts")), (name, path)
-        params = yaml.safe_load(_run(["git", "show", f"{row['rev']}:params.yaml"], root, env))
-        assert params["anchor"]["lambda"] == lam
-
-    diff = _json(["dvc", "exp", "diff", *names, "--all", "--json"], root, env)
-    assert set(diff["metrics"]["reports/metrics/anchor_last.json"]) >= {"wrg", "mean_aog", "mean_nts"}
-    assert {k: v for k, v in diff["params"]["params.yaml"]["anchor.lambda"].items() if k != "diff"} == {
-        "old": 0.01,
-        "new": 0.1,
-    }
-    assert all(name in _run(["dvc", "exp", "show", "--only-changed"], root, env) for name in names)
-    plots = _json(["dvc", "plots", "diff", *names, "--json"], root, env)
-    for plot in ("reports/plots/training/anchor_last.csv", "reports/plots/drift/anchor_last.csv"):
-        assert [p["revisions"] for p in plots["data"][plot]] == [names], plot
-    assert not plots.get("errors")
-
-    files = sorted(p.name for p in (root / "reports" / "sweeps").glob("*.json"))
-    assert files == ["anchor_last__anchor.lambda=0.01.json", "anchor_last__anchor.lambda=0.1.json"]
-    results = {f: json.loads((root / "reports" / "sweeps" / f).read_text()) for f in files}
-    assert [r["sweep"] for r in results.values()] == [{"anchor.lambda": 0.01}, {"anchor.lambda": 0.1}]
-    for name, result in zip(names, results.values(), strict=True):
-        assert (
-            result["method"] == "anchor_last"
-            and result["wrg"] == rows[name]["metrics"]["reports/metrics/anchor_last.json"]["wrg"]
-        )
-    workspace = json.loads((root / "reports" / "metrics" / "anchor_last.json").read_text())
-    assert results[files[0]]["split_version"] == workspace["split_version"]
-
-    summary = (root / "reports" / "summary.md").read_text()
-    table = summary.split("### anchor.lambda", 1)[1].split("\n\n")[1]
-    assert [row.split(" | ")[1] for row in table.splitlines()[2:]] == ["0.01", "0.1"]
-    assert (root / "reports" / "figures" / "lambda_ablation.png").exists()
-
-    from mlflow import MlflowClient
-
-    client = MlflowClient(env["MLFLOW_TRACKING_URI"])
-    experiment = client.get_experiment_by_name("prefshift")
-    runs = client.search_runs([experiment.experiment_id], "tags.method = 'anchor_last'", max_results=100)
-    lambdas = {stage: set() for stage in ("train", "evaluate", "downstream")}
-    for r in runs:
-        lambdas[r.data.tags["stage"]].add(float(r.data.params["anchor.lambda"]))
-    assert lambdas == {stage: {0.01, 0.1} for stage in ("train", "evaluate", "downstream")}  # its own db
 
 
 def test_copy_paths_carries_untracked_uncached_outputs_but_no_cached_ones(tmp_path):
