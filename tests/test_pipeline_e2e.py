@@ -93,6 +93,13 @@ def test_every_student_has_an_mlflow_run_with_metrics_and_lineage(pipeline):
         assert any(key.startswith("dvc.dep.") for key in run.data.tags)
     trainings = {r.data.tags.get("method"): r for r in runs if r.data.tags.get("stage") == "train"}
     assert set(STUDENTS) <= set(trainings)
+    import torch  # what the numbers were computed on: metrics match across runs on one machine only
+
+    for run in [*trainings.values(), *evaluations.values()]:
+        assert run.data.tags["host.cpu"] and run.data.tags["host.machine"]
+    for run in trainings.values():
+        assert run.data.tags["torch.cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+        assert run.data.tags["torch.version"] == torch.__version__
     assert any(r.data.tags.get("stage") == "teacher" for r in runs)
     # One DVC stage scores every proxy, and each model still gets its own MLflow run.
     best_of_n = {r.info.run_name: r for r in runs if r.data.tags.get("stage") == "downstream"}

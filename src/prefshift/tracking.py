@@ -60,6 +60,7 @@ import yaml
 
 from prefshift.config import Params
 from prefshift.errors import PrefshiftError
+from prefshift.host import compute_tags
 from prefshift.paths import Layout
 
 # MLflow's usage telemetry phones home (never reachable offline) from a thread that edits
@@ -556,6 +557,7 @@ def run_tags(
     return {
         **git_state(layout.root),
         **input_hashes(layout, name),
+        **compute_tags(),
         "stage": stage,
         "method": method or "",
         "dvc.stage": name,

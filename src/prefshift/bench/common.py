@@ -64,16 +64,11 @@ def versions() -> dict[str, str | None]:
 def machine() -> dict[str, Any]:
     import os
 
-    model = platform.processor() or "unknown"
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
+    from prefshift.host import cpu_model
+
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     return {
-        "cpu": model,
+        "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "platform": platform.platform(),
         "python": platform.python_version(),
