@@ -35,7 +35,10 @@ def official_chat(scores_path, pairs):
 
 
 @pytest.mark.slow
-def test_rewardbench_chat_target_reports_its_official_score_and_gains(tmp_path_factory, fixtures_dir):
+def test_rewardbench_chat_target_reports_its_official_score_and_gains(
+    tmp_path_factory, fixtures_dir, monkeypatch
+):
+    from prefshift import tracking
     from prefshift.stages import evaluate, label, plan, prepare, report, split, targets, teacher, train
 
     layout = copy_project(pipeline_root(tmp_path_factory), tmp_path_factory.mktemp("bench-project"))
@@ -50,6 +53,8 @@ def test_rewardbench_chat_target_reports_its_official_score_and_gains(tmp_path_f
         methods=["naive"],
     )
     write_params(layout.root, params)
+    pipeline_id = f"pr-rewardbench-{layout.root.name}"  # this test's runs, whatever else the database holds
+    monkeypatch.setenv(tracking.PIPELINE_ENV, pipeline_id)
     for stage in (prepare, split, teacher, label, plan):
         stage.run(params, layout)
     targets.run(params, layout, "naive")
@@ -77,12 +82,14 @@ def test_rewardbench_chat_target_reports_its_official_score_and_gains(tmp_path_f
     text = layout.summary.read_text(encoding="utf-8")
     assert "## Benchmark targets (official scoring)" in text and "rewardbench_chat official" in text
 
-    client = MlflowClient()
+    uri = tracking.tracking_uri(layout)  # where the stages logged (the process-wide default may differ)
+    client = MlflowClient(uri)
     experiment = client.get_experiment_by_name(params.tracking.experiment)
-    runs = client.search_runs(
-        [experiment.experiment_id], order_by=["attributes.start_time DESC"], max_results=50
-    )
-    logged = next(r for r in runs if "benchmarks.targets.rewardbench_chat.aog" in r.data.metrics)
+    mine = f"tags.stage = 'evaluate' and tags.method = 'naive' and tags.`{tracking.PIPELINE_TAG}` = "
+    mine += f"'{pipeline_id}'"
+    runs = client.search_runs([experiment.experiment_id], mine)
+    assert len(runs) == 1, f"{len(runs)} evaluate@naive runs of pipeline {pipeline_id} in {uri}"
+    logged = runs[0]
     assert logged.data.metrics["benchmarks.targets.rewardbench_chat.score"] == pytest.approx(
         cell["score"], abs=1e-3
     )

@@ -226,9 +226,11 @@ def test_pyfunc_wrapper_scores_prompt_response_rows(promoted):
     import mlflow
 
     params, layout, _, _ = promoted
-    mlflow.set_registry_uri(tracking.default_uri(layout.root.resolve()))
-    mlflow.set_tracking_uri(tracking.default_uri(layout.root.resolve()))
-    scorer = mlflow.pyfunc.load_model(f"models:/{params.tracking.registered_model}@champion")
+    # mlflow resolves models:/ through its process-wide URIs; set only for this load, so that
+    # later tests in the process do not read this project's database.
+    with registry._global_uris(tracking.default_uri(layout.root.resolve())):
+        scorer = mlflow.pyfunc.load_model(f"models:/{params.tracking.registered_model}@champion")
+    assert mlflow.get_tracking_uri() != tracking.default_uri(layout.root.resolve())
     frame = pd.DataFrame(
         {"prompt": ["what is prime?", "what is prime?"], "response": ["two divisors", "a fox"]}
     )
