@@ -64,6 +64,56 @@ def test_stored_states_round_trip_in_half_precision_with_their_mean_square(tmp_p
     assert stored_bytes(encoded, (1, 2), model.config.hidden_size) == expected.numel() * 2
 
 
+def test_states_spread_over_shards_come_back_in_batch_order(tmp_path, monkeypatch):
+    """A batch whose sequences live in different shards is gathered shard by shard and laid out
+    in the batch's own order (what a length-grouped batch of a large reference looks like)."""
+    import prefshift.reference_store as store
+
+    monkeypatch.setattr(store, "SHARD_BYTES", 1)  # every sequence in its own shard
+    model = reward_model(seed=1)
+    encoded = items(5)
+    manifest, _, _ = _write(tmp_path, model, encoded, (1, 2))
+    assert len(manifest["shards"]) == 2 * len(encoded)
+    shuffled = [encoded[i] for i in (3, 0, 4, 1)]
+    batch = collate(shuffled, tokenizer().pad_token_id)
+    hidden = hidden_fn(model)(batch["input_ids"], batch["attention_mask"])
+    expected = select_response(hidden, (2, 1), batch["response_mask"]).float()
+    got = StoredReference(tmp_path, (2, 1)).get(batch, torch.device("cpu"))
+    torch.testing.assert_close(got, expected, atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda shard: shard.unlink(), "shard listed in the manifest is missing"),
+        (lambda shard: shard.write_bytes(shard.read_bytes()[:6]), "truncated or no header"),
+        (
+            lambda shard: shard.write_bytes(b"\x04\x00\x00\x00\x00\x00\x00\x00{no}" + b"0" * 64),
+            "unreadable safetensors header",
+        ),
+        (lambda shard: shard.write_bytes(shard.read_bytes()[:-2]), "but the file has .* \\(truncated\\)"),
+    ],
+    ids=["missing", "truncated", "garbage-header", "short-data"],
+)
+def test_a_damaged_shard_is_refused_with_its_name(tmp_path, damage, message):
+    _write(tmp_path, reward_model(seed=1), items(4), (2,))
+    shard = tmp_path / "shard-00000.safetensors"
+    damage(shard)
+    with pytest.raises(
+        ReferenceMismatchError, match=f"shard-00000.safetensors: .*{message}.*rerun `prefshift reference`"
+    ):
+        StoredReference(tmp_path, (2,))
+
+
+def test_an_index_pointing_past_its_shard_is_refused(tmp_path):
+    _write(tmp_path, reward_model(seed=1), items(4), (2,))
+    index = json.loads((tmp_path / "index.json").read_text())
+    index["offset"][-1] += 10_000
+    (tmp_path / "index.json").write_text(json.dumps(index))
+    with pytest.raises(ReferenceMismatchError, match=r"index.json: pair .* points past its shard"):
+        StoredReference(tmp_path, (2,))
+
+
 def test_a_reference_of_other_data_or_encoding_is_refused(tmp_path):
     model = reward_model(seed=1)
     _write(tmp_path, model, items(6), (2,))
