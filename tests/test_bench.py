@@ -244,6 +244,9 @@ def test_quick_bench_writes_well_formed_reports(tmp_path):
         anchor["shared_reference"]["fill_s"] > 0 and anchor["reference_fill_s"]["anchor_shared"]["max"] == 0
     )
     assert anchor["ratios"]["anchor_shared"]["wall_with_fill_amortised"]["ratio"] > 0
+    reads = anchor["reference_read_s"]
+    assert reads["naive"]["max"] == 0 and reads["anchor_shared"]["min"] > 0  # only anchors read one
+    assert all(reads[v]["median"] < anchor["wall_s"][v]["median"] for v in reads)
     evaluation = result["evaluation"]["models"]["tiny_2x64"]
     assert set(evaluation["pairs_per_s"]) == {"batched_sorted", "per_pair", "fixed_padding"}
     assert max(evaluation["max_abs_margin_difference"].values()) < 1e-3  # same margins every way

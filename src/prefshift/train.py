@@ -326,7 +326,7 @@ def train_reward_model(
     schedule = [
         rank_batches(lengths, cfg.batch_size, seed * 1000 + e, rank, world) for e in range(cfg.epochs)
     ]
-    fill_s = 0.0
+    fill_s, read_s = 0.0, 0.0
     own = [items[i] for i in sorted({i for batches in schedule for idx in batches for i in idx})]
     if reference is None and objective.layers:
         spill = checkpoint_dir / "reference_cache" if checkpoint_dir is not None else None
@@ -380,7 +380,9 @@ def train_reward_model(
                     )
                     half = len(idx)
                     delta = out.rewards[:half] - out.rewards[half:]
+                    read_start = time.perf_counter()
                     ref_states = reference.get(batch, accelerator.device) if reference is not None else None
+                    read_s += time.perf_counter() - read_start
                     batch_out = BatchOut(
                         delta,
                         targets,
@@ -461,7 +463,8 @@ def train_reward_model(
         result["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
     if reference is not None:
         result["reference"] = {"cache": reference.cache, "route": reference.route, **reference.stats()}
-        result["reference_fill_s"] = fill_s  # a timing, like wall_s: kept out of the reproducible log keys
+        result["reference_fill_s"] = fill_s  # timings, like wall_s: kept out of the reproducible log keys
+        result["reference_read_s"] = read_s  # per step: a stored read, a cache lookup or a frozen forward
         if hasattr(reference, "rows_read"):  # stored states read: fewer when a run resumes, so kept apart too
             result["reference_rows_read"] = reference.rows_read
     return unwrapped, result

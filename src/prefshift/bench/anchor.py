@@ -106,7 +106,8 @@ def run_variant(
     prepared(items[: 2 * work.batch_size], 1)()
     train, logs = prepared(items, epochs), []
     result = measured(lambda: logs.append(train()[1]), epochs * len(items))
-    return {**result, "reference_fill_s": logs[0].get("reference_fill_s", 0.0)}
+    timings = {key: logs[0].get(key, 0.0) for key in ("reference_fill_s", "reference_read_s")}
+    return {**result, **timings}
 
 
 def set_targets(ratios: dict) -> None:
@@ -139,6 +140,7 @@ def bench_anchor(
     peaks = {name: [r["peak_rss_mb"] for r in rs] for name, rs in runs.items()}
     increments = {name: [max(r["peak_increment_mb"], 1e-3) for r in rs] for name, rs in runs.items()}
     fills = {name: [r["reference_fill_s"] for r in rs] for name, rs in runs.items()}
+    reads = {name: [r["reference_read_s"] for r in rs] for name, rs in runs.items()}
     steps_only = {name: [w - f for w, f in zip(walls[name], fills[name], strict=True)] for name in walls}
     ratios = {
         name: {
@@ -164,6 +166,7 @@ def bench_anchor(
         },
         "wall_s": {name: summary(v) for name, v in walls.items()},
         "reference_fill_s": {name: summary(v) for name, v in fills.items()},
+        "reference_read_s": {name: summary(v) for name, v in reads.items()},
         "shared_reference": {
             "fill_s": fill["fill_s"],
             "layers": fill["layers"],

@@ -114,20 +114,24 @@ def _anchor_model(section: dict) -> list[str]:
         f" {shared['amortised_over_runs']} anchor runs (4 λ × anchor_last, anchor_mid) anchor_shared ÷ naive"
         f" wall is {_ratio(amortised)}.",
         "",
-        "| variant | wall s median (min–max) | of which cache fill s | peak RSS MB"
-        " | RSS added by training MB |",
-        "|---|---|---|---|---|",
+        "| variant | wall s median (min–max) | of which cache fill s | of which reference reads s"
+        " | peak RSS MB | RSS added by training MB |",
+        "|---|---|---|---|---|---|",
     ]
+    reads = section.get("reference_read_s", {})
     for name, wall in section["wall_s"].items():
+        read = _range(reads[name]) if name in reads else "—"
         lines.append(
-            f"| {name} | {_range(wall)} | {_range(section['reference_fill_s'][name])}"
+            f"| {name} | {_range(wall)} | {_range(section['reference_fill_s'][name])} | {read}"
             f" | {_range(section['peak_rss_mb'][name], '{:.0f}')}"
             f" | {_range(section['peak_increment_mb'][name], '{:.0f}')} |"
         )
     lines += [
         "",
         "The cache fill is one gradient-free forward pass per example before the first step;"
-        " the `wall without fill` column is the variant's wall time minus its fill, over the baseline's.",
+        " the `wall without fill` column is the variant's wall time minus its fill, over the baseline's."
+        " Reference reads are the per-step time spent getting the reference states: a gather from the"
+        " stored shards, a lookup in the in-run cache, or the frozen forward pass.",
         "",
         "| variant ÷ baseline | wall | wall without fill | peak RSS | RSS added by training | target |",
         "|---|---|---|---|---|---|",
