@@ -17,15 +17,39 @@ from prefshift.paths import Layout
 
 FIXTURES = Path(__file__).parent / "fixtures"
 LONGEST_FIRST = ("test_pipeline_e2e.py",)
-"""Files that hold most of the suite's time (the reproduced pipeline and what reads it, over
+"""Files that hold most of the suite's time (the reproduced pipeline and what reads it, about
 half of it on a 2-core machine). `make test` runs two pytest-xdist workers with `--dist
 loadfile`, which hands out files in collection order: started last, this file ran after
 everything else on its worker and set the suite's wall time; started first, the other worker
-takes the rest meanwhile."""
+takes the rest meanwhile (see `pytest_xdist_make_scheduler` for the other half of that)."""
 
 
 def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.path.name not in LONGEST_FIRST)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile`, except that a worker running a LONGEST_FIRST file is given no other file.
+
+    xdist queues a further file on a worker as soon as two of its tests are left. The pipeline
+    file's last tests take minutes (the sweep, the browser), so files queued behind them waited
+    while the other worker ran dry: 898 s of wall time for 607 s of other tests beside the
+    pipeline file's 693 s on a 2-core machine.
+    """
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class PipelineFileAlone(LoadFileScheduling):
+        def _reschedule(self, node):
+            busy = any(
+                scope.endswith(LONGEST_FIRST) and not all(done.values())
+                for scope, done in self.assigned_work[node].items()
+            )
+            if not busy:
+                super()._reschedule(node)
+
+    return PipelineFileAlone(config, log)
 
 
 @pytest.fixture
