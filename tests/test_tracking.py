@@ -255,6 +255,7 @@ def test_ui_serves_the_project_database_and_refuses_a_remote_server(project, mon
         "-m", "mlflow", "ui", "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
         "--host", "127.0.0.1", "--port", "5123",
     ]  # fmt: skip
+    assert ui.command(Layout(Path(".")), "127.0.0.1", 5123, workers=1)[-2:] == ["--workers", "1"]
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://tracking.example:5000")
     with pytest.raises(PrefshiftError, match=r"server http://tracking\.example:5000: open it in a browser"):
         ui.command(Layout(Path(".")), "127.0.0.1", 5123)

@@ -28,7 +28,10 @@ from prefshift.tracking import PIPELINE_TAG, check_sqlite, tracking_uri
 CHECKED = ("wrg", "mean_aog", "mean_nts")
 
 
-def command(layout: Layout, host: str, port: int, backend: str | None = None) -> list[str]:
+def command(
+    layout: Layout, host: str, port: int, backend: str | None = None, workers: int | None = None
+) -> list[str]:
+    """`mlflow ui` on the project's database; `workers` None keeps MLflow's default (4)."""
     uri = backend or tracking_uri(layout)
     if uri.startswith(("http://", "https://")):
         raise PrefshiftError(f"runs are tracked on the server {uri}: open it in a browser")
@@ -44,6 +47,7 @@ def command(layout: Layout, host: str, port: int, backend: str | None = None) ->
         host,
         "--port",
         str(port),
+        *(["--workers", str(workers)] if workers else []),
     ]
 
 
@@ -92,35 +96,35 @@ def _evaluate_runs(uri: str, experiment: str) -> tuple[str, list[Any]]:
     return found.experiment_id, [r for r in runs if r.data.tags.get(PIPELINE_TAG) == newest]
 
 
-def _page_text(chromium: str, url: str, screenshot: Path | None = None) -> str:
+def _page_text(chromium: str, profile: Path, url: str, screenshot: Path | None = None) -> str:
     """Visible text of a page after its scripts ran, from headless Chromium.
 
-    A fresh profile and no background networking: on a closed network Chromium's own
-    update and sync lookups otherwise fail noisily at every start.
+    No background networking: on a closed network Chromium's own update and sync lookups
+    otherwise fail noisily at every start. The pages of one check share a profile, so the
+    UI's scripts are fetched and compiled once (a page then takes ~4 s instead of ~6 s).
     """
-    with tempfile.TemporaryDirectory(prefix="prefshift-chromium-") as profile:
-        base = [
-            chromium,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            f"--user-data-dir={profile}",
-            "--virtual-time-budget=20000",
-        ]
-        dom = subprocess.run(
-            [*base, "--window-size=1600,2400", "--dump-dom", url], capture_output=True, text=True, timeout=180
-        ).stdout
-        if screenshot is not None:
-            screenshot.parent.mkdir(parents=True, exist_ok=True)
-            subprocess.run(
-                [*base, "--window-size=1600,2600", f"--screenshot={screenshot}", url],
-                capture_output=True,
-                timeout=180,
-            )
+    base = [
+        chromium,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+        "--virtual-time-budget=20000",
+    ]
+    dom = subprocess.run(
+        [*base, "--window-size=1600,2400", "--dump-dom", url], capture_output=True, text=True, timeout=180
+    ).stdout
+    if screenshot is not None:
+        screenshot.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            [*base, "--window-size=1600,2600", f"--screenshot={screenshot}", url],
+            capture_output=True,
+            timeout=180,
+        )
     text = re.sub(r"<script.*?</script>|<style.*?</style>", " ", dom, flags=re.S)
     return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", text)).split())
 
@@ -144,7 +148,7 @@ def check(
     chromium = find_chromium()
     uri = tracking_uri(layout)
     experiment_id, runs = _evaluate_runs(uri, experiment)
-    cmd = command(layout, "127.0.0.1", port)
+    cmd = command(layout, "127.0.0.1", port, workers=1)  # one browser: 12 s to start instead of 19
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     server = subprocess.Popen(
         cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
@@ -155,15 +159,16 @@ def check(
     missing = []
     try:
         _wait_healthy(base, server)
-        text = _page_text(chromium, url, screenshot)
-        missing += [f"run {r.info.run_name}" for r in runs if r.info.run_name not in text]
-        for run in runs:
-            page = f"{base}/#/experiments/{experiment_id}/runs/{run.info.run_id}"
-            shown = f" {_page_text(chromium, page)} "
-            for key in metrics:
-                value = run.data.metrics.get(key)
-                if value is None or f" {key} {_shown(value)} " not in shown:
-                    missing.append(f"{key} = {value} on {page}")
+        with tempfile.TemporaryDirectory(prefix="prefshift-chromium-") as profile:
+            text = _page_text(chromium, Path(profile), url, screenshot)
+            missing += [f"run {r.info.run_name}" for r in runs if r.info.run_name not in text]
+            for run in runs:
+                page = f"{base}/#/experiments/{experiment_id}/runs/{run.info.run_id}"
+                shown = f" {_page_text(chromium, Path(profile), page)} "
+                for key in metrics:
+                    value = run.data.metrics.get(key)
+                    if value is None or f" {key} {_shown(value)} " not in shown:
+                        missing.append(f"{key} = {value} on {page}")
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
