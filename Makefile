@@ -26,7 +26,7 @@ repro: $(STAMP)
 	@echo "Model:   $(VENV)/bin/prefshift pull models:/prefshift-reward@champion --out rm/   (see reports/promotion.json)"
 
 test: $(STAMP)
-	. $(VENV)/bin/activate && HF_HUB_OFFLINE=1 ruff check src tests bench && HF_HUB_OFFLINE=1 python -m pytest -q -n 2 --dist loadfile --durations=25
+	. $(VENV)/bin/activate && HF_HUB_OFFLINE=1 ruff check src tests bench && HF_HUB_OFFLINE=1 python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=25
 
 clean-venv:
 	rm -rf $(VENV)
