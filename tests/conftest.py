@@ -25,8 +25,13 @@ order, most tests first, started this 8-test file last, after everything else on
 meanwhile (see `pytest_xdist_make_scheduler` for the other half of that)."""
 
 
+LAST = ("test_pipeline_ui.py",)
+"""Files that read the pipeline LONGEST_FIRST reproduces, from the other worker: collected last,
+they start when that worker has run everything else, by then long after the pipeline was built."""
+
+
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=lambda item: item.path.name not in LONGEST_FIRST)
+    items.sort(key=lambda item: (item.path.name not in LONGEST_FIRST, item.path.name in LAST))
 
 
 def pytest_xdist_make_scheduler(config, log):

@@ -4,10 +4,16 @@ One shrunken embedded default (same stages, fewer pairs and steps) is reproduced
 once per session in a temporary git repository. Right after that run a pristine copy of the
 project (git, DVC cache, outputs; no MLflow database) is kept, so a later user of the same state
 (the sweep) starts from it even after tests changed the original.
+
+Under pytest-xdist the workers of one session share it: the first to ask builds it under a file
+lock in the session's common temporary directory (xdist's documented pattern), the others wait
+for that lock and then read it. So a test that only reads the pipeline can live in a file of its
+own and run on the other worker (test_pipeline_ui.py).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -44,6 +50,9 @@ SMALL = {
     # The gate is opened wide so the registry path runs; gate logic has its own tests.
     "promote": {"id_tolerance": 100.0, "min_mean_aog": -100.0},
 }
+
+STUDENTS = ("naive", "confidence", "seam", "anchor_last", "anchor_mid", "ceiling")
+"""The embedded default's students: one train and evaluate stage each."""
 
 _BUILT: dict[str, dict] = {}
 
@@ -82,9 +91,10 @@ def environment(root: Path) -> dict[str, str]:
     return env
 
 
-def project(tmp_path_factory, name: str, overlay: dict) -> tuple[Path, dict[str, str]]:
-    """A git repository holding the tracked files, params.yaml overlaid; (root, env to run DVC in)."""
-    root = tmp_path_factory.mktemp(name) / "project"
+def project(parent: Path, overlay: dict, tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    """A git repository in parent/project holding the tracked files, params.yaml overlaid;
+    (root, env to run DVC in)."""
+    root = parent / "project"
     root.mkdir()
     copy_tracked(REPO, root)
     params = merge(yaml.safe_load((root / "params.yaml").read_text()), overlay)
@@ -104,13 +114,41 @@ def reproduced(tmp_path_factory) -> dict:
     `pristine` is a copy of it taken right after the run, never changed: copy it to use it.
     """
     if "pipeline" not in _BUILT:
-        root, env = project(tmp_path_factory, "pipeline", SMALL)
-        first = run(["dvc", "repro"], root, env)
-        pristine = tmp_path_factory.mktemp("pipeline-pristine") / "project"
-        skip = shutil.ignore_patterns("mlflow.db", "mlartifacts")
-        shutil.copytree(root, pristine, symlinks=True, ignore=skip)
-        _BUILT["pipeline"] = {"root": root, "env": env, "first": first, "pristine": pristine}
+        if os.environ.get("PYTEST_XDIST_WORKER"):
+            _BUILT["pipeline"] = _shared(tmp_path_factory)
+        else:
+            _BUILT["pipeline"] = _build(tmp_path_factory.mktemp("pipeline-session"), tmp_path_factory)
     return _BUILT["pipeline"]
+
+
+def _shared(tmp_path_factory) -> dict:
+    """This xdist session's pipeline: built by the first worker to ask, read by the others."""
+    from filelock import FileLock
+
+    where = tmp_path_factory.getbasetemp().parent / "pipeline-session"  # common to the workers
+    marker = where.with_suffix(".json")
+    with FileLock(where.with_suffix(".lock")):
+        if not marker.exists():  # also after another worker's build failed: it left no marker
+            shutil.rmtree(where, ignore_errors=True)
+            where.mkdir()
+            built = _build(where, tmp_path_factory)
+            marker.write_text(json.dumps({"first": built["first"]}))
+            return built
+    root = where / "project"
+    first = json.loads(marker.read_text())["first"]
+    return {"root": root, "env": environment(root), "first": first, "pristine": _pristine(where)}
+
+
+def _pristine(where: Path) -> Path:
+    return where / "pipeline-pristine" / "project"
+
+
+def _build(where: Path, tmp_path_factory) -> dict:
+    root, env = project(where, SMALL, tmp_path_factory)
+    first = run(["dvc", "repro"], root, env)
+    skip = shutil.ignore_patterns("mlflow.db", "mlartifacts")
+    shutil.copytree(root, _pristine(where), symlinks=True, ignore=skip)
+    return {"root": root, "env": env, "first": first, "pristine": _pristine(where)}
 
 
 def copy_reproduced(tmp_path_factory, name: str) -> tuple[Path, dict[str, str]]:

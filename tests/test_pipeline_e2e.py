@@ -5,30 +5,25 @@ session in a temporary git repository (tests/e2e_project.py); the tests below re
 What a change of anchor.lambda re-runs on this project (plan, the two anchor students and what reads
 them; never `reference` or another student) is asserted stage by stage by a real one-point sweep
 at the end, which runs on a copy of it (several points in one queue are tested on a trivial
-pipeline in test_sweep.py: each point here costs about 160 s on a 2-core machine). Every test
-that uses the reproduced pipeline is in this file:
-`make test` runs pytest-xdist with `--dist loadfile`, which keeps a file on one worker, so the
-pipeline is reproduced once.
-"""
+pipeline in test_sweep.py: each point here costs about 160 s on a 2-core machine).
+`make test` runs pytest-xdist with `--dist loadfile`, which keeps a file on one worker; this file
+is started first, and its worker is given no other file (tests/conftest.py). The browser test of
+the MLflow UI reads the same pipeline from test_pipeline_ui.py, on the other worker."""
 
 from __future__ import annotations
 
 import json
 import math
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
-from e2e_project import SMALL, copy_reproduced, project, reproduced
+from e2e_project import SMALL, STUDENTS, copy_reproduced, project, reproduced
 from e2e_project import ran_stages as _ran_stages
 from e2e_project import run as _run
-from mlflow_support import free_port
 from prefshift.sweep import experiment_rows
-
-STUDENTS = ("naive", "confidence", "seam", "anchor_last", "anchor_mid", "ceiling")
 
 
 @pytest.fixture(scope="session")
@@ -148,19 +143,6 @@ def test_champion_pulls_into_plain_transformers_with_identical_rewards(pipeline,
     assert config["std"] > 0 and math.isfinite(config["mean"])
 
 
-@pytest.mark.slow
-def test_mlflow_ui_in_a_real_browser_shows_each_evaluate_run_and_its_metrics(pipeline, tmp_path):
-    if not (shutil.which("chromium") or shutil.which("chromium-browser")):
-        pytest.skip("no Chromium on PATH: scripts/install_chromium.sh installs it (.ci/run does)")
-    root, env = pipeline["root"], pipeline["env"]
-    shot = tmp_path / "ui.png"
-    port = str(free_port())
-    output = _run(["prefshift", "ui", "--check", "--port", port, "--screenshot", str(shot)], root, env)
-    for method in STUDENTS:
-        assert f"evaluate@{method}" in output
-    assert shot.stat().st_size > 10_000
-
-
 def _stages(root: Path, env: dict[str, str]) -> set[str]:
     return {
         line.split()[0] for line in _run(["dvc", "stage", "list"], root, env).splitlines() if line.strip()
@@ -175,7 +157,9 @@ def test_methods_is_the_pipeline(tmp_path_factory):
     test_team_mlflow on the same tiny project."""
     from tiny_project import TINY
 
-    root, env = project(tmp_path_factory, "two-methods", {**TINY, "promote": SMALL["promote"]})
+    root, env = project(
+        tmp_path_factory.mktemp("two-methods"), {**TINY, "promote": SMALL["promote"]}, tmp_path_factory
+    )
     per_method = {
         f"{stage}@{m}" for m in ("naive", "anchor_last") for stage in ("targets", "train", "evaluate")
     }

@@ -1,5 +1,5 @@
 """`prefshift sweep`: grid parsing, results and a real queue on a one-stage project. The real
-two-point lambda sweep on the reproduced pipeline is in test_pipeline_e2e.py, beside the tests it
+one-point lambda sweep on the reproduced pipeline is in test_pipeline_e2e.py, beside the tests it
 shares that pipeline with."""
 
 from __future__ import annotations
