@@ -38,9 +38,9 @@ def pytest_xdist_make_scheduler(config, log):
     """`--dist loadfile`, except that a worker running a LONGEST_FIRST file is given no other file.
 
     xdist queues a further file on a worker as soon as two of its tests are left. The pipeline
-    file's last tests take minutes (the sweep, the browser), so files queued behind them waited
-    while the other worker ran dry: 898 s of wall time for 607 s of other tests beside the
-    pipeline file's 693 s on a 2-core machine.
+    file's last test takes minutes (the sweep), so a file queued behind it would wait there while
+    the other worker ran dry. (The 898 and 998 s runs that led here were slow mostly because of
+    xdist's reordering, see LONGEST_FIRST; this hook keeps the tail from undoing that fix.)
     """
     if config.getoption("dist") != "loadfile":
         return None
