@@ -8,7 +8,14 @@ import pytest
 import torch
 
 from prefshift.bench.batching import fixed_collate, random_batches
-from prefshift.bench.common import BenchError, padding_efficiency, ratio, summary
+from prefshift.bench.common import (
+    BenchError,
+    interleave,
+    number_rounds_from,
+    padding_efficiency,
+    ratio,
+    summary,
+)
 from prefshift.bench.invocations import aggregate
 from prefshift.bench.readme import END, START, ReadmeError, readme_block, update_readme
 from prefshift.bench.training import check_equal_work
@@ -47,6 +54,25 @@ def test_summary_and_ratio_of_interleaved_rounds():
     r = ratio([4.0, 6.0, 5.0], [2.0, 2.0, 5.0])
     assert r == {"ratio": 5.0 / 2.0, "best_runs": 6.0 / 5.0, "round_min": 1.0, "round_max": 3.0}
     assert ratio([4.0, 6.0], [2.0, 3.0], higher_is_better=False)["best_runs"] == 2.0
+
+
+def test_rounds_alternate_the_order_and_continue_across_invocations():
+    ran: list[str] = []
+
+    def variant(name: str):
+        return lambda: ran.append(name) or {"name": name}
+
+    variants = {name: variant(name) for name in "ABC"}
+    try:
+        results = interleave(variants, reps=3, warmup=1, log=lambda _line: None)
+        assert "".join(ran) == "CBA" + "ABC" + "CBA" + "ABC"  # the warm-up round is numbered -1
+        assert {name: len(runs) for name, runs in results.items()} == {"A": 3, "B": 3, "C": 3}
+        ran.clear()
+        number_rounds_from(3)  # the second invocation of a --reps 3 bench
+        interleave(variants, reps=2, warmup=0, log=lambda _line: None)
+        assert "".join(ran) == "CBA" + "ABC"
+    finally:
+        number_rounds_from(0)
 
 
 def test_work_counter_counts_training_forwards_and_sees_the_arithmetic():

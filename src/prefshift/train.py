@@ -276,6 +276,38 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _batch_loss(
+    model: torch.nn.Module,
+    batch: dict,
+    targets: torch.Tensor,
+    objective: Objective,
+    reference: ReferenceStates | StoredReference | None,
+    device: torch.device,
+    step: int,
+    total_steps: int,
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, float], float]:
+    """One forward and the objective's loss: (loss, detached reward margins, loss terms, seconds
+    spent getting the reference states).
+
+    A function of its own so that the batch's hidden states and reference states are freed when
+    it returns. Held by loop variables into the next batch's forward, they put anchor_shared's
+    peak RSS 3-8% above naive's on small_4x256 in `prefshift bench`.
+    """
+    out = model(
+        batch["input_ids"].to(device),
+        batch["attention_mask"].to(device),
+        output_hidden_states=bool(objective.layers),
+    )
+    half = len(batch["keys"]) // 2
+    delta = out.rewards[:half] - out.rewards[half:]
+    read_start = time.perf_counter()
+    ref_states = reference.get(batch, device) if reference is not None else None
+    read_s = time.perf_counter() - read_start
+    batch_out = BatchOut(delta, targets, out.hidden_states, batch["response_mask"].to(device), ref_states)
+    loss, extra = objective.loss(batch_out, step, total_steps)
+    return loss, delta.detach(), extra, read_s
+
+
 def train_reward_model(
     model: RewardModel,
     tokenizer,
@@ -373,24 +405,10 @@ def train_reward_model(
                 batch = collate([items[i] for i in idx], pad_id)
                 targets = batch["targets"].to(accelerator.device)
                 with accelerator.accumulate(model):
-                    out = model(
-                        batch["input_ids"].to(accelerator.device),
-                        batch["attention_mask"].to(accelerator.device),
-                        output_hidden_states=bool(objective.layers),
+                    loss, delta, extra, read = _batch_loss(
+                        model, batch, targets, objective, reference, accelerator.device, step, total_steps
                     )
-                    half = len(idx)
-                    delta = out.rewards[:half] - out.rewards[half:]
-                    read_start = time.perf_counter()
-                    ref_states = reference.get(batch, accelerator.device) if reference is not None else None
-                    read_s += time.perf_counter() - read_start
-                    batch_out = BatchOut(
-                        delta,
-                        targets,
-                        out.hidden_states,
-                        batch["response_mask"].to(accelerator.device),
-                        ref_states,
-                    )
-                    loss, extra = objective.loss(batch_out, step, total_steps)
+                    read_s += read
                     if not torch.isfinite(loss):
                         where = (
                             f"; last good checkpoint: {last_ckpt}"
@@ -405,7 +423,7 @@ def train_reward_model(
                         accelerator.clip_grad_norm_(trainable, cfg.max_grad_norm)
                     optimizer.step()
                     optimizer.zero_grad(set_to_none=True)
-                acc = ((delta.detach() > 0) == (targets > 0.5)).float().mean()
+                acc = ((delta > 0) == (targets > 0.5)).float().mean()
                 batch_loss, batch_acc = accelerator.reduce(torch.stack([loss.detach(), acc]), "mean").tolist()
                 if extra and world > 1:
                     values = torch.tensor(list(extra.values()), dtype=torch.float64).to(accelerator.device)

@@ -25,6 +25,12 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="Also time TRL with its own defaults (bf16 autocast, gradient checkpointing).",
     )
+    parser.add_argument(
+        "--first-round",
+        type=int,
+        default=0,
+        help="Number the timed rounds from here (set by --invocations; decides the variants' order).",
+    )
     parser.add_argument("--readme", type=Path, default=None, help="Rewrite this README's numbers block.")
     args = parser.parse_args(argv)
     from prefshift.bench.run import run_bench
@@ -40,6 +46,7 @@ def main(argv: list[str] | None = None) -> None:
         invocations=args.invocations,
         trl_as_shipped=args.trl_as_shipped,
         readme=args.readme,
+        first_round=args.first_round,
     )
 
 

@@ -100,13 +100,17 @@ def aggregate(results: list[dict]) -> dict:
     }
 
 
-def run_invocations(count: int, argv: list[str], log: Callable[[str], None] = print) -> list[dict]:
-    """Run `python -m prefshift.bench ARGV --out TMP` `count` times, one process each; their results."""
+def run_invocations(count: int, argv: list[str], reps: int, log: Callable[[str], None] = print) -> list[dict]:
+    """Run `python -m prefshift.bench ARGV --out TMP` `count` times, one process each; their results.
+
+    Invocation i numbers its rounds from i · reps, so the order of the variants keeps
+    alternating from one invocation to the next (`common.interleave`)."""
     results = []
     for i in range(count):
         log(f"bench invocation {i + 1}/{count}")
         with tempfile.TemporaryDirectory(prefix="prefshift-bench-invocation-") as tmp:
-            done = subprocess.run([sys.executable, "-m", "prefshift.bench", *argv, "--out", tmp], check=False)
+            command = [sys.executable, "-m", "prefshift.bench", *argv, "--first-round", str(i * reps)]
+            done = subprocess.run([*command, "--out", tmp], check=False)
             if done.returncode != 0:
                 raise BenchError(
                     f"bench invocation {i + 1}/{count} failed (exit {done.returncode}); see above"

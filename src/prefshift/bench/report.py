@@ -196,8 +196,8 @@ def render_markdown(result: dict) -> str:
         f"torch {v['torch']}, transformers {v['transformers']}, accelerate {v['accelerate']},"
         f" trl {v['trl']}.",
         f"Regenerate: `{result['settings']['command']}`. Medians of {result['settings']['reps']} interleaved"
-        " repetitions, (min–max); ratios are median ÷ median, (min–max) over the paired rounds,"
-        " and the ratio of each variant's best run.",
+        " repetitions, (min–max), the variants' order reversed every other round; ratios are"
+        " median ÷ median, (min–max) over the paired rounds, and the ratio of each variant's best run.",
         "",
     ]
     invocations = result["settings"].get("invocations", 1)

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from prefshift.bench.common import machine, set_threads, tokenizer_dir, versions
+from prefshift.bench.common import machine, number_rounds_from, set_threads, tokenizer_dir, versions
 
 NO_GPU = (
     "No GPU was available when this was written; the bf16 ~0.5B-parameter GPU figures "
@@ -119,6 +119,7 @@ def run_bench(
     invocations: int = 1,
     trl_as_shipped: bool = False,
     readme: Path | None = None,
+    first_round: int = 0,
     log: Callable[[str], None] = print,
 ) -> dict:
     """Run the benchmarks, write `out_dir`/bench.json and bench.md, return the result.
@@ -135,10 +136,12 @@ def run_bench(
     plan = QUICK if quick else Plan()
     reps = reps or plan.reps
     set_threads(threads)
+    number_rounds_from(first_round)
     if invocations > 1:
         argv = ["--reps", str(reps), "--threads", str(threads)]
         argv += (["--quick"] if quick else []) + (["--trl-as-shipped"] if trl_as_shipped else [])
-        result = aggregate(run_invocations(invocations, [*argv, *(["--note", note] if note else [])], log))
+        argv += ["--note", note] if note else []
+        result = aggregate(run_invocations(invocations, argv, reps, log))
     else:
         result = {
             "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
