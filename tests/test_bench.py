@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,7 +18,7 @@ from prefshift.bench.common import (
     ratio,
     summary,
 )
-from prefshift.bench.invocations import aggregate
+from prefshift.bench.invocations import aggregate, run_invocations
 from prefshift.bench.readme import END, START, ReadmeError, readme_block, update_readme
 from prefshift.bench.training import check_equal_work
 from prefshift.bench.work import WorkCounter, fingerprint
@@ -73,6 +75,20 @@ def test_rounds_alternate_the_order_and_continue_across_invocations():
         assert "".join(ran) == "CBA" + "ABC"
     finally:
         number_rounds_from(0)
+
+
+def test_each_invocation_is_told_where_its_rounds_start(monkeypatch):
+    starts: list[int] = []
+
+    def fake_bench(command, check):
+        starts.append(int(command[command.index("--first-round") + 1]))
+        out = Path(command[command.index("--out") + 1])
+        (out / "bench.json").write_text(json.dumps({"started_at": starts[-1]}))
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setattr(subprocess, "run", fake_bench)
+    results = run_invocations(3, ["--reps", "3"], reps=3, log=lambda _line: None)
+    assert starts == [0, 3, 6] and [r["started_at"] for r in results] == [0, 3, 6]
 
 
 def test_work_counter_counts_training_forwards_and_sees_the_arithmetic():
