@@ -212,3 +212,17 @@ def test_seam_with_an_encoder_strong_model_is_refused_when_params_are_read(tmp_p
         parse_params(raw)
     parse_params({**raw, "methods": ["naive"]})
     assert json.loads((tmp_path / "config.json").read_text())["model_type"] == "bert"
+
+
+def test_without_an_anchor_method_the_reference_stage_loads_no_model_and_stores_nothing(tmp_path):
+    from prefshift.paths import Layout
+    from prefshift.reference_manifest import read_manifest
+    from prefshift.stages.reference import run
+
+    layout = Layout(root=tmp_path)  # no strong base on disk: loading it would fail
+    params = parse_params({"methods": ["naive", "confidence", "ceiling"]}, "test params")
+    run(params, layout)
+    manifest = read_manifest(layout.reference_dir)
+    assert manifest["stored"] is False and manifest["layers"] == [] and manifest["shards"] == []
+    assert "no anchor method" in manifest["reason"]
+    assert sorted(p.name for p in layout.reference_dir.iterdir()) == ["manifest.json"]
