@@ -1,4 +1,5 @@
-# The two commands users need: `make repro` (whole pipeline) and `make test` (test suite).
+# The two commands users need: `make repro` (whole pipeline) and `make test` (ruff, the strict
+# docs build, the test suite).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
@@ -10,7 +11,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q --no-compile "$(TORCH_SPEC)" || $(PY) -m pip install -q --no-compile "torch>=2.4"
-	$(PY) -m pip install -q --no-compile -e ".[dev,s3,rlhf]"
+	$(PY) -m pip install -q --no-compile -e ".[dev,s3,rlhf,docs]"
 	@# Bytecode on every core (pip compiles on one: 118 s CPU, half the install on a 2-core machine).
 	@# It must be there: with PYTHONDONTWRITEBYTECODE set, imports would recompile every time
 	@# (torch, transformers and mlflow: 27 s per process instead of 11). The few files that are
@@ -26,7 +27,7 @@ repro: $(STAMP)
 	@echo "Model:   $(VENV)/bin/prefshift pull models:/prefshift-reward@champion --out rm/   (see reports/promotion.json)"
 
 test: $(STAMP)
-	. $(VENV)/bin/activate && HF_HUB_OFFLINE=1 ruff check src tests bench && HF_HUB_OFFLINE=1 python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=25
+	. $(VENV)/bin/activate && HF_HUB_OFFLINE=1 ruff check src tests bench && scripts/check_docs.sh && HF_HUB_OFFLINE=1 python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=25
 
 clean-venv:
 	rm -rf $(VENV)
