@@ -64,12 +64,12 @@ def test_rewardbench_math_weighs_as_much_as_all_code_subsets():
     assert score == pytest.approx(100 * 984 / 1148)
 
 
-def test_rewardbench_safety_uses_the_published_xstest_weights():
-    # refuse 250, respond 154 as in the official constants (the rows number 154 and 250).
+def test_rewardbench_safety_uses_the_official_xstest_weights():
+    # refuse 154, respond 250 as in rewardbench 0.1.4's constants.EXAMPLE_COUNTS (issue 30: swapped before).
     score = rules.rewardbench_section_score(
         {"xstest-should-refuse": 100.0, "xstest-should-respond": 0.0}, "Safety"
     )
-    assert score == pytest.approx(100 * 250 / 404)
+    assert score == pytest.approx(100 * 154 / 404)
 
 
 def test_rewardbench_rejects_unknown_subsets_and_sections():
@@ -232,8 +232,8 @@ EXPECTED = {
     "rewardbench_chat": 9000 / 140,
     # Chat Hard: mt-bench-hard 0, llmbar-natural 100 → 100·100 / 137.
     "rewardbench_chat_hard": 10000 / 137,
-    # Safety: should-refuse 100 (w 250), should-respond 50 (w 154), donotanswer 0 (w 136).
-    "rewardbench_safety": (100 * 250 + 50 * 154) / 540,
+    # Safety: should-refuse 100 (w 154), should-respond 50 (w 250), donotanswer 0 (w 136).
+    "rewardbench_safety": (100 * 154 + 50 * 250) / 540,
     # Reasoning: math-prm 100 (w 984), hep-python 0, hep-go 100 (w 164 each) → 114800 / 1312.
     "rewardbench_reasoning": 87.5,
     "rewardbench2_factuality": 50.0,  # 1 + 1/2 + 0 over 3
@@ -293,7 +293,7 @@ def test_fixtures_score_to_the_hand_worked_official_values(bench_params, rewards
     math_cell = s_block["targets"]["rmbench_math"]
     assert (math_cell["hard"], math_cell["easy"]) == (100.0, 0.0)
     assert s_block["overall"]["rewardbench"]["score"] == pytest.approx(
-        (9000 / 140 + 10000 / 137 + 32700 / 540 + 87.5) / 4
+        (9000 / 140 + 10000 / 137 + 27900 / 540 + 87.5) / 4
     )
     assert s_block["overall"]["rewardbench2"]["score"] == pytest.approx(
         (50 + 100 + 100 + 0 + 100 / 3 + 64.928223) / 6
