@@ -175,6 +175,15 @@ def test_a_missing_input_is_recorded_and_its_arrival_changes_the_record(project)
     assert _snapshot(root)["prepare"] != before
 
 
+def test_a_fifo_named_as_data_is_recorded_not_read(project):
+    root, params = project
+    (root / "raw" / "mine_test.jsonl").unlink()
+    os.mkfifo(root / "raw" / "mine_test.jsonl")  # opening it to hash would block forever
+    inputs.run(params, Layout(root))
+    test_split = _record(root, "prepare")["mine"]["splits"]["test"]
+    assert test_split == {"path": "raw/mine_test.jsonl", "not_a_file_or_directory": True}
+
+
 def test_a_pattern_with_an_unknown_field_is_refused_naming_the_key(project, make_params):
     root, _ = project
     bad = {**MINE, "path": "raw/{split}_{x}.jsonl"}

@@ -108,6 +108,8 @@ def local_record(path: Path, hashes: FileHashes, shown: str | None = None) -> di
     shown = str(path) if shown is None else shown
     if not path.exists():
         return {"path": shown, "missing": True}
+    if not (path.is_file() or path.is_dir()):  # a FIFO or a device: never opened (reading could block)
+        return {"path": shown, "not_a_file_or_directory": True}
     files = local_files(path)
     names = [p.name if p == path else p.relative_to(path).as_posix() for p in files]
     return {"path": shown, "files": {name: hashes.md5(p) for name, p in zip(names, files, strict=True)}}
