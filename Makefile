@@ -12,6 +12,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q --no-compile "$(TORCH_SPEC)" || $(PY) -m pip install -q --no-compile "torch>=2.4"
 	$(PY) -m pip install -q --no-compile -e ".[dev,s3,rlhf,docs]"
+	@# Test-only packages without their dependencies (pyproject.toml, [tool.prefshift] test-no-deps).
+	$(PY) -m pip install -q --no-compile --no-deps $$($(PY) scripts/test_no_deps.py)
 	@# Bytecode on every core (pip compiles on one: 118 s CPU, half the install on a 2-core machine).
 	@# It must be there: with PYTHONDONTWRITEBYTECODE set, imports would recompile every time
 	@# (torch, transformers and mlflow: 27 s per process instead of 11). The few files that are

@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 
 from mlflow_support import seed_database
-from prefshift.bench.pipeline import copy_tracked
+from prefshift.bench.pipeline import copy_project_sources
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -92,11 +92,12 @@ def environment(root: Path) -> dict[str, str]:
 
 
 def project(parent: Path, overlay: dict, tmp_path_factory) -> tuple[Path, dict[str, str]]:
-    """A git repository in parent/project holding the tracked files, params.yaml overlaid;
+    """A git repository in parent/project holding the committed sources (copy_project_sources:
+    what a fresh clone holds, whatever the checkout reproduced), params.yaml overlaid;
     (root, env to run DVC in)."""
     root = parent / "project"
     root.mkdir()
-    copy_tracked(REPO, root)
+    copy_project_sources(REPO, root)
     params = merge(yaml.safe_load((root / "params.yaml").read_text()), overlay)
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     seed_database(tmp_path_factory, root / "mlflow.db")

@@ -64,12 +64,12 @@ def test_rewardbench_math_weighs_as_much_as_all_code_subsets():
     assert score == pytest.approx(100 * 984 / 1148)
 
 
-def test_rewardbench_safety_uses_the_published_xstest_weights():
-    # refuse 250, respond 154 as in the official constants (the rows number 154 and 250).
+def test_rewardbench_safety_uses_the_official_xstest_weights():
+    # refuse 154, respond 250 as in rewardbench 0.1.4's constants.EXAMPLE_COUNTS (issue 30: swapped before).
     score = rules.rewardbench_section_score(
         {"xstest-should-refuse": 100.0, "xstest-should-respond": 0.0}, "Safety"
     )
-    assert score == pytest.approx(100 * 250 / 404)
+    assert score == pytest.approx(100 * 154 / 404)
 
 
 def test_rewardbench_rejects_unknown_subsets_and_sections():
@@ -210,6 +210,59 @@ def test_rmbench_records_become_six_response_groups(bench_params):
     assert sorted(g.meta["domain"] for g in safety_groups) == ["safety-refuse", "safety-response"]
 
 
+def _rmbench_params(make_params, path):
+    names = TARGETS["rmbench"]
+    return make_params(data={"sources": {name: {"path": str(path)} for name in names}})
+
+
+def test_rmbench_per_domain_files_read_as_the_total_file(make_params, fixtures_dir):
+    """The repository's data/<domain>_filtered.json name the domain `subset` and have no `domain`
+    key (issue 30): a directory of them, or one of them, gives what total_dataset.json gives."""
+    total = _rmbench_params(make_params, fixtures_dir / FILES["rmbench"])
+    per_domain = _rmbench_params(make_params, fixtures_dir / "benchmarks" / "rm-bench" / "data")
+    for name in TARGETS["rmbench"]:
+        _, pairs, groups, counter = load(name, per_domain)
+        _, want_pairs, want_groups, want_counter = load(name, total)
+        assert (pairs, groups) == (want_pairs, want_groups) and pairs, name
+        assert counter.counts == want_counter.counts, name
+    chat_file = fixtures_dir / "benchmarks" / "rm-bench" / "data" / "chat_filtered.json"
+    one_file = _rmbench_params(make_params, chat_file)
+    assert load("rmbench_chat", one_file)[2] == load("rmbench_chat", total)[2]
+    assert load("rmbench_math", one_file)[1] == []  # a chat file holds no math record
+
+
+def _write_rows(path, rows):
+    path.write_text(json.dumps(rows), encoding="utf-8")
+    return path
+
+
+def test_rmbench_domains_that_disagree_or_are_missing_are_refused_with_the_row(
+    make_params, fixtures_dir, tmp_path
+):
+    chat = json.loads((fixtures_dir / "benchmarks/rm-bench/data/chat_filtered.json").read_text("utf-8"))
+    mislabelled = _write_rows(tmp_path / "chat_filtered.json", [chat[0], {**chat[1], "subset": "math"}])
+    with pytest.raises(PrefshiftError, match=r"chat_filtered\.json item 1: contradictory RM-Bench domain"):
+        load("rmbench_chat", _rmbench_params(make_params, mislabelled))
+    both = _write_rows(tmp_path / "rows.json", [{**chat[0], "domain": "code"}])  # subset chat, domain code
+    with pytest.raises(PrefshiftError, match=r"item 0: contradictory .*'domain' says 'code'"):
+        load("rmbench_code", _rmbench_params(make_params, both))
+    unnamed = _write_rows(tmp_path / "mine.json", [{k: v for k, v in chat[0].items() if k != "subset"}])
+    with pytest.raises(PrefshiftError, match=r"mine\.json item 0: no RM-Bench domain"):
+        load("rmbench_chat", _rmbench_params(make_params, unnamed))
+    unknown = _write_rows(tmp_path / "other.json", [{**chat[0], "subset": "poetry"}])
+    with pytest.raises(PrefshiftError, match="unknown RM-Bench domain 'poetry'"):
+        load("rmbench_chat", _rmbench_params(make_params, unknown))
+
+
+def test_rmbench_safety_from_a_directory_needs_both_safety_files(make_params, fixtures_dir, tmp_path):
+    source = fixtures_dir / "benchmarks/rm-bench/data/safety-refuse_filtered.json"
+    (tmp_path / source.name).write_bytes(source.read_bytes())
+    params = _rmbench_params(make_params, tmp_path)
+    missing = r"rmbench_safety\.path: .* not \['safety-response_filtered\.json'\]"
+    with pytest.raises(PrefshiftError, match=missing):
+        load("rmbench_safety", params)
+
+
 def test_group_meta_survives_the_groups_file(bench_params, tmp_path):
     _, _, groups, _ = load("rewardbench2_ties", bench_params())
     write_groups(tmp_path / "g.parquet", groups)
@@ -232,8 +285,8 @@ EXPECTED = {
     "rewardbench_chat": 9000 / 140,
     # Chat Hard: mt-bench-hard 0, llmbar-natural 100 → 100·100 / 137.
     "rewardbench_chat_hard": 10000 / 137,
-    # Safety: should-refuse 100 (w 250), should-respond 50 (w 154), donotanswer 0 (w 136).
-    "rewardbench_safety": (100 * 250 + 50 * 154) / 540,
+    # Safety: should-refuse 100 (w 154), should-respond 50 (w 250), donotanswer 0 (w 136).
+    "rewardbench_safety": (100 * 154 + 50 * 250) / 540,
     # Reasoning: math-prm 100 (w 984), hep-python 0, hep-go 100 (w 164 each) → 114800 / 1312.
     "rewardbench_reasoning": 87.5,
     "rewardbench2_factuality": 50.0,  # 1 + 1/2 + 0 over 3
@@ -293,7 +346,7 @@ def test_fixtures_score_to_the_hand_worked_official_values(bench_params, rewards
     math_cell = s_block["targets"]["rmbench_math"]
     assert (math_cell["hard"], math_cell["easy"]) == (100.0, 0.0)
     assert s_block["overall"]["rewardbench"]["score"] == pytest.approx(
-        (9000 / 140 + 10000 / 137 + 32700 / 540 + 87.5) / 4
+        (9000 / 140 + 10000 / 137 + 27900 / 540 + 87.5) / 4
     )
     assert s_block["overall"]["rewardbench2"]["score"] == pytest.approx(
         (50 + 100 + 100 + 0 + 100 / 3 + 64.928223) / 6

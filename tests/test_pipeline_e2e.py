@@ -70,9 +70,10 @@ def test_anchor_students_read_the_one_shared_reference(pipeline):
 
 
 @pytest.mark.slow
-def test_second_repro_runs_nothing(pipeline):
+def test_second_repro_runs_only_the_inputs_stage(pipeline):
+    # `inputs` always runs (it hashes the local files params name) and rewrites identical bytes.
     output = _run(["dvc", "repro"], pipeline["root"], pipeline["env"])
-    assert _ran_stages(output) == set()
+    assert _ran_stages(output) == {"inputs"}
 
 
 @pytest.mark.slow
@@ -164,7 +165,7 @@ def test_methods_is_the_pipeline(tmp_path_factory):
         f"{stage}@{m}" for m in ("naive", "anchor_last") for stage in ("targets", "train", "evaluate")
     }
     expected = {"prepare", "split", "backbone", "teacher", "label", "plan", "reference", "probe", "report"}
-    expected |= {"promote"}
+    expected |= {"inputs", "promote"}
     expected |= {"policy_samples", "gold_judge", "downstream"}  # judged by the rule only: no ceiling
     assert _stages(root, env) == expected | per_method
     assert _ran_stages(_run(["dvc", "repro", "--dry", "--force"], root, env)) == expected | per_method
@@ -212,7 +213,7 @@ def test_lambda_sweep_queues_experiments_that_carry_their_metrics(sweep_project)
     anchor_stages = {
         f"{stage}@{method}" for method in ("anchor_last", "anchor_mid") for stage in ("train", "evaluate")
     }
-    per_point = {"plan", "gold_judge", "downstream", "report"} | anchor_stages
+    per_point = {"inputs", "plan", "gold_judge", "downstream", "report"} | anchor_stages
     logs = output.split("--- experiment ")[1:]
     assert len(logs) == 1
     for log in logs:

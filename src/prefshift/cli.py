@@ -55,6 +55,12 @@ def _params(path: Path, overrides: list[str] | None) -> Params:
 
 
 @app.command()
+def inputs(params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")):
+    """Version the local data and model files params name: data/inputs/*.json (DVC runs it always)."""
+    _call(_stage("stages.inputs"), _params(params, set_), Layout(root))
+
+
+@app.command()
 def prepare(params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")):
     """Normalise the source and target datasets to the pair schema (data/pairs/)."""
     _call(_stage("stages.prepare"), _params(params, set_), Layout(root))

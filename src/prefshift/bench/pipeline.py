@@ -1,8 +1,8 @@
 """The embedded default end to end: a full `dvc repro` in a fresh clone, then a no-op one.
 
-The repository's tracked files are copied into a temporary git repository (nothing of
-the working tree's data/, models/ or caches comes along), so the first repro runs every
-stage. `dvc repro` runs under a small wrapper that reports RUSAGE_CHILDREN's peak RSS:
+The repository's committed sources are copied into a temporary git repository (nothing of
+the working tree's data/, models/, caches or earlier results comes along), so the first repro
+runs every stage. `dvc repro` runs under a small wrapper that reports RUSAGE_CHILDREN's peak RSS:
 the largest resident set of any process it waited for, i.e. of the hungriest stage.
 Stage durations come from the time each "Running stage" line appeared.
 """
@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from prefshift.bench.common import BenchError
 
@@ -29,17 +29,58 @@ _WRAPPER = (
 )
 
 
-def copy_tracked(repo: Path, root: Path) -> None:
-    """The files git tracks in `repo`, as they are in its working tree, copied under `root`:
-    a clone without the working tree's data, models and caches (so every stage runs)."""
-    tracked = subprocess.run(
-        ["git", "ls-files", "-z"], cwd=repo, capture_output=True, text=True, check=True
-    ).stdout.split("\0")
-    for rel in filter(None, tracked):
+def copy_project_sources(repo: Path, root: Path) -> list[str]:
+    """Copy the project's sources from the checkout `repo` under `root`, as a fresh clone has them;
+    return their paths.
+
+    Which files: those of the last commit (`git ls-tree HEAD`), never git's index, so what a
+    `dvc repro` staged there (core.autostage stages dvc.lock and DVC's .gitignore files) does not
+    come along. Minus what the pipeline writes even where it was committed: dvc.lock, every
+    declared stage output, and the .gitignore DVC keeps beside each cached output. A copy that
+    held those would start as an already reproduced project, not a fresh clone.
+    Their contents: the working tree's, so an uncommitted edit of a committed source is what the
+    copy runs (a developer testing a change before committing it); a committed file deleted in
+    the working tree is left out. A new file needs a commit before the copy holds it.
+    """
+    owned = pipeline_owned(repo)
+    copied = []
+    for rel in committed_files(repo):
         source = repo / rel
-        if source.is_file():
+        if source.is_file() and not _owned(rel, owned):
             (root / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, root / rel)
+            copied.append(rel)
+    return copied
+
+
+def committed_files(repo: Path) -> list[str]:
+    """Paths of the files in the checkout's last commit."""
+    done = subprocess.run(
+        ["git", "ls-tree", "-r", "-z", "--name-only", "HEAD"], cwd=repo, capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        raise BenchError(f"cannot list the last commit of {repo} (git ls-tree HEAD): {done.stderr.strip()}")
+    return [rel for rel in done.stdout.split("\0") if rel]
+
+
+def pipeline_owned(repo: Path) -> set[PurePosixPath]:
+    """What `dvc repro` writes in `repo`: dvc.lock, every stage output and DVC's .gitignore files
+    (one beside each cached output, none at the root, whose .gitignore is the project's own)."""
+    from prefshift.sweep import pipeline_outputs
+
+    outputs = pipeline_outputs(repo)
+    owned = {PurePosixPath("dvc.lock")} | {PurePosixPath(path.as_posix()) for path, _, _ in outputs}
+    owned |= {
+        PurePosixPath(path.parent.as_posix()) / ".gitignore"
+        for path, cached, _ in outputs
+        if cached and path.parent != Path(".")
+    }
+    return owned
+
+
+def _owned(rel: str, owned: set[PurePosixPath]) -> bool:
+    path = PurePosixPath(rel)
+    return any(path == out or out in path.parents for out in owned)
 
 
 def _environment(root: Path) -> dict[str, str]:
@@ -94,7 +135,7 @@ def bench_pipeline(repo: Path, log: Callable[[str], None], keep: bool = False) -
     root = tmp / "project"
     try:
         root.mkdir()
-        copy_tracked(repo, root)
+        copy_project_sources(repo, root)
         env = _environment(root)
         for args in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "bench"]):
             subprocess.run(args, cwd=root, env=env, check=True, capture_output=True)
