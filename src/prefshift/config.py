@@ -328,6 +328,13 @@ class EvaluateConfig(Strict):
 class DownstreamConfig(Strict):
     """Best-of-n against a gold judge (stages policy_samples, gold_judge, downstream)."""
 
+    enabled: bool | Literal["auto"] = Field(
+        "auto",
+        description="true: run best-of-n, and fail if its policy or judge cannot load; false: skip it; "
+        "auto: run it unless the policy cannot generate (an encoder) or, offline, the policy or judge has "
+        "no local copy. A skip is recorded with its reason (data/policy_samples/counts.json) and the "
+        "report says so; nothing downstream of it waits on best-of-n.",
+    )
     prompts: int = Field(32, ge=1, description="Prompts per split (ID test and each OOD target).")
     n_max: int = Field(8, ge=2, description="Completions per prompt; best-of-n for n = 1, 2, 4, ..., n_max.")
     policy: str | None = Field(
@@ -344,6 +351,18 @@ class DownstreamConfig(Strict):
         "reward-model directory or hub id.",
     )
     judge_revision: str | None = Field(None, description="Hub revision of the judge.")
+
+
+class ProbeConfig(Strict):
+    """Linear probes of the frozen strong base (the probe stage): a diagnostic, never a gate."""
+
+    enabled: bool = Field(True, description="false: the probe stage records why it skipped and fits nothing.")
+    max_pairs: int = Field(
+        500,
+        ge=10,
+        description="Pairs per split a probe reads (the first, in split order): 500 fit a linear probe to "
+        "about ±2 pp; fewer keep the stage cheap on a real backbone.",
+    )
 
 
 class PromoteConfig(Strict):
@@ -377,6 +396,7 @@ class Params(Strict):
     seam: SeamConfig = Field(default_factory=SeamConfig)
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
     downstream: DownstreamConfig = Field(default_factory=DownstreamConfig)
+    probe: ProbeConfig = Field(default_factory=ProbeConfig)
     promote: PromoteConfig = Field(default_factory=PromoteConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
 
@@ -401,13 +421,14 @@ class Params(Strict):
                     f"methods lists seam, but the strong backbone {self.backbone.strong.name_or_path!r} "
                     f"{reason}: SEAM needs a causal LM to write principles; drop seam from methods"
                 )
-        if self.downstream.policy is None:
+        if self.downstream.policy is None and self.downstream.enabled is True:
             reason = cannot_generate(self.backbone.strong, self.backbone.trust_remote_code)
             if reason:
                 raise ValueError(
                     "downstream.policy is null, so the strong backbone "
                     f"{self.backbone.strong.name_or_path!r} would sample the best-of-n completions, but it "
-                    f"{reason}: name a causal LM in downstream.policy"
+                    f"{reason}: name a causal LM in downstream.policy, or set downstream.enabled to auto "
+                    "(skipped, with the reason) or false"
                 )
         return self
 

@@ -559,7 +559,10 @@ def beyond_accuracy(
         report_comparisons.comparisons_section(report_comparisons.compare(params, layout, metrics, sweeps))
     ]
     docs = report_downstream.load_downstream(layout, version, params.methods)
-    sections.append(report_downstream.best_of_n_section(docs, splits))
+    skip = report_downstream.load_skip(layout, version)
+    sections.append(
+        report_downstream.skipped_section(skip) if skip else report_downstream.best_of_n_section(docs, splits)
+    )
     figures = report_downstream.write_best_of_n_figures(docs, splits, figures_dir) if docs else []
     return [s for s in sections if s], figures
 
