@@ -89,7 +89,8 @@ class Adapter:
                 content = pair_content_hash(pair)
                 here = f"{where} pair {k + 1} of {len(row_pairs)}" if len(row_pairs) > 1 else where
                 if content in seen:
-                    counter.skip(RowError("duplicate", f"{here}: same prompt and responses as {seen[content]}"))
+                    message = f"{here}: same prompt and responses as {seen[content]}"
+                    counter.skip(RowError("duplicate", message))
                     continue
                 seen[content] = here
                 counter.kept += 1
