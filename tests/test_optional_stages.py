@@ -184,3 +184,9 @@ def test_reference_reads_nothing_when_anchor_students_run_a_frozen_forward(tmp_p
     # Normalised anchors do read the per-layer constants, so the stage computes them then.
     assert reference.unread_reason(params.model_copy(update={"anchor": params.anchor.model_copy(
         update={"normalize": "reference"})})) is None  # fmt: skip
+
+
+@pytest.mark.parametrize("bad", ["sometimes", 1, 0, "false", "yes", None])
+def test_best_of_n_switch_takes_true_false_or_auto_only(bad):
+    with pytest.raises(ConfigError, match=r"downstream\.enabled: must be true, false or auto \(got "):
+        _params(downstream={"enabled": bad})

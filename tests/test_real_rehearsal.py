@@ -160,9 +160,16 @@ def test_encoder_student_reaches_the_report_offline_with_best_of_n_skipped(tmp_p
 
 @pytest.mark.slow
 def test_decoder_student_reaches_the_report_offline_with_the_probe_switched_off(tmp_path, tmp_path_factory):
-    extra = ["methods=[anchor_last]", "probe.enabled=false"]  # one student: the decoder path, kept short
+    """One anchor student (the decoder path, kept short) that reads no stored reference: the
+    reference stage loads no weights and says why, and the student runs a frozen copy instead."""
+    extra = ["methods=[anchor_last]", "probe.enabled=false", "anchor.cache=false"]
     root, output = rehearse(tmp_path, tmp_path_factory, "decoder", extra)
     summary = (root / "reports" / "summary.md").read_text(encoding="utf-8")
     assert SKIPPED_OFFLINE in summary
     assert "probe: skipped (probe.enabled is false)." in summary
     assert output.count("; skipped: best-of-n, probe") == 1
+    manifest = json.loads((root / "data" / "reference" / "manifest.json").read_text())
+    assert manifest["stored"] is False and manifest["tokens"] == 0 and manifest["num_layers"] == 2
+    assert "reference: nothing computed: anchor.cache is false and anchor.normalize is none" in output
+    train_log = json.loads((root / "reports" / "train" / "anchor_last.json").read_text())
+    assert train_log["reference"]["route"] == "frozen copy"

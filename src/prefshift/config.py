@@ -352,6 +352,14 @@ class DownstreamConfig(Strict):
     )
     judge_revision: str | None = Field(None, description="Hub revision of the judge.")
 
+    @field_validator("enabled", mode="before")
+    @classmethod
+    def _true_false_or_auto(cls, value: Any) -> Any:
+        """One of three words: pydantic would also read 1, "yes" or "off" as a switch."""
+        if value is True or value is False or value == "auto":
+            return value
+        raise ValueError("must be true, false or auto")
+
 
 class ProbeConfig(Strict):
     """Linear probes of the frozen strong base (the probe stage): a diagnostic, never a gate."""
