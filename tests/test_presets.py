@@ -217,6 +217,7 @@ def test_header_without_overrides_describes_the_preset_itself():
     assert "best-of-n: policy HuggingFaceTB/SmolLM2-135M-Instruct" in header
     assert "benchmark targets rewardbench_safety are also scored" in header
     assert "then the -S overrides" not in header
+    assert "# Offline with local copies: " in header and "-S downstream.policy=DIR" in header
 
 
 @pytest.mark.parametrize("name", ["laptop-helpful", "laptop-harmless"])

@@ -38,7 +38,8 @@ from prefshift.config import (
 PARTIAL_PREFIX = "_"
 FILE_KEYS = ("description", "extends", "notes", "params")
 LOCAL_HINT = (
-    "-S backbone.weak.name_or_path=DIR -S backbone.strong.name_or_path=DIR -S data.sources.NAME.path=FILE"
+    "-S backbone.weak.name_or_path=DIR -S backbone.strong.name_or_path=DIR -S data.sources.NAME.path=FILE "
+    "-S downstream.policy=DIR (a causal LM for best-of-n; without one it is skipped offline)"
 )
 
 
