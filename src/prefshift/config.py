@@ -275,7 +275,8 @@ class AnchorConfig(Strict):
     cache: bool = Field(
         True,
         description="Read the reference stage's stored states (data/reference/) instead of a frozen forward "
-        "per step; runs outside the pipeline fill an in-run cache instead.",
+        "per step; runs outside the pipeline fill an in-run cache instead. false: the reference stage stores "
+        "no states, and computes nothing unless normalize is reference.",
     )
     cache_max_gb: float = Field(2.0, gt=0, description="In-memory budget of an in-run cache, then spills.")
     normalize: Literal["none", "reference"] = Field(
