@@ -108,7 +108,8 @@ def rehearse(tmp_path: Path, tmp_path_factory, strong: str, extra: list[str]) ->
     copy_tracked(REPO, root)
     seed_database(tmp_path_factory, root / "mlflow.db")
     env = {**environment(root), "HF_HOME": str(tmp_path / "empty-hf-home")}  # no cached policy LM
-    env.pop("HF_HUB_CACHE", None)
+    for cache in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_CACHE"):  # all would point elsewhere
+        env.pop(cache, None)
     overrides = [
         f"backbone.weak.name_or_path={weak}",
         f"backbone.strong.name_or_path={strong_dir}",
