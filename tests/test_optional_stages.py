@@ -190,3 +190,23 @@ def test_reference_reads_nothing_when_anchor_students_run_a_frozen_forward(tmp_p
 def test_best_of_n_switch_takes_true_false_or_auto_only(bad):
     with pytest.raises(ConfigError, match=r"downstream\.enabled: must be true, false or auto \(got "):
         _params(downstream={"enabled": bad})
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_reference_stores_states_only_for_students_that_read_them(tmp_path, cache):
+    """Normalised anchors need the per-layer constants either way; the states themselves are
+    written only when the students read them (anchor.cache), never just to be ignored."""
+    from prefshift.data.schema import write_pairs
+    from tiny_models import pairs
+
+    layout = _layout(tmp_path, base_dir(tmp_path / "models"))
+    write_pairs(layout.split("student_train"), pairs(6))
+    params = _params(methods=["anchor_last"], anchor={"cache": cache, "normalize": "reference"})
+    manifest = reference.run(params, layout)
+    assert manifest["stored"] is cache and manifest["tokens"] > 0 and manifest["mean_square"]["2"] > 0
+    stored = sorted(p.name for p in layout.reference_dir.iterdir() if p.name != "manifest.json")
+    if cache:
+        assert manifest["reason"] is None and stored
+    else:
+        assert manifest["reason"].startswith("anchor.cache is false: only the per-layer constants")
+        assert stored == [] and manifest["shards"] == []
