@@ -217,6 +217,8 @@ def test_header_without_overrides_describes_the_preset_itself():
     assert "best-of-n: policy HuggingFaceTB/SmolLM2-135M-Instruct" in header
     assert "benchmark targets rewardbench_safety are also scored" in header
     assert "then the -S overrides" not in header
+    gpu = _header(presets.render("harmless-qwen"))
+    assert "- pairs: teacher_train all, student_train all, id_test all, ood 2000 per target;" in gpu
     assert "# Offline with local copies: " in header and "-S downstream.policy=DIR" in header
 
 

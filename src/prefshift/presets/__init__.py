@@ -179,14 +179,16 @@ def _benchmark_line(params: Params) -> str | None:
 
 def describe(params: Params) -> list[str]:
     """What these params run, one line per concern, stated from their own values."""
-    data, caps = params.data, params.data.caps
+    data = params.data
+    caps = {k: "all" if v is None else v for k, v in data.caps.model_dump().items()}
     students = "LoRA adapters" if params.student.lora.enabled else "full fine-tuning"
     lines = [
         f"weak teacher: {_model(params.backbone.weak)}; strong student: {_model(params.backbone.strong)}",
         f"data ({data.category}): source {_dataset(data.source, data)}; OOD targets "
         + ", ".join(_dataset(t, data) for t in data.targets),
-        f"pairs (null = all): teacher_train {caps.teacher_train}, student_train {caps.student_train}, "
-        f"id_test {caps.id_test}, ood {caps.ood} per target; encode.max_length {params.encode.max_length}",
+        f"pairs: teacher_train {caps['teacher_train']}, student_train {caps['student_train']}, "
+        f"id_test {caps['id_test']}, ood {caps['ood']} per target; "
+        f"encode.max_length {params.encode.max_length}",
         f"methods: {', '.join(params.methods)}; teacher {params.teacher.epochs} epoch(s), students "
         f"{params.student.epochs} epoch(s), {students}",
         _anchor_line(params),
