@@ -32,14 +32,15 @@ QWEN_TEMPLATE = (
 )
 
 
-def _bert_tokenizer():
+def bert_tokenizer(texts=TEXTS):
+    """A WordPiece tokenizer whose vocabulary holds every word of `texts` (and single characters)."""
     from transformers import BertTokenizerFast
 
     words = sorted(
-        {w for text in TEXTS for w in text.lower().replace("?", " ? ").replace(",", " , ").split()}
+        {w for text in texts for w in text.lower().replace("?", " ? ").replace(",", " , ").split()}
     )
     chars = sorted(
-        {c for text in TEXTS for c in text.lower() if not c.isspace()}
+        {c for text in texts for c in text.lower() if not c.isspace()}
         | set("abcdefghijklmnopqrstuvwxyz0123456789.,:?!'")
     )
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *chars, *(f"##{c}" for c in chars), *words]
@@ -81,7 +82,7 @@ def build(family: str, seed: int = 0):
         config.num_labels = 1
         model = LlamaForSequenceClassification(config)
     elif family == "bert":
-        tok = _bert_tokenizer()
+        tok = bert_tokenizer()
         config = BertConfig(
             vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
             intermediate_size=64, max_position_embeddings=256, num_labels=1, pad_token_id=tok.pad_token_id,

@@ -157,3 +157,98 @@ def test_overlays_only_touch_known_sections():
     for name in presets.names():
         overlay = presets.load(name).overlay
         assert set(overlay) <= set(yaml.safe_load(presets.render(name)))
+
+
+def _header(text: str) -> str:
+    return "".join(line + "\n" for line in text.splitlines() if line.startswith("#"))
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_header_states_the_final_params_and_nothing_an_override_replaced(tmp_path, name):
+    """Every value the header names comes from the params written, not from the preset's prose."""
+    _, base = presets.resolve(name)
+    weak, strong, hh = tmp_path / "weak-dir", tmp_path / "strong-dir", tmp_path / "harmless.jsonl"
+    overrides = [
+        f"backbone.weak.name_or_path={weak}",
+        f"backbone.strong.name_or_path={strong}",
+        "data.category=harmless",
+        "data.source=hh_harmless",
+        f"data.sources.hh_harmless.path={hh}",
+        "data.targets=[rmbench_safety]",
+        "data.caps.teacher_train=40",
+        "data.caps.student_train=41",
+        "data.caps.id_test=12",
+        "data.caps.ood=13",
+        "methods=[naive,anchor_last]",
+        "downstream.enabled=false",
+        "probe.enabled=false",
+    ]
+    header = _header(presets.render(name, overrides))
+    replaced = [
+        base.backbone.weak.name_or_path,
+        base.backbone.strong.name_or_path,
+        *[t for t in base.data.targets if t != "rmbench_safety"],
+        *[str(n) for n in (base.data.caps.teacher_train, base.data.caps.student_train) if n],
+        "2,000",
+        "BERT",
+        "MiniLM",
+        "Llama-3",
+        "Qwen2.5",
+        "SmolLM",
+        "PKU",
+        "HelpSteer",
+        "confidence,",
+    ]
+    for stale in replaced:
+        assert stale not in header, f"{stale!r} is stale in the header of {name}:\n{header}"
+    assert f"- weak teacher: {weak}; strong student: {strong}\n" in header
+    assert f"- data (harmless): source hh_harmless ({hh}); OOD targets rmbench_safety\n" in header
+    assert "teacher_train 40, student_train 41, id_test 12, ood 13 per target" in header
+    assert "- methods: naive, anchor_last;" in header
+    assert "- best-of-n: off (downstream.enabled: false)\n" in header and "- probe: off\n" in header
+    assert "- benchmark targets rmbench_safety are also scored by their benchmark's own rule" in header
+
+
+def test_header_without_overrides_describes_the_preset_itself():
+    header = _header(presets.render("laptop-harmless"))
+    assert f"- weak teacher: {LAPTOP[0]}; strong student: {LAPTOP[1]}\n" in header
+    assert "OOD targets pku_saferlhf, rail, rewardbench_safety" in header
+    assert "reference states: stored once by the reference stage" in header
+    assert "best-of-n: policy HuggingFaceTB/SmolLM2-135M-Instruct" in header
+    assert "benchmark targets rewardbench_safety are also scored" in header
+    assert "then the -S overrides" not in header
+    gpu = _header(presets.render("harmless-qwen"))
+    assert "- pairs: teacher_train all, student_train all, id_test all, ood 2000 per target;" in gpu
+    assert "# Offline with local copies: " in header and "-S downstream.policy=DIR" in header
+
+
+@pytest.mark.parametrize("name", ["laptop-helpful", "laptop-harmless"])
+def test_laptop_presets_read_the_stored_reference_and_probe_a_sample(name):
+    """Two anchor students on one unchanged base: the stored reference saves a frozen forward per
+    step in each; the probe, a diagnostic, reads 200 pairs per split."""
+    from prefshift.stages.reference import unread_reason
+
+    _, params = presets.resolve(name)
+    assert params.anchor.cache is True and unread_reason(params) is None
+    assert params.probe.enabled and params.probe.max_pairs == 200
+    assert params.downstream.enabled == "auto"
+
+
+@pytest.mark.parametrize("name", GPU)
+def test_gpu_presets_compute_no_reference_their_lora_students_would_ignore(name):
+    from prefshift.stages.reference import unread_reason
+
+    _, params = presets.resolve(name)
+    assert "anchor.cache is false and anchor.normalize is none" in unread_reason(params)
+
+
+def test_an_existing_params_file_is_replaced_only_with_force(tmp_path):
+    out = tmp_path / "params.yaml"
+    out.write_text("seed: 7\n")
+    result = CliRunner().invoke(app, ["preset", "laptop-helpful", "--out", str(out)])
+    assert result.exit_code == 2
+    assert f"--out {out}: exists; pass --force to replace it" in " ".join(result.output.split())
+    assert out.read_text() == "seed: 7\n"
+    result = CliRunner().invoke(app, ["preset", "laptop-helpful", "--out", str(out), "--force"])
+    assert result.exit_code == 0, result.output
+    assert out.read_text() == presets.render("laptop-helpful")

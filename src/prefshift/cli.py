@@ -287,15 +287,19 @@ def preset(
     list_: Annotated[bool, typer.Option("--list", help="List the presets and exit.")] = False,
     out: Annotated[Path, typer.Option("--out", "-o", help="params file to write.")] = Path("params.yaml"),
     set_: SetOption = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace the --out file if it exists.")] = False,
 ):
-    """Write a full params.yaml from a preset for real runs; -S points it at local models or data."""
+    """Write a full params.yaml from a preset for real runs; -S points it at local models or data.
+
+    An existing file is refused unless --force: params.yaml is the user's, and what it held is lost.
+    """
     if list_:
         _call(_stage("presets", "print_catalogue"))
         return
     if name is None:
         err_console.print(error_text("name a preset, or pass --list to see them"))
         raise typer.Exit(2)
-    written = _call(_stage("presets", "write"), name, out, set_)
+    written = _call(_stage("presets", "write"), name, out, set_, force)
     typer.echo(f"wrote {written} from preset {name}")
 
 

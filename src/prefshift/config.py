@@ -275,7 +275,8 @@ class AnchorConfig(Strict):
     cache: bool = Field(
         True,
         description="Read the reference stage's stored states (data/reference/) instead of a frozen forward "
-        "per step; runs outside the pipeline fill an in-run cache instead.",
+        "per step; runs outside the pipeline fill an in-run cache instead. false: the reference stage stores "
+        "no states, and computes nothing unless normalize is reference.",
     )
     cache_max_gb: float = Field(2.0, gt=0, description="In-memory budget of an in-run cache, then spills.")
     normalize: Literal["none", "reference"] = Field(
@@ -328,6 +329,13 @@ class EvaluateConfig(Strict):
 class DownstreamConfig(Strict):
     """Best-of-n against a gold judge (stages policy_samples, gold_judge, downstream)."""
 
+    enabled: bool | Literal["auto"] = Field(
+        "auto",
+        description="true: run best-of-n, and fail if its policy or judge cannot load; false: skip it; "
+        "auto: run it unless the policy cannot generate (an encoder) or, offline, the policy or judge has "
+        "no local copy. A skip is recorded with its reason (data/policy_samples/counts.json) and the "
+        "report says so; nothing downstream of it waits on best-of-n.",
+    )
     prompts: int = Field(32, ge=1, description="Prompts per split (ID test and each OOD target).")
     n_max: int = Field(8, ge=2, description="Completions per prompt; best-of-n for n = 1, 2, 4, ..., n_max.")
     policy: str | None = Field(
@@ -344,6 +352,26 @@ class DownstreamConfig(Strict):
         "reward-model directory or hub id.",
     )
     judge_revision: str | None = Field(None, description="Hub revision of the judge.")
+
+    @field_validator("enabled", mode="before")
+    @classmethod
+    def _true_false_or_auto(cls, value: Any) -> Any:
+        """One of three words: pydantic would also read 1, "yes" or "off" as a switch."""
+        if value is True or value is False or value == "auto":
+            return value
+        raise ValueError("must be true, false or auto")
+
+
+class ProbeConfig(Strict):
+    """Linear probes of the frozen strong base (the probe stage): a diagnostic, never a gate."""
+
+    enabled: bool = Field(True, description="false: the probe stage records why it skipped and fits nothing.")
+    max_pairs: int = Field(
+        500,
+        ge=10,
+        description="Pairs per split a probe reads (the first, in split order): 500 fit a linear probe to "
+        "about ±2 pp; fewer keep the stage cheap on a real backbone.",
+    )
 
 
 class PromoteConfig(Strict):
@@ -377,6 +405,7 @@ class Params(Strict):
     seam: SeamConfig = Field(default_factory=SeamConfig)
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
     downstream: DownstreamConfig = Field(default_factory=DownstreamConfig)
+    probe: ProbeConfig = Field(default_factory=ProbeConfig)
     promote: PromoteConfig = Field(default_factory=PromoteConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
 
@@ -401,13 +430,14 @@ class Params(Strict):
                     f"methods lists seam, but the strong backbone {self.backbone.strong.name_or_path!r} "
                     f"{reason}: SEAM needs a causal LM to write principles; drop seam from methods"
                 )
-        if self.downstream.policy is None:
+        if self.downstream.policy is None and self.downstream.enabled is True:
             reason = cannot_generate(self.backbone.strong, self.backbone.trust_remote_code)
             if reason:
                 raise ValueError(
                     "downstream.policy is null, so the strong backbone "
                     f"{self.backbone.strong.name_or_path!r} would sample the best-of-n completions, but it "
-                    f"{reason}: name a causal LM in downstream.policy"
+                    f"{reason}: name a causal LM in downstream.policy, or set downstream.enabled to auto "
+                    "(skipped, with the reason) or false"
                 )
         return self
 

@@ -49,7 +49,7 @@ def fingerprint(manifest: dict[str, Any], layers: Sequence[int]) -> dict[str, An
     squares = mean_squares(manifest)
     return {
         "layers": list(layers),
-        "mean_square": {str(k): squares[k] for k in layers},
+        "mean_square": {str(k): squares[k] for k in layers if k in squares},  # none: nothing computed
         "stored": manifest["stored"],
         "tokens": manifest["tokens"],
         "split_version": manifest["split_version"],

@@ -129,7 +129,11 @@ def make_pair(
 
 
 class SkipCounter:
-    """Counts skipped rows per reason and keeps a few examples for the log."""
+    """Counts skipped rows per reason and keeps a few distinct examples for the log.
+
+    Distinct: one row can be skipped several times over (a benchmark record's nine pairs), and
+    three copies of one message would show a single row where the user needs to see a pattern.
+    """
 
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
@@ -139,7 +143,7 @@ class SkipCounter:
     def skip(self, err: RowError) -> None:
         self.counts[err.reason] += 1
         examples = self.examples.setdefault(err.reason, [])
-        if len(examples) < 3:
+        if len(examples) < 3 and str(err) not in examples:
             examples.append(str(err))
 
     def as_dict(self) -> dict[str, Any]:

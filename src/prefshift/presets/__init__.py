@@ -2,10 +2,15 @@
 
 A preset is a YAML file in this package with `description`, `params` (a partial
 params tree), and optionally `extends` (partials named `_*.yaml`, applied first, in
-order) and `notes` (copied as comments into the written params.yaml). Resolution
+order) and `notes` (advice copied as comments into the written params.yaml). Resolution
 always starts from the embedded default, never from the current params.yaml, so a
 preset means the same on every machine; `-S` overrides come last, which is how a user
 points a preset at local model directories and data files without editing it.
+
+The written file's header states what the params run (models, data, sizes, methods, the
+optional stages) from the final values, overrides included: a template's prose would go
+stale the moment `-S` changes a model or a dataset. So notes hold only advice that no
+override can falsify, and a params file is never replaced without `--force`.
 """
 
 from __future__ import annotations
@@ -20,12 +25,21 @@ from rich.console import Console
 from rich.table import Table
 
 from prefshift.atomic import write_text
-from prefshift.config import ConfigError, Params, apply_overrides, parse_params, read_yaml
+from prefshift.config import (
+    ConfigError,
+    DataConfig,
+    LMSpec,
+    Params,
+    apply_overrides,
+    parse_params,
+    read_yaml,
+)
 
 PARTIAL_PREFIX = "_"
 FILE_KEYS = ("description", "extends", "notes", "params")
 LOCAL_HINT = (
-    "-S backbone.weak.name_or_path=DIR -S backbone.strong.name_or_path=DIR -S data.sources.NAME.path=FILE"
+    "-S backbone.weak.name_or_path=DIR -S backbone.strong.name_or_path=DIR -S data.sources.NAME.path=FILE "
+    "-S downstream.policy=DIR (a causal LM for best-of-n; without one it is skipped offline)"
 )
 
 
@@ -114,14 +128,87 @@ def resolve(name: str, overrides: list[str] | None = None) -> tuple[Preset, Para
     return preset, parse_params(raw, f"preset {name!r}")
 
 
+def _model(spec: LMSpec) -> str:
+    return spec.name_or_path + (f"@{spec.revision}" if spec.revision else "")
+
+
+def _dataset(name: str, data: DataConfig) -> str:
+    source = data.sources.get(name)
+    return f"{name} ({source.path})" if source is not None and source.path else name
+
+
+def _anchor_line(params: Params) -> str | None:
+    if not any(m.startswith("anchor_") for m in params.methods):
+        return None
+    anchor, lora = params.anchor, params.student.lora.enabled
+    if anchor.cache:
+        route = "stored once by the reference stage and read by every anchor student (anchor.cache)"
+    else:
+        route = "a frozen forward each step" + (" (the base with adapters disabled)" if lora else "")
+    return f"anchor: lambda {anchor.lam:g}, normalize {anchor.normalize}; reference states: {route}"
+
+
+def _best_of_n_line(params: Params) -> str:
+    cfg = params.downstream
+    if cfg.enabled is False:
+        return "best-of-n: off (downstream.enabled: false)"
+    policy = cfg.policy or f"the strong base {params.backbone.strong.name_or_path}"
+    line = (
+        f"best-of-n: policy {policy}, {cfg.n_max} samples for each of {cfg.prompts} prompts per split, "
+        f"judge {cfg.judge}"
+    )
+    if cfg.enabled == "auto":
+        line += "; skipped with its reason if the policy cannot generate or, offline, has no local copy"
+    return line
+
+
+def _benchmark_line(params: Params) -> str | None:
+    from prefshift.data.adapters import get_adapter
+
+    scored = [t for t in params.data.targets if getattr(get_adapter(t, params), "benchmark", "")]
+    if not scored:
+        return None
+    sample = (
+        "; with data.caps.ood set each is a seeded sample of its pairs, so set caps.ood: null for the "
+        "leaderboard's number"
+        if params.data.caps.ood is not None
+        else ""
+    )
+    return f"benchmark targets {', '.join(scored)} are also scored by their benchmark's own rule{sample}"
+
+
+def describe(params: Params) -> list[str]:
+    """What these params run, one line per concern, stated from their own values."""
+    data = params.data
+    caps = {k: "all" if v is None else v for k, v in data.caps.model_dump().items()}
+    students = "LoRA adapters" if params.student.lora.enabled else "full fine-tuning"
+    lines = [
+        f"weak teacher: {_model(params.backbone.weak)}; strong student: {_model(params.backbone.strong)}",
+        f"data ({data.category}): source {_dataset(data.source, data)}; OOD targets "
+        + ", ".join(_dataset(t, data) for t in data.targets),
+        f"pairs: teacher_train {caps['teacher_train']}, student_train {caps['student_train']}, "
+        f"id_test {caps['id_test']}, ood {caps['ood']} per target; "
+        f"encode.max_length {params.encode.max_length}",
+        f"methods: {', '.join(params.methods)}; teacher {params.teacher.epochs} epoch(s), students "
+        f"{params.student.epochs} epoch(s), {students}",
+        _anchor_line(params),
+        _best_of_n_line(params),
+        f"probe: {params.probe.max_pairs} pairs per split" if params.probe.enabled else "probe: off",
+        _benchmark_line(params),
+    ]
+    return [line for line in lines if line]
+
+
 def render(name: str, overrides: list[str] | None = None) -> str:
-    """The params.yaml text: a comment header saying where it came from, then every key."""
+    """The params.yaml text: a comment header saying where it came from and what it runs, then every key."""
     preset, params = resolve(name, overrides)
     command = " ".join(["prefshift preset", name, *(f"-S {item}" for item in overrides or [])])
+    layers = f"presets/{', '.join(preset.files)}" + (", then the -S overrides" if overrides else "")
     header = [
         f"Generated by `{command}`:",
-        f"the embedded default overlaid with presets/{', '.join(preset.files)}.",
-        preset.description,
+        f"the embedded default overlaid with {layers}. These params run:",
+        *(f"- {line}" for line in describe(params)),
+        *(["Notes:"] if preset.notes else []),
         *(f"- {note}" for note in preset.notes),
         f"Offline with local copies: {LOCAL_HINT}",
     ]
@@ -129,11 +216,19 @@ def render(name: str, overrides: list[str] | None = None) -> str:
     return comments + yaml.safe_dump(params.resolved(), sort_keys=False)
 
 
-def write(name: str, out: str | Path = "params.yaml", overrides: list[str] | None = None) -> Path:
+def write(
+    name: str, out: str | Path = "params.yaml", overrides: list[str] | None = None, force: bool = False
+) -> Path:
+    """Write the preset's params file; an existing file is replaced only with `force`."""
     out = Path(out)
     if out.is_dir():
         raise ConfigError(f"--out {out}: is a directory; name the file to write, e.g. {out / 'params.yaml'}")
-    write_text(out, render(name, overrides))
+    text = render(name, overrides)  # a bad preset or override fails before anything is checked on disk
+    if out.exists() and not force:
+        raise ConfigError(
+            f"--out {out}: exists; pass --force to replace it (or name another file with --out)"
+        )
+    write_text(out, text)
     return out
 
 

@@ -11,6 +11,8 @@ so the gold and proxy gains read in standard deviations of their own scorer and 
 between them (proxy − gold) measures over-optimisation. The synthetic gold rule, where it
 applies, is kept on its own 0-1 scale. Output: reports/downstream/M.json and one MLflow run
 per model (`downstream@M`). All models' files are one output set: replaced together or not at all.
+When policy_samples skipped best-of-n, both directories hold only `skipped.json` (the reason
+and split version), which the report shows in place of the best-of-n section.
 """
 
 from __future__ import annotations
@@ -33,7 +35,10 @@ from prefshift.paths import Layout
 from prefshift.stages.evaluate import _rounded
 from prefshift.stages.gold_judge import describe_judge
 from prefshift.stages.label import VERSION_KEY, write_frame
-from prefshift.stages.policy_samples import read_samples
+from prefshift.stages.policy_samples import read_samples, skipped
+
+SKIPPED = "skipped.json"
+"""Written into both output directories when best-of-n was skipped: why, and for which splits."""
 
 PROXIES = "teacher or a method"
 
@@ -168,8 +173,20 @@ def proxies(params: Params) -> list[str]:
     return ["teacher", *params.methods]
 
 
+def _write_skip(layout: Layout, reason: str) -> dict[str, dict[str, Any]]:
+    doc = {"skipped": reason, "split_version": str(load_manifest(layout)["version"])}
+    directories = [layout.proxy_dir, layout.downstream_dir]
+    with output_set(layout.root, "prefshift downstream", directories=directories, manifest=False) as staged:
+        for directory in directories:
+            write_json(staged.path(directory) / SKIPPED, doc)
+    return {}
+
+
 def run_all(params: Params, layout: Layout) -> dict[str, dict[str, Any]]:
     """Every proxy, as one output set over data/downstream/proxies and reports/downstream (the DVC stage)."""
+    reason = skipped(layout)
+    if reason:
+        return _write_skip(layout, reason)
     for method in proxies(params):  # a missing model fails before anything is scored
         _model_dir(layout, method)
     inputs = _inputs(params, layout)
@@ -181,6 +198,9 @@ def run_all(params: Params, layout: Layout) -> dict[str, dict[str, Any]]:
 
 def run(params: Params, layout: Layout, method: str) -> dict[str, Any]:
     """One proxy (`--method M`): its two files replaced together, the other models' left as they are."""
+    reason = skipped(layout)
+    if reason:
+        raise DownstreamError(f"{layout.policy_counts}: best-of-n was skipped ({reason}); nothing to score")
     _model_dir(layout, method)  # a missing model is named before any missing upstream input
     inputs = _inputs(params, layout)
     files = [layout.proxy_scores(method), layout.downstream(method)]

@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 from prefshift import benchmark_targets, diagnostics, metrics
 from prefshift.atomic import write_json
 from prefshift.config import LMSpec, Params
+from prefshift.console import messages
 from prefshift.data.schema import Group, Pair, read_groups, read_pairs
 from prefshift.data.splits import check_version, load_manifest
 from prefshift.data.synthetic import CUE_META, CUES
@@ -364,7 +365,21 @@ def run(params: Params, layout: Layout, method: str) -> dict[str, Any]:
         write_json(out.path(layout.metrics(method)), document)
         logger.log_metrics(headline(document, params.data.targets))
         logger.log_artifact(out.path(layout.metrics(method)), "metrics")
+    messages().print(closing_line(method, layout.metrics(method), document))
     return document
+
+
+def closing_line(method: str, path: Path, document: Mapping[str, Any]) -> str:
+    """What a successful evaluation wrote and its headline numbers, in one line (accuracy %, gains pp)."""
+    return (
+        f"evaluate {method}: {path} — ID {document['id']['acc']:.1f}%, mean OOD "
+        f"{document['mean_acc_ood']:.1f}%, WRG {_signed(document['wrg'])}, "
+        f"mean AOG {_signed(document['mean_aog'])}"
+    )
+
+
+def _signed(value: float | None) -> str:
+    return "—" if value is None else f"{value:+.1f}"
 
 
 def _group_scores(layout: Layout, model: str, datasets: Sequence[str]) -> dict[str, pd.DataFrame]:

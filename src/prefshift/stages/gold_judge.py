@@ -10,7 +10,8 @@ The stage depends on models/students as a whole (dvc.yaml cannot name the ceilin
 when the ceiling may not be listed); deterministic scoring rewrites identical gold scores when
 another student changes, so no downstream stage re-runs for it. On the synthetic suite the
 suite's own gold rule (`synthetic.rule_score`) also scores every sample: a judge that needs
-no model, but only for text it recognises.
+no model, but only for text it recognises. When policy_samples skipped best-of-n, the stage
+writes an empty gold file (its declared output) and loads no judge.
 """
 
 from __future__ import annotations
@@ -22,12 +23,15 @@ import pandas as pd
 import torch
 
 from prefshift.config import Params
+from prefshift.console import messages
 from prefshift.data.splits import load_manifest
 from prefshift.data.synthetic import rule_score
 from prefshift.paths import Layout
 from prefshift.scoring import score_samples
 from prefshift.stages.label import VERSION_KEY, write_frame
-from prefshift.stages.policy_samples import read_samples
+from prefshift.stages.policy_samples import read_samples, skipped
+
+console = messages()
 
 GOLD_COLUMNS = ["unit", "sample", "judge", "rule"]
 NO_JUDGE = "none (the default judge is the ceiling, which methods do not list)"
@@ -53,6 +57,14 @@ def describe_judge(params: Params) -> str:
 def run(params: Params, layout: Layout) -> pd.DataFrame:
     from prefshift.models.reward import load_reward_model
 
+    reason = skipped(layout)
+    if reason:
+        empty = pd.DataFrame({"unit": pd.Series(dtype="string"), "sample": pd.Series(dtype="int64")})
+        frame = empty.assign(judge=pd.Series(dtype=float), rule=pd.Series(dtype=float))
+        version = str(load_manifest(layout)["version"])
+        write_frame(layout.gold_scores, frame[GOLD_COLUMNS], {VERSION_KEY: version.encode()})
+        console.print(f"gold-judge: nothing to judge, best-of-n skipped: {reason}")
+        return frame
     samples = read_samples(layout)
     source = judge_source(params, layout)
     if source is None:

@@ -2,9 +2,10 @@
 
 Fits one linear probe per label (each synthetic cue on minimal pairs, and `longer`; see
 prefshift.probe) on the reward-position states of student_train's responses and scores it on
-id_test's (the first `PROBE_PAIRS` pairs of each), at the last layer (what the head reads)
+id_test's (the first `probe.max_pairs` pairs of each), at the last layer (what the head reads)
 and at the layers anchor_mid anchors. reports/probe.json feeds the report's diagnostic next to
-the length one.
+the length one. It is a diagnostic, so it can be switched off (`probe.enabled: false`): the
+stage then loads no model and writes reports/probe.json with the reason, which the report shows.
 """
 
 from __future__ import annotations
@@ -28,10 +29,6 @@ from prefshift.paths import Layout
 from prefshift.probe import PROBES, ProbeError, fit_probe, length_labels
 
 console = messages()
-PROBE_PAIRS = 500
-"""Pairs per split a probe reads (the first, in split order): the minimal pairs make four
-sequences of each, and 2,000 states fit a linear probe to a ±2 pp interval at a fraction of
-the cost of the whole split."""
 
 
 def sequence_states(
@@ -76,7 +73,19 @@ def _probe_sets(
     return sets
 
 
+def _skip(layout: Layout) -> dict[str, Any]:
+    result = {
+        "skipped": "probe.enabled is false",
+        "split_version": str(load_manifest(layout)["version"]),
+    }
+    write_json(layout.probe_report, result)
+    console.print(f"probe: skipped ({result['skipped']})")
+    return result
+
+
 def run(params: Params, layout: Layout) -> dict[str, Any]:
+    if not params.probe.enabled:
+        return _skip(layout)
     model, tokenizer = load_reward_model(
         layout.base_model("strong"), trust_remote_code=params.backbone.trust_remote_code
     )
@@ -87,7 +96,7 @@ def run(params: Params, layout: Layout) -> dict[str, Any]:
     fit_split, test_split = "student_train", "id_test"
     sets = {}
     for split in (fit_split, test_split):
-        pairs = read_pairs(layout.split(split))[:PROBE_PAIRS]
+        pairs = read_pairs(layout.split(split))[: params.probe.max_pairs]
         if not pairs:
             raise ProbeError(f"{layout.split(split)}: no pairs; nothing to probe")
         sets[split] = _probe_sets(pairs, encoder, params.synthetic.marker_form)

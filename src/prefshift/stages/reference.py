@@ -2,10 +2,13 @@
 
 One gradient-free pass, stopping at the deepest layer any listed anchor method needs,
 serves every anchor student and every point of a λ sweep (see prefshift.reference_store).
-The per-layer mean squared activation is always written (anchor.normalize=reference
-needs it); the states themselves only when they fit `anchor.reference_max_gb`, else
-students run a frozen forward each step. With no anchor method listed the stage
-writes a manifest that says so and nothing else.
+The stage computes only what a listed student will read. The per-layer mean squared
+activation is written whenever it runs (anchor.normalize=reference needs it); the states
+themselves only when students read them (anchor.cache) and they fit `anchor.reference_max_gb`,
+else students run a frozen forward each step. With no anchor method listed, or anchor methods
+that read nothing here (anchor.cache false with anchor.normalize none: the GPU presets' LoRA
+students take their reference from the base with adapters disabled), the stage loads no
+weights and writes a manifest that says why, and nothing else.
 """
 
 from __future__ import annotations
@@ -51,12 +54,45 @@ def compute_reference(
     return writer
 
 
+def unread_reason(params: Params) -> str | None:
+    """Why no listed student reads anything this stage would compute, or None when one does."""
+    if not reference_request(params)["kinds"]:
+        return "no anchor method is listed in params `methods`"
+    if not params.anchor.cache and params.anchor.normalize == "none":
+        return (
+            "anchor.cache is false and anchor.normalize is none, so the anchor students read nothing stored "
+            "here: they run a frozen forward each step (with LoRA: the base with adapters disabled)"
+        )
+    return None
+
+
+def _unread(params: Params, layout: Layout, tmp: Path, reason: str) -> dict:
+    """A manifest and nothing else: what the targets stage fingerprints, with no weights loaded."""
+    from transformers import AutoConfig
+
+    request = reference_request(params)
+    num_layers = None
+    if request["kinds"]:
+        config = AutoConfig.from_pretrained(
+            layout.base_model("strong"), trust_remote_code=params.backbone.trust_remote_code
+        )
+        num_layers = int(config.get_text_config().num_hidden_layers)
+    console.print(f"reference: nothing computed: {reason}")
+    return ReferenceWriter(tmp, (), 0, store=False).finish(
+        reason=reason,
+        request=request,
+        split_version=str(load_manifest(layout)["version"]) if request["kinds"] else None,
+        encode=params.encode.model_dump(),
+        num_layers=num_layers,
+    )
+
+
 def run(params: Params, layout: Layout) -> dict:
     request = reference_request(params)
     with atomic_path(layout.reference_dir, directory=True) as tmp:
-        if not request["kinds"]:
-            writer = ReferenceWriter(tmp, (), 0, store=False)
-            return writer.finish(reason="no anchor method is listed in params `methods`", request=request)
+        reason = unread_reason(params)
+        if reason:
+            return _unread(params, layout, tmp, reason)
         model, tokenizer = load_reward_model(
             layout.base_model("strong"), trust_remote_code=params.backbone.trust_remote_code
         )
@@ -66,15 +102,18 @@ def run(params: Params, layout: Layout) -> dict:
         pairs = read_pairs(layout.split("student_train"))
         items = Encoder(tokenizer, params.encode).encode_pairs(pairs, [0.5] * len(pairs), SkipCounter())
         size = stored_bytes(items, layers, hidden)
-        store = size <= request["max_gb"] * 1e9
-        reason = (
-            None
-            if store
-            else (
+        store = params.anchor.cache and size <= request["max_gb"] * 1e9
+        reason = None
+        if not params.anchor.cache:
+            reason = (
+                "anchor.cache is false: only the per-layer constants anchor.normalize=reference needs are "
+                "kept; students run a frozen forward each step (with LoRA: the base with adapters disabled)"
+            )
+        elif not store:
+            reason = (
                 f"{size / 1e9:.2f} GB of states exceed anchor.reference_max_gb={request['max_gb']}: students "
                 "run a frozen forward each step instead (with LoRA: the base with adapters disabled)"
             )
-        )
         writer = compute_reference(
             model, items, layers, tmp, request["batch_size"], tokenizer.pad_token_id, store=store
         )

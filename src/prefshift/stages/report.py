@@ -36,6 +36,7 @@ from prefshift import benchmark_targets
 from prefshift import report_figures as figs
 from prefshift.atomic import write_json, write_text
 from prefshift.config import METHODS, Params
+from prefshift.console import messages
 from prefshift.data.splits import load_manifest
 from prefshift.errors import PrefshiftError
 from prefshift.metrics import ID_SPLIT, across_seeds, with_ceiling
@@ -559,7 +560,10 @@ def beyond_accuracy(
         report_comparisons.comparisons_section(report_comparisons.compare(params, layout, metrics, sweeps))
     ]
     docs = report_downstream.load_downstream(layout, version, params.methods)
-    sections.append(report_downstream.best_of_n_section(docs, splits))
+    skip = report_downstream.load_skip(layout, version)
+    sections.append(
+        report_downstream.skipped_section(skip) if skip else report_downstream.best_of_n_section(docs, splits)
+    )
     figures = report_downstream.write_best_of_n_figures(docs, splits, figures_dir) if docs else []
     return [s for s in sections if s], figures
 
@@ -615,4 +619,30 @@ def run(params: Params, layout: Layout) -> dict[str, Any]:
             out.path(layout.summary),
             render_summary(metrics, sweeps, training, version, figures, layout, extra_sections, cues),
         )
+    from prefshift.stages.report_downstream import load_skip
+
+    skips = {"best-of-n": load_skip(layout, version), "probe": _probe_skip(layout, version)}
+    messages().print(closing_line(layout, metrics, len(figures), skips))
     return summary
+
+
+def _probe_skip(layout: Layout, version: str) -> str | None:
+    probe = report_probe.load_probe(layout, version)
+    return None if probe is None else probe.get("skipped")
+
+
+def closing_line(
+    layout: Layout, metrics: Mapping[str, Mapping[str, Any]], figures: int, skips: Mapping[str, str | None]
+) -> str:
+    """One line on success: what the report wrote, the student with the highest mean NTS, and what
+    optional stage was skipped (its reason is in the summary)."""
+    students = [m for m in _ordered(metrics) if m != "ceiling"] or _ordered(metrics)
+    best = max(students, key=lambda m: (metrics[m]["mean_nts"], -students.index(m)))
+    m = metrics[best]
+    skipped = [name for name, reason in skips.items() if reason]
+    return (
+        f"report: {layout.summary}, {layout.metrics_summary} and {figures} figure(s) — highest mean NTS: "
+        f"{best} (ID {m['id']['acc']:.1f}%, mean OOD {m['mean_acc_ood']:.1f}%, "
+        f"mean AOG {m['mean_aog']:+.1f}, mean NTS {m['mean_nts']:+.1f})"
+        + (f"; skipped: {', '.join(skipped)}" if skipped else "")
+    )

@@ -1,7 +1,8 @@
 """The report's best-of-n section: gold score vs n per proxy reward model, and over-optimisation.
 
 Reads reports/downstream/<model>.json (written by `prefshift downstream`); the
-teacher comes first, then the methods in their usual order.
+teacher comes first, then the methods in their usual order. When best-of-n was skipped
+(reports/downstream/skipped.json), the section is one line saying so and why.
 """
 
 from __future__ import annotations
@@ -33,6 +34,27 @@ def load_downstream(layout: Layout, version: str, methods: Sequence[str]) -> dic
             )
         docs[name] = doc
     return docs
+
+
+def load_skip(layout: Layout, version: str) -> str | None:
+    """Why best-of-n was skipped for these splits, or None when it ran or never was asked to."""
+    from prefshift.stages.downstream import SKIPPED
+    from prefshift.stages.report import ReportError
+
+    path = layout.downstream_dir / SKIPPED
+    if not path.exists():
+        return None
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    if doc.get("split_version") != version:
+        raise ReportError(
+            f"{path}: best-of-n was skipped for split version {doc.get('split_version')}, the report "
+            f"compares {version}; re-run `prefshift policy-samples` and `prefshift downstream`"
+        )
+    return str(doc["skipped"])
+
+
+def skipped_section(reason: str) -> str:
+    return f"## Best-of-n against a gold judge\n\nbest-of-n: skipped ({reason})."
 
 
 def _num(value: float | None) -> str:

@@ -3,7 +3,8 @@
 Reads reports/probe.json (written by `prefshift probe`). With the synthetic suite it also says
 which cue each OOD target reverses, so the main table's target columns read as one experiment:
 a target that reverses a cue the base already exposes, and one that reverses a cue fine-tuning
-must build.
+must build. A probe stage switched off (probe.enabled: false) leaves a file that says so, and
+the section says the probe was skipped and why.
 """
 
 from __future__ import annotations
@@ -100,6 +101,9 @@ def probe_section(params: Params, probe: Mapping[str, Any] | None) -> str | None
     if probe is None and not cues:
         return None
     parts = ["## Shortcut cues and what the frozen strong base exposes"]
+    if probe is not None and "skipped" in probe:
+        parts.append(f"probe: skipped ({probe['skipped']}).")
+        probe = None
     if cues:
         parts.append(
             "Each cue sits on exactly one response of every pair, placed independently of the content, "

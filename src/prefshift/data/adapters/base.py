@@ -78,21 +78,21 @@ class Adapter:
         if split not in self.splits:
             raise PrefshiftError(f"{self.name}: no split {split!r}; it has {sorted(self.splits)}")
         pairs: list[Pair] = []
-        seen: set[str] = set()
+        seen: dict[str, str] = {}  # content → where it was first read, named in a duplicate's message
         for where, row in self.rows(split, params):
             try:
                 row_pairs = self.to_pairs(row, where, params)
             except RowError as err:
                 counter.skip(err)
                 continue
-            for pair in row_pairs:
+            for k, pair in enumerate(row_pairs):
                 content = pair_content_hash(pair)
+                here = f"{where} pair {k + 1} of {len(row_pairs)}" if len(row_pairs) > 1 else where
                 if content in seen:
-                    counter.skip(
-                        RowError("duplicate", f"{where}: same prompt and responses as an earlier row")
-                    )
+                    message = f"{here}: same prompt and responses as {seen[content]}"
+                    counter.skip(RowError("duplicate", message))
                     continue
-                seen.add(content)
+                seen[content] = here
                 counter.kept += 1
                 pairs.append(pair)
         return pairs
