@@ -218,6 +218,12 @@ class EncodeConfig(Strict):
     min_response_tokens: int = Field(
         1, ge=1, description="Pairs whose response keeps fewer tokens after truncation are skipped, counted."
     )
+    warn_truncated_share: float = Field(
+        0.05,
+        ge=0.0,
+        le=1.0,
+        description="Warn (stage output and report) when a split has a larger share of pairs truncation cut.",
+    )
 
 
 class LoraConfig(Strict):

@@ -38,7 +38,7 @@ from prefshift.atomic import write_json, write_text
 from prefshift.config import METHODS, Params
 from prefshift.data.splits import load_manifest
 from prefshift.errors import PrefshiftError
-from prefshift.metrics import ID_SPLIT, across_seeds, with_ceiling
+from prefshift.metrics import ID_SPLIT, across_seeds, check_finite, with_ceiling
 from prefshift.output_set import output_set
 from prefshift.paths import Layout
 from prefshift.stages import report_probe
@@ -64,6 +64,7 @@ def _read_json(path: Path) -> dict[str, Any]:
     for key in ("method", "split_version", "id", "teacher", "targets"):
         if key not in data:
             raise ReportError(f"{path}: not a metrics file (no {key!r}); re-run `prefshift evaluate`")
+    check_finite(data, str(path))
     return data
 
 
