@@ -68,7 +68,7 @@ def truncation_warning(model: str, truncation: dict[str, dict], threshold: float
     listed = ", ".join(f"{split} {share:.0%}" for split, share in over.items())
     return (
         f"warning: truncation to encode.max_length cut the prompt or a response of more than "
-        f"{threshold:.0%} (encode.warn_truncated_share) of the pairs or response groups scored by "
+        f"{threshold:.0%} (evaluate.warn_truncated_share) of the pairs or response groups scored by "
         f"{model}: {listed}; raise encode.max_length to score whole texts"
     )
 
@@ -80,7 +80,7 @@ def score_heldout(
     model in `model_dir`, staging the files in `out` under data/scores/<name>/.
 
     Returns the skip counts per split and group set, the truncation counts (also written to
-    truncation.json, and a warning printed once when a split is over encode.warn_truncated_share)
+    truncation.json, and a warning printed once when a split is over evaluate.warn_truncated_share)
     and the mean/std of the rewards on id_test (the model's normalisation constants), so the trainer
     needs no second pass over id_test for them.
     """
@@ -96,17 +96,17 @@ def score_heldout(
         frames[split] = score_pairs(model, tokenizer, read_pairs(layout.split(split)), params, skips=counter)
         write_scores(out.path(layout.scores(name, split)), frames[split], version)
         skips[split] = counter.as_dict()
-        truncation[split] = frames[split].attrs["truncation"]
+        truncation[split] = frames[split].attrs.pop("truncation")  # its own file, not the parquet's metadata
     for dataset in [params.data.source, *params.data.targets]:
         path = layout.split_groups(dataset)
         if path.exists():
             frame = score_groups(model, tokenizer, read_groups(path), params)
+            truncation[f"groups/{dataset}"] = frame.attrs.pop("truncation")
             write_scores(out.path(layout.group_scores(name, dataset)), frame, version)
             skips[f"groups/{dataset}"] = frame.attrs["skips"]
-            truncation[f"groups/{dataset}"] = frame.attrs["truncation"]
     write_json(out.path(skips_path(layout, name)), skips)
     write_json(out.path(truncation_path(layout, name)), truncation)
-    warning = truncation_warning(name, truncation, params.encode.warn_truncated_share)
+    warning = truncation_warning(name, truncation, params.evaluate.warn_truncated_share)
     if warning:
         messages().print(warning)
     return {"skips": skips, "truncation": truncation, "reward_stats": rewards_mean_std(frames["id_test"])}

@@ -553,11 +553,12 @@ def beyond_accuracy(
     figures_dir: Path,
 ) -> tuple[list[str], list[Path]]:
     """DESIGN §10's sections past pairwise accuracy: paired comparisons and best-of-n (with figures)."""
-    from prefshift.stages import report_comparisons, report_downstream
+    from prefshift.stages import report_comparisons, report_downstream, report_truncation
 
     splits = [ID_SPLIT, *params.data.targets]
     sections = [
-        report_comparisons.comparisons_section(report_comparisons.compare(params, layout, metrics, sweeps))
+        report_comparisons.comparisons_section(report_comparisons.compare(params, layout, metrics, sweeps)),
+        report_truncation.truncation_section(metrics, params.evaluate.warn_truncated_share),
     ]
     docs = report_downstream.load_downstream(layout, version, params.methods)
     sections.append(report_downstream.best_of_n_section(docs, splits))
