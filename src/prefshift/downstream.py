@@ -50,9 +50,9 @@ def reward_norm(model_dir: Path) -> tuple[float, float]:
     numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (mean, std))
     if not numbers or not (math.isfinite(mean) and math.isfinite(std) and std > 0):
         raise NormalizationError(
-            f"{path}: reward 'mean'={mean!r:.40}, 'std'={std!r:.40}; normalising needs a finite mean and a "
-            "finite std > 0. Models saved by `prefshift teacher`/`prefshift train` carry them: retrain, or "
-            "score without --normalize"
+            f"{path}: no reward 'mean'/'std' to normalise with (found mean={mean!r:.40}, std={std!r:.40}; "
+            "both must be finite numbers, std > 0). Models saved by `prefshift teacher`/`prefshift train` "
+            "carry them: retrain, or score without --normalize"
         )
     return float(mean), float(std)
 
@@ -120,7 +120,7 @@ def read_rows(path: Path) -> tuple[str, list[dict[str, Any]]]:
                 row = json.loads(raw.decode("utf-8"))
             except (UnicodeDecodeError, json.JSONDecodeError) as err:
                 raise ScoreInputError(f"{where}: not a JSON object ({err})") from None
-            if not isinstance(row, dict) or "prompt" not in row:
+            if not isinstance(row, dict):
                 raise ScoreInputError(
                     f"{where}: expected an object with 'prompt' and 'response' or 'chosen'/'rejected'"
                 )

@@ -94,9 +94,9 @@ def score_heldout(
     for split in ["id_test", *params.data.targets, *also]:
         counter = SkipCounter()
         frames[split] = score_pairs(model, tokenizer, read_pairs(layout.split(split)), params, skips=counter)
+        truncation[split] = frames[split].attrs.pop("truncation")  # its own file, not the parquet's metadata
         write_scores(out.path(layout.scores(name, split)), frames[split], version)
         skips[split] = counter.as_dict()
-        truncation[split] = frames[split].attrs.pop("truncation")  # its own file, not the parquet's metadata
     for dataset in [params.data.source, *params.data.targets]:
         path = layout.split_groups(dataset)
         if path.exists():

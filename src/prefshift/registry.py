@@ -127,7 +127,7 @@ class RewardScorer(mlflow.pyfunc.PythonModel):
         from prefshift.downstream import OUTPUTS, check_row, row_kind, score_rows
 
         columns = set(model_input.columns)
-        if "prompt" not in columns or not {"response", "chosen", "rejected"} & columns:
+        if not {"response", "chosen", "rejected"} & columns:
             raise RegistryError(
                 f"pyfunc input has columns {sorted(map(str, columns))}; needs prompt and response, or "
                 "prompt, chosen and rejected"

@@ -59,8 +59,8 @@ def truncation_section(metrics: Mapping[str, Mapping[str, Any]], threshold: floa
     if over:
         listed = ", ".join(f"{name} {share:.0%}" for name, share in over.items())
         warning = (
-            f"warning: truncation cut more than {threshold:.0%} (evaluate.warn_truncated_share) of: {listed}; "
-            "accuracy there measures the first encode.max_length tokens only"
+            f"warning: truncation cut more than {threshold:.0%} (evaluate.warn_truncated_share) of: "
+            f"{listed}; accuracy there measures the first encode.max_length tokens only"
         )
         messages().print(warning)
         parts.append(f"**{warning}**")
