@@ -33,17 +33,26 @@ def _cell(counts: Mapping[str, Any]) -> str:
     return f"{counts['share']:.1%} ({counts['truncated']}/{counts['items']}), {lost} tok"
 
 
+def _ordered_splits(rows: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """id_test, the other pair splits, then the best-of-n group sets, each in first-seen order."""
+    seen = list(dict.fromkeys(split for per_split in rows.values() for split in per_split))
+    return sorted(seen, key=lambda s: (s != "id_test", s.startswith("groups/")))
+
+
 def truncation_section(metrics: Mapping[str, Mapping[str, Any]], threshold: float) -> str | None:
-    """The markdown section, with one warning line when a split is over `threshold`
-    (evaluate.warn_truncated_share); the same line goes once to the stage output."""
+    """The markdown section (a split per row, a model per column), with one warning line when a
+    split is over `threshold` (evaluate.warn_truncated_share); the same line goes once to the stage
+    output."""
     rows = truncation_rows(metrics)
     if not rows:
         return None
-    splits = list(dict.fromkeys(split for per_split in rows.values() for split in per_split))
-    header = "| model | " + " | ".join(splits) + " |\n|---|" + "---|" * len(splits)
+    splits = _ordered_splits(rows)
+    header = "| split | " + " | ".join(rows) + " |\n|---|" + "---|" * len(rows)
     lines = [
-        f"| {model} | " + " | ".join(_cell(per_split[s]) if s in per_split else "—" for s in splits) + " |"
-        for model, per_split in rows.items()
+        f"| {split} | "
+        + " | ".join(_cell(per[split]) if split in per else "—" for per in rows.values())
+        + " |"
+        for split in splits
     ]
     parts = [
         "## Truncation\n\nShare of pairs (best-of-n: groups) whose prompt or a response was cut to "
@@ -51,16 +60,16 @@ def truncation_section(metrics: Mapping[str, Mapping[str, Any]], threshold: floa
         "the character bound are cut before tokenising; their lost tokens are estimated at the kept "
         "slice's tokens per character."
     ]
-    over = {
-        f"{model} {split}": share
-        for model, per_split in rows.items()
-        for split, share in over_threshold(per_split, threshold).items()
-    }
-    if over:
-        listed = ", ".join(f"{name} {share:.0%}" for name, share in over.items())
+    worst: dict[str, float] = {}
+    for per_split in rows.values():
+        for split, share in over_threshold(per_split, threshold).items():
+            worst[split] = max(share, worst.get(split, 0.0))
+    if worst:
+        listed = ", ".join(f"{split} {worst[split]:.0%}" for split in splits if split in worst)
         warning = (
-            f"warning: truncation cut more than {threshold:.0%} (evaluate.warn_truncated_share) of: "
-            f"{listed}; accuracy there measures the first encode.max_length tokens only"
+            f"warning: truncation cut more than {threshold:.0%} (evaluate.warn_truncated_share) of the "
+            f"pairs of {listed} (the most of any model); accuracy there measures the first "
+            "encode.max_length tokens only"
         )
         messages().print(warning)
         parts.append(f"**{warning}**")
