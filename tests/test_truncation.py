@@ -131,3 +131,23 @@ def test_the_pipeline_counts_shows_and_warns(tmp_path_factory, tmp_path, capsys)
     assert "## Truncation" in summary and "**warning: truncation cut more than 5%" in summary
     [row] = [line for line in summary.splitlines() if line.startswith("| id_test |")]
     assert f"| {student['id_test']['share']:.1%} ({student['id_test']['truncated']}/" in row
+
+
+def test_score_says_how_many_rows_were_cut(tmp_path):
+    """`prefshift score` used to say "0 truncated away" for a 200k-character response."""
+    from typer.testing import CliRunner
+
+    from prefshift.cli import app
+    from test_registry import tiny_reward_model
+
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(
+        json.dumps({"prompt": "what is prime?", "response": "two divisors " * 16_000}) + "\n"
+        + json.dumps({"prompt": "what is prime?", "response": "two divisors"}) + "\n"
+    )  # fmt: skip
+    model = tiny_reward_model(tmp_path / "hf", 0)
+    result = CliRunner().invoke(app, ["score", "--model", str(model), "--input", str(rows)])
+    assert result.exit_code == 0, result.output
+    assert "0 skipped (no response token left after truncation); 1 cut to encode.max_length (50.0%)" in (
+        result.stderr
+    )
