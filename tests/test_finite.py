@@ -260,3 +260,16 @@ def test_metrics_are_checked_finite_where_written_and_where_read(tmp_path):
     path.write_text(json.dumps({**doc, "mean_aog": math.inf}))
     with pytest.raises(metrics.MetricsError, match="mean_aog is inf"):
         report._read_json(path)
+
+
+def test_a_row_truncated_away_is_refused_by_the_served_model_not_answered_with_nan(scorer):
+    """It used to come back as NaN (bare `NaN` in the server's JSON)."""
+    strict = Params.model_validate({"encode": {"max_length": 16, "min_response_tokens": 12}})
+    scorer.params, before = strict, scorer.params
+    try:
+        frame = pd.DataFrame([{"prompt": "what is prime?", "response": "two"}])
+        with pytest.raises(MlflowException, match=r"row\(s\) \[0\]: a response keeps fewer than") as err:
+            scorer.predict(None, frame)
+        assert err.value.get_http_status_code() == 400
+    finally:
+        scorer.params = before

@@ -60,10 +60,6 @@ class EncodedSeq:
     bound cut the text first, the removed characters at the kept slice's tokens per character
     (an estimate, rounded up, so any cut counts)."""
 
-    @property
-    def truncated(self) -> bool:
-        return self.prompt_tokens_lost > 0 or self.response_tokens_lost > 0
-
 
 @dataclass(frozen=True)
 class EncodedPair:
