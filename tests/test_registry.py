@@ -291,7 +291,7 @@ def test_score_command_reports_rewards_and_pair_accuracy(promoted, tmp_path):
         app, ["score", "--model", str(layout.student_dir("naive")), "--input", str(bad)]
     )
     assert result.exit_code == 2
-    assert "bad.jsonl line 2: 'chosen' must be a non-empty string" in result.output
+    assert "bad.jsonl line 2: field 'chosen' is empty" in result.output
 
 
 def test_registered_name_with_another_lineage_is_refused(tmp_path, tmp_path_factory):

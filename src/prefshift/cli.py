@@ -242,8 +242,12 @@ def score(
     result = _call(_stage("downstream", "score_command"), model, input_, out, loaded, Layout(root), normalize)
     if out is None:
         for row in result["rows"]:
-            typer.echo(json.dumps(row, sort_keys=True))
-    summary = f"scored {len(result['rows'])} {result['kind']} rows; {result['skipped']} truncated away"
+            typer.echo(json.dumps(row, sort_keys=True, allow_nan=False))
+    cut = result["truncation"]
+    summary = (
+        f"scored {len(result['rows'])} {result['kind']} rows; {result['skipped']} skipped (no response token "
+        f"left after truncation); {cut['truncated']} cut to encode.max_length ({cut['share']:.1%})"
+    )
     if result["accuracy"] is not None:
         summary += f"; chosen-vs-rejected accuracy {result['accuracy']:.2f}%"
     err_console.print(summary)

@@ -324,6 +324,13 @@ class EvaluateConfig(Strict):
     bootstrap: int = Field(1000, ge=10)
     ci: float = Field(0.95, gt=0.5, lt=1.0)
     ece_bins: int = Field(10, ge=2)
+    warn_truncated_share: float = Field(
+        0.05,
+        ge=0.0,
+        le=1.0,
+        description="Warn (training output and report) when truncation to encode.max_length cut the prompt "
+        "or a response of a larger share of a split's pairs.",
+    )
 
 
 class DownstreamConfig(Strict):

@@ -9,12 +9,13 @@ these rewards are exactly what evaluation computes for the same text.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 from prefshift.atomic import atomic_path
 from prefshift.config import Params
-from prefshift.data.schema import Group
+from prefshift.data.schema import Group, check_prompt, check_response
 from prefshift.errors import PrefshiftError
 from prefshift.models.validate import check_source
 from prefshift.scoring import load_for_scoring, score_groups
@@ -28,18 +29,30 @@ class NormalizationError(PrefshiftError):
     """A model directory without the reward mean/std that normalisation needs."""
 
 
+class NonFiniteError(PrefshiftError):
+    """A reward that is not a finite number: written out, it would be NaN in a JSON file."""
+
+
 def reward_norm(model_dir: Path) -> tuple[float, float]:
-    """(mean, std) from the model's config.json, as `prefshift teacher`/`train` write them (OpenRLHF keys)."""
+    """(mean, std) from the model's config.json, as `prefshift teacher`/`train` write them (OpenRLHF keys).
+
+    Both must be finite numbers and std > 0: JSON readers accept NaN and Infinity, and either
+    would turn every normalised reward into NaN or -0.0 without an error.
+    """
     path = Path(model_dir) / "config.json"
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as err:
         raise NormalizationError(f"{path}: cannot read the model config ({err})") from None
+    if not isinstance(config, dict):
+        raise NormalizationError(f"{path}: not a model config (expected a JSON object)")
     mean, std = config.get("mean"), config.get("std")
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (mean, std)) or not std > 0:
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (mean, std))
+    if not numbers or not (math.isfinite(mean) and math.isfinite(std) and std > 0):
         raise NormalizationError(
-            f"{path}: no reward 'mean'/'std' (a positive std) to normalise with; models saved by "
-            "`prefshift teacher`/`prefshift train` carry them: retrain, or score without --normalize"
+            f"{path}: no reward 'mean'/'std' to normalise with (found mean={mean!r:.40}, std={std!r:.40}; "
+            "both must be finite numbers, std > 0). Models saved by `prefshift teacher`/`prefshift train` "
+            "carry them: retrain, or score without --normalize"
         )
     return float(mean), float(std)
 
@@ -55,29 +68,41 @@ def normalize(scored: list[dict[str, Any]], mean: float, std: float) -> list[dic
         if "margin" in row:
             row["margin"] = row["reward_chosen"] - row["reward_rejected"]
         out.append(row)
+    check_finite_rows(out, f"rewards normalised with mean={mean!r}, std={std!r}")
     return out
 
 
-def as_messages(prompt: Any, where: str) -> list[dict[str, str]]:
-    if isinstance(prompt, str):
-        return [{"role": "user", "content": prompt}]
-    if (
-        isinstance(prompt, list)
-        and prompt
-        and all(
-            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-            for m in prompt
+def check_finite_rows(rows: list[dict[str, Any]], what: str) -> None:
+    """Refuse a non-finite number in scored rows: they are written as JSON, which has no NaN."""
+    for row in rows:
+        bad = [key for key, value in row.items() if isinstance(value, float) and not math.isfinite(value)]
+        if bad:
+            raise NonFiniteError(f"{what}: row {row.get('row')} has non-finite {', '.join(bad)}")
+
+
+SIDES = {"responses": ("response",), "pairs": ("chosen", "rejected")}
+"""The response fields of each row shape."""
+OUTPUTS = {"responses": ("reward",), "pairs": ("reward_chosen", "reward_rejected", "margin")}
+"""The reward fields scoring gives each row shape."""
+
+
+def check_row(row: Any, kind: str, where: str) -> dict[str, Any]:
+    """One row to score under the pair schema's own rules (`check_prompt`, `check_response`): the
+    validator `prefshift score` and the served model share with `prepare`, so all three accept and
+    refuse the same rows."""
+    if not isinstance(row, dict):
+        raise ScoreInputError(
+            f"{where}: expected an object with 'prompt' and 'response' or 'chosen'/'rejected'"
         )
-    ):
-        return [{"role": m["role"], "content": m["content"]} for m in prompt]
-    raise ScoreInputError(f"{where}: 'prompt' must be a string or a list of {{role, content}} messages")
+    item: dict[str, Any] = {"prompt": check_prompt(row.get("prompt"), where)}
+    for side in SIDES[kind]:
+        item[side] = check_response(row.get(side), side, where)
+    return item
 
 
-def _response(row: dict[str, Any], key: str, where: str) -> str:
-    value = row.get(key)
-    if not isinstance(value, str) or not value.strip():
-        raise ScoreInputError(f"{where}: {key!r} must be a non-empty string")
-    return value
+def row_kind(columns: Any) -> str:
+    """The row shape: pairs when a row (or frame) has chosen or rejected, else responses."""
+    return "pairs" if "chosen" in columns or "rejected" in columns else "responses"
 
 
 def read_rows(path: Path) -> tuple[str, list[dict[str, Any]]]:
@@ -95,22 +120,15 @@ def read_rows(path: Path) -> tuple[str, list[dict[str, Any]]]:
                 row = json.loads(raw.decode("utf-8"))
             except (UnicodeDecodeError, json.JSONDecodeError) as err:
                 raise ScoreInputError(f"{where}: not a JSON object ({err})") from None
-            if not isinstance(row, dict) or "prompt" not in row:
+            if not isinstance(row, dict):
                 raise ScoreInputError(
                     f"{where}: expected an object with 'prompt' and 'response' or 'chosen'/'rejected'"
                 )
-            shape = "pairs" if "chosen" in row or "rejected" in row else "responses"
+            shape = row_kind(row)
             if kind is not None and shape != kind:
                 raise ScoreInputError(f"{where}: mixes {shape} rows into a file of {kind} rows")
             kind = shape
-            item = {"prompt": as_messages(row["prompt"], where)}
-            if shape == "pairs":
-                item.update(
-                    chosen=_response(row, "chosen", where), rejected=_response(row, "rejected", where)
-                )
-            else:
-                item["response"] = _response(row, "response", where)
-            rows.append(item)
+            rows.append(check_row(row, shape, where))
     if not rows:
         raise ScoreInputError(f"{path}: no rows to score")
     return kind or "responses", rows
@@ -119,12 +137,13 @@ def read_rows(path: Path) -> tuple[str, list[dict[str, Any]]]:
 def score_rows(model: Any, tokenizer: Any, kind: str, rows: list[dict[str, Any]], params: Params) -> dict:
     """Rewards through `scoring.score_groups` (one group per row), so batching and read-out are evaluation's.
 
-    Returns {"rows": [...], "skipped": n}: a row whose response does not survive
-    truncation (encode.max_length) is left out and counted, with its row number absent.
+    Returns {"rows": [...], "skipped": n, "truncation": counts}: a row whose response does not
+    survive truncation (encode.max_length) is left out and counted, with its row number absent;
+    `truncation` counts the rows whose prompt or response was cut (`TruncationCount`). Two
+    sides of a row that encode to the same tokens get the same reward, so their margin is 0.
     """
-    sides = ("response",) if kind == "responses" else ("chosen", "rejected")
     groups = [
-        Group(str(i), "input", "helpful", row["prompt"], [row[side] for side in sides], [])
+        Group(str(i), "input", "helpful", row["prompt"], [row[side] for side in SIDES[kind]], [])
         for i, row in enumerate(rows)
     ]
     frame = score_groups(model, tokenizer, groups, params)
@@ -142,7 +161,7 @@ def score_rows(model: Any, tokenizer: Any, kind: str, rows: list[dict[str, Any]]
                     "margin": chosen - rejected,
                 }
             )
-    return {"rows": scored, "skipped": len(rows) - len(scored)}
+    return {"rows": scored, "skipped": len(rows) - len(scored), "truncation": frame.attrs["truncation"]}
 
 
 def pair_accuracy(scored: list[dict[str, Any]]) -> float:
@@ -163,9 +182,14 @@ def score_file(model_dir: Path, input_path: Path, params: Params, normalized: bo
     return result
 
 
+def jsonl_line(row: dict[str, Any]) -> str:
+    """One output row as strict JSON (no NaN or Infinity, which JSON does not have)."""
+    return json.dumps(row, sort_keys=True, allow_nan=False)
+
+
 def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
     with atomic_path(path) as tmp:
-        tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows), encoding="utf-8")
+        tmp.write_text("".join(jsonl_line(r) + "\n" for r in rows), encoding="utf-8")
 
 
 def score_command(

@@ -27,6 +27,22 @@ class MetricsError(PrefshiftError, ValueError):
     """Score data that cannot be compared (misaligned pairs, non-finite margins, empty splits)."""
 
 
+def check_finite(tree: Any, where: str, prefix: str = "") -> None:
+    """Refuse a metrics document holding NaN or infinity anywhere (dotted key in the message).
+
+    Checked where metrics are written and where they are read: JSON readers accept NaN, and a
+    NaN gain compares false with everything, so it would pass a gate or sort silently.
+    """
+    if isinstance(tree, Mapping):
+        for key, value in tree.items():
+            check_finite(value, where, f"{prefix}{key}.")
+    elif isinstance(tree, (list, tuple)):
+        for i, value in enumerate(tree):
+            check_finite(value, where, f"{prefix}{i}.")
+    elif isinstance(tree, float) and not np.isfinite(tree):
+        raise MetricsError(f"{where}: {prefix[:-1] or 'value'} is {tree}, not a finite number")
+
+
 def credit(delta: Sequence[float] | np.ndarray) -> np.ndarray:
     """Per-pair credit: 1 when the chosen response wins, 0.5 for a tie (Δ = 0), 0 otherwise."""
     delta = np.asarray(delta, dtype=float)

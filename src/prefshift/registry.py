@@ -89,11 +89,20 @@ def parse_uri(uri: str) -> ModelRef:
     return ModelRef(match["name"], match["alias"], match["version"])
 
 
+MAX_REQUEST_CHARS = 4_000_000
+"""The most text (prompt and response characters, all rows together) one request to the served
+model may carry; a larger request is refused with HTTP 400 before any tokenising."""
+
+
 class RewardScorer(mlflow.pyfunc.PythonModel):
     """pyfunc wrapper: rows of (prompt, response) → `reward`; rows of (prompt, chosen, rejected) →
     `reward_chosen`, `reward_rejected`, `margin`. A prompt is a string or a list of chat messages.
 
-    A row whose response does not survive truncation gets NaN, never a made-up reward.
+    Rows are checked by the validator `prefshift score` and `prepare` use (`downstream.check_row`).
+    A bad row, a request over MAX_REQUEST_CHARS, or a row whose response does not survive
+    truncation is refused as a whole with an MlflowException(INVALID_PARAMETER_VALUE), which the
+    scoring server answers with HTTP 400 and one line naming the row: never a NaN, which JSON
+    does not have, and never a made-up reward.
     """
 
     def load_context(self, context) -> None:
@@ -104,43 +113,65 @@ class RewardScorer(mlflow.pyfunc.PythonModel):
         self.model, self.tokenizer = load_for_scoring(context.artifacts[ARTIFACT_KEY], self.params)
 
     def predict(self, context, model_input, params=None):
+        from mlflow.exceptions import MlflowException
+        from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
+
+        try:
+            return self._rewards(model_input)
+        except PrefshiftError as err:
+            raise MlflowException(str(err), error_code=INVALID_PARAMETER_VALUE) from None
+
+    def _rewards(self, model_input):
         import pandas as pd
 
-        from prefshift.downstream import as_messages, score_rows
+        from prefshift.downstream import OUTPUTS, check_row, row_kind, score_rows
 
         columns = set(model_input.columns)
-        if {"chosen", "rejected"} <= columns:
-            kind, sides = "pairs", ("chosen", "rejected")
-            outputs: tuple[str, ...] = ("reward_chosen", "reward_rejected", "margin")
-        elif "response" in columns:
-            kind, sides, outputs = "responses", ("response",), ("reward",)
-        else:
+        if not {"response", "chosen", "rejected"} & columns:
             raise RegistryError(
-                f"pyfunc input has columns {sorted(columns)}; needs prompt and response, or prompt, chosen "
-                "and rejected"
+                f"pyfunc input has columns {sorted(map(str, columns))}; needs prompt and response, or "
+                "prompt, chosen and rejected"
             )
-        if "prompt" not in columns:
-            raise RegistryError("pyfunc input lacks the 'prompt' column")
-        records = model_input.to_dict("records")
+        kind = row_kind(columns)
         rows = [
-            {"prompt": as_messages(_plain(r["prompt"]), f"row {i}"), **{s: r[s] for s in sides}}
-            for i, r in enumerate(records)
+            check_row({k: _plain(v) for k, v in record.items()}, kind, f"row {i}")
+            for i, record in enumerate(model_input.to_dict("records"))
         ]
-        scored = score_rows(self.model, self.tokenizer, kind, rows, self.params)["rows"]
-        values = {key: [float("nan")] * len(rows) for key in outputs}
-        for item in scored:
-            for key in outputs:
-                values[key][item["row"]] = item[key]
-        return pd.DataFrame(values)
+        _check_request_size(rows)
+        result = score_rows(self.model, self.tokenizer, kind, rows, self.params)
+        if result["skipped"]:
+            kept = {item["row"] for item in result["rows"]}
+            lost = [i for i in range(len(rows)) if i not in kept]
+            raise RegistryError(
+                f"row(s) {lost[:10]}: a response keeps fewer than encode.min_response_tokens="
+                f"{self.params.encode.min_response_tokens} tokens after truncation to encode.max_length="
+                f"{self.params.encode.max_length}, so it has no reward"
+            )
+        return pd.DataFrame({key: [item[key] for item in result["rows"]] for key in OUTPUTS[kind]})
 
 
-def _plain(prompt: Any) -> Any:
-    """A prompt as JSON would give it: serving hands over lists of messages as numpy arrays."""
-    if hasattr(prompt, "tolist"):
-        prompt = prompt.tolist()
-    if isinstance(prompt, list):
-        return [dict(m) if hasattr(m, "keys") else m for m in prompt]
-    return prompt
+def _check_request_size(rows: list[dict[str, Any]]) -> None:
+    size = sum(
+        len(value) if isinstance(value, str) else sum(len(m["content"]) for m in value)
+        for row in rows
+        for value in row.values()
+    )
+    if size > MAX_REQUEST_CHARS:
+        raise RegistryError(
+            f"the request carries {size} characters of text, more than the served model takes at once "
+            f"({MAX_REQUEST_CHARS}); send fewer or shorter rows (only the first encode.max_length tokens "
+            "of each are scored)"
+        )
+
+
+def _plain(value: Any) -> Any:
+    """A cell as JSON would give it: serving hands over lists of messages as numpy arrays, and a
+    missing cell as NaN (which the row check then names instead of scoring)."""
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, list):
+        return [dict(m) if hasattr(m, "keys") else m for m in value]
+    return value
 
 
 def ensure_registered_model(client: Any, name: str, experiment: str) -> None:

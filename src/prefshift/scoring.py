@@ -14,8 +14,9 @@ import pandas as pd
 import torch
 
 from prefshift.config import Params
-from prefshift.data.encode import Encoder, collate, pad_sequences, sorted_batches
+from prefshift.data.encode import Encoder, TruncationCount, collate, pad_sequences, sorted_batches
 from prefshift.data.schema import Group, Pair, RowError, SkipCounter
+from prefshift.errors import PrefshiftError
 from prefshift.models.reward import RewardModel, load_reward_model
 
 PAIR_COLUMNS = ["pair_id", "delta", "gold", "len_chosen", "len_rejected", "reward_chosen", "reward_rejected"]
@@ -32,10 +33,22 @@ def load_for_scoring(model_dir: str | Path, params: Params):
     return model, tokenizer
 
 
+class NonFiniteRewardError(PrefshiftError):
+    """A model that gives NaN or an infinite reward: its weights are broken, so nothing it scores stands."""
+
+
 def _rewards(model: RewardModel, batch: dict) -> torch.Tensor:
+    """Rewards of one batch, refused unless every one is finite (checked where they are produced)."""
     device = next(model.parameters()).device
     out = model(batch["input_ids"].to(device), batch["attention_mask"].to(device))
-    return out.rewards.float().cpu()
+    rewards = out.rewards.float().cpu()
+    if not torch.isfinite(rewards).all():
+        count = int((~torch.isfinite(rewards)).sum())
+        raise NonFiniteRewardError(
+            f"the reward model gave {count} non-finite reward(s) (NaN or infinity) in a batch of "
+            f"{len(rewards)}: its weights are broken (diverged training or a damaged file); retrain it"
+        )
+    return rewards
 
 
 def score_pairs(
@@ -44,10 +57,14 @@ def score_pairs(
     """Δ = r(chosen) - r(rejected) per pair, with both rewards; len_* are response token counts
     before truncation.
 
-    Pairs whose response does not survive truncation are left out and counted in `skips`.
+    Pairs whose response does not survive truncation are left out and counted in `skips`;
+    `attrs["truncation"]` counts the pairs truncation cut (`TruncationCount`). A pair whose two
+    sides encode to the same tokens is an exact tie (Δ = 0, one reward for both): two rows of a
+    batch can differ in the last bits, and a tie must not count as a win.
     """
     skips = skips if skips is not None else SkipCounter()
-    items = Encoder(tokenizer, params.encode).encode_pairs(pairs, skips=skips)
+    truncation = TruncationCount()
+    items = Encoder(tokenizer, params.encode).encode_pairs(pairs, skips=skips, truncation=truncation)
     rows = []
     with torch.inference_mode():
         for idx in sorted_batches([it.length for it in items], params.evaluate.batch_size):
@@ -57,11 +74,14 @@ def score_pairs(
             for item, delta, r_chosen, r_rejected in zip(
                 chunk, (chosen - rejected).tolist(), chosen.tolist(), rejected.tolist(), strict=True
             ):
+                if item.chosen.input_ids == item.rejected.input_ids:
+                    delta, r_rejected = 0.0, r_chosen
                 lengths = (item.chosen.response_tokens, item.rejected.response_tokens)
                 rows.append((item.index, item.pair_id, delta, item.target, *lengths, r_chosen, r_rejected))
     rows.sort()
     frame = pd.DataFrame([row[1:] for row in rows], columns=PAIR_COLUMNS)
     frame.attrs["skips"] = skips.as_dict()
+    frame.attrs["truncation"] = truncation.as_dict()
     return frame
 
 
@@ -78,16 +98,26 @@ def rewards_mean_std(frame: pd.DataFrame) -> dict[str, float]:
         raise RowError("no_pairs", "no pair survives encoding, so the reward mean/std are undefined")
     values = np.concatenate([frame["reward_chosen"], frame["reward_rejected"]]).astype(np.float64)
     std = float(values.std(ddof=1)) if len(values) > 1 else 0.0
-    return {"mean": float(values.mean()), "std": max(std, 1e-8)}
+    stats = {"mean": float(values.mean()), "std": max(std, 1e-8)}
+    if not all(np.isfinite(list(stats.values()))):
+        raise NonFiniteRewardError(f"the reward mean/std are not finite ({stats}); the rewards overflow")
+    return stats
 
 
 def score_groups(model: RewardModel, tokenizer, groups: Sequence[Group], params: Params) -> pd.DataFrame:
-    """One reward per response of each group (group_id, rewards: list[float]), same order as given."""
+    """One reward per response of each group (group_id, rewards: list[float]), same order as given.
+
+    Responses of a group that encode to the same tokens get the same reward (the first one's),
+    so identical texts tie exactly; `attrs["truncation"]` counts the groups truncation cut.
+    """
     encoder = Encoder(tokenizer, params.encode)
     records = []
     skips = SkipCounter()
+    truncation = TruncationCount()
     for group in groups:
         seqs = encoder.encode_many([(group.prompt, response) for response in group.responses])
+        if seqs:
+            truncation.add(seqs)
         if any(sum(seq.response_mask) < params.encode.min_response_tokens for seq in seqs):
             skips.skip(
                 RowError("response_truncated", f"group {group.group_id}: a response is truncated away")
@@ -103,11 +133,20 @@ def score_groups(model: RewardModel, tokenizer, groups: Sequence[Group], params:
                 rewards[flat[i][:2]] = value
     skips.kept = len(records)
     frame = pd.DataFrame(
-        [(gid, [rewards[(g, j)] for j in range(len(seqs))]) for g, (gid, seqs) in enumerate(records)],
+        [
+            (gid, [rewards[(g, _first_same(seqs, j))] for j in range(len(seqs))])
+            for g, (gid, seqs) in enumerate(records)
+        ],
         columns=["group_id", "rewards"],
     )
     frame.attrs["skips"] = skips.as_dict()
+    frame.attrs["truncation"] = truncation.as_dict()
     return frame
+
+
+def _first_same(seqs: Sequence, j: int) -> int:
+    """The first response of a group encoded to the same tokens as response `j`."""
+    return next(i for i in range(j + 1) if seqs[i].input_ids == seqs[j].input_ids)
 
 
 def score_samples(model: RewardModel, tokenizer, samples: pd.DataFrame, params: Params) -> pd.DataFrame:

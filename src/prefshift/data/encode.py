@@ -20,7 +20,9 @@ on either side is skipped and counted, so no loss ever divides by an empty mask.
 from __future__ import annotations
 
 import json
+import math
 import random
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -33,6 +35,12 @@ from prefshift.errors import PrefshiftError
 SIDES = ("chosen", "rejected")
 ENCODE_CHUNK = 512
 """Pairs per tokenizer call in `encode_pairs`: one call per chunk, not per text."""
+CHARS_PER_TOKEN = 16
+"""Characters kept per token of encode.max_length, per side, before tokenising. Generous (English
+runs about 4 per token), and a slice that still yields too few tokens is cut again, wider."""
+CUT_MARGIN = 16
+"""Tokens a cut slice must yield beyond max_length, so the tokens a cut in the middle of a word
+changes lie outside what truncation keeps."""
 
 
 class RenderError(PrefshiftError):
@@ -45,6 +53,12 @@ class EncodedSeq:
     response_mask: list[int]
     response_tokens: int
     """Response length before truncation (used for length-bias analysis)."""
+    prompt_tokens_lost: int = 0
+    response_tokens_lost: int = 0
+    """Tokens truncation removed from the prompt (its template included) and from the response,
+    against the untruncated text: what the cut to max_length removed, plus, where the character
+    bound cut the text first, the removed characters at the kept slice's tokens per character
+    (an estimate, rounded up, so any cut counts)."""
 
 
 @dataclass(frozen=True)
@@ -149,6 +163,61 @@ def _locate(text: str, response: str, frame: str) -> tuple[int, int]:
     )
 
 
+_SPACE = re.compile(r"\s")
+
+
+def _keep_head(text: str, limit: int) -> int:
+    """Where to end `text` to keep at most `limit` characters of its start: at a whitespace in the
+    last half when there is one, so no word is split (tokens before the cut stay as they were)."""
+    if len(text) <= limit:
+        return len(text)
+    spaces = [m.start() for m in _SPACE.finditer(text, limit // 2, limit + 1)]
+    return spaces[-1] if spaces else limit
+
+
+def _keep_tail(text: str, limit: int) -> int:
+    """Where to start `text` to keep at most `limit` characters of its end, at a whitespace in the
+    first half when there is one."""
+    if len(text) <= limit:
+        return 0
+    low = len(text) - limit
+    space = _SPACE.search(text, low, low + limit // 2)
+    return space.start() if space else low
+
+
+def bound_response(response: str, limit: int) -> tuple[str, int]:
+    """(the response's first characters, at most `limit`; how many characters were cut)."""
+    end = _keep_head(response, limit)
+    return response[:end], len(response) - end
+
+
+def bound_prompt(prompt: Sequence[dict[str, str]], limit: int) -> tuple[list[dict[str, str]], int]:
+    """(the prompt's last `limit` characters of content, in its messages; characters cut).
+
+    Truncation keeps the end of a dialogue, so contents are kept from the last message back; the
+    message the bound falls in keeps its tail, and earlier messages keep their role with empty
+    content (a template that checks the order of roles still sees it). Beyond `limit` messages
+    in all, the earliest are dropped in pairs (after a leading system turn), which keeps that order
+    too: each message renders to at least one token, so they lie outside the kept window anyway.
+    """
+    messages = [{"role": m["role"], "content": m["content"]} for m in prompt]
+    cut = 0
+    start = 1 if messages and messages[0]["role"] == "system" else 0
+    extra = len(messages) - limit
+    if extra > 0:
+        drop = extra + extra % 2
+        cut += sum(len(m["content"]) + 1 for m in messages[start : start + drop])  # + its frame
+        del messages[start : start + drop]
+    left = limit
+    for message in reversed(messages):
+        content = message["content"]
+        begin = _keep_tail(content, left)
+        message["content"] = content[begin:]
+        cut += begin
+        left = max(0, left - len(message["content"]))
+    return messages, cut
+
+
 class Encoder:
     """Turns pairs into `EncodedPair`s under one truncation policy."""
 
@@ -169,20 +238,48 @@ class Encoder:
     def encode_many(self, requests: Sequence[tuple[Sequence[dict[str, str]], str]]) -> list[EncodedSeq]:
         """(prompt, response) → EncodedSeq, in order, with one tokenizer call for all of them.
 
-        A prompt's frame is rendered once for consecutive requests that share it (both sides of
-        a pair, every response of a group): rendering was most of the encoding time.
+        Texts are cut to the character bound first (`bound_prompt`, `bound_response`); the few whose
+        cut slice yields too few tokens are encoded again with twice the bound until it does or
+        nothing is cut. A prompt's frame is rendered once for consecutive requests that share it
+        (both sides of a pair, every response of a group): rendering was most of the encoding time.
         """
+        limit = self.cfg.max_length * CHARS_PER_TOKEN
+        out: list[EncodedSeq | None] = [None] * len(requests)
+        pending = list(range(len(requests)))
+        while pending:
+            encoded = self._encode_bounded([requests[i] for i in pending], limit)
+            retry = []
+            for i, (seq, too_short) in zip(pending, encoded, strict=True):
+                out[i] = seq
+                if too_short:
+                    retry.append(i)
+            pending, limit = retry, limit * 2
+        return out  # type: ignore[return-value]
+
+    def _encode_bounded(
+        self, requests: Sequence[tuple[Sequence[dict[str, str]], str]], limit: int
+    ) -> list[tuple[EncodedSeq, bool]]:
+        """(EncodedSeq, whether a cut slice yielded too few tokens) per request, texts cut to `limit`."""
         if not requests:
             return []
-        texts = _apply(self.tokenizer, [_conversation(prompt, response) for prompt, response in requests])
+        bounded = []
+        for prompt, response in requests:
+            kept_prompt, prompt_cut = bound_prompt(prompt, limit)
+            kept_response, response_cut = bound_response(response, limit)
+            bounded.append((kept_prompt, kept_response, prompt_cut, response_cut))
+        texts = _apply(
+            self.tokenizer, [_conversation(prompt, response) for prompt, response, _, _ in bounded]
+        )
         spans = [
             _locate(text, response, self._frame(prompt))
-            for text, (prompt, response) in zip(texts, requests, strict=True)
+            for text, (prompt, response, _, _) in zip(texts, bounded, strict=True)
         ]
         enc = self.tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
         return [
-            self._cut(ids, offsets, span)
-            for ids, offsets, span in zip(enc["input_ids"], enc["offset_mapping"], spans, strict=True)
+            self._cut(ids, offsets, span, (prompt_cut, response_cut))
+            for ids, offsets, span, (_, _, prompt_cut, response_cut) in zip(
+                enc["input_ids"], enc["offset_mapping"], spans, bounded, strict=True
+            )
         ]
 
     def _frame(self, prompt: Sequence[dict[str, str]]) -> str:
@@ -191,8 +288,15 @@ class Encoder:
             self._last_frame = (key, slotted(self.tokenizer, prompt))
         return self._last_frame[1]
 
-    def _cut(self, ids: list[int], offsets: list[tuple[int, int]], span: tuple[int, int]) -> EncodedSeq:
-        """The response mask from the character span, then truncation to `max_length`."""
+    def _cut(
+        self,
+        ids: list[int],
+        offsets: list[tuple[int, int]],
+        span: tuple[int, int],
+        chars_cut: tuple[int, int],
+    ) -> tuple[EncodedSeq, bool]:
+        """The response mask from the character span, then truncation to `max_length`; and whether a
+        side the character bound cut yielded fewer than max_length + CUT_MARGIN tokens."""
         start, end = span
         inside = [i for i, (s, e) in enumerate(offsets) if s < end and e > start]
         first = inside[0] if inside else sum(1 for _, e in offsets if e <= start)
@@ -201,7 +305,14 @@ class Encoder:
         while lead < first and ids[lead] in self.special:
             lead += 1
         head, prompt_ids, response_ids, tail = ids[:lead], ids[lead:first], ids[first:last], ids[last:]
-        full_response = len(response_ids)
+        prompt_cut, response_cut = chars_cut
+        need = self.cfg.max_length + CUT_MARGIN
+        too_short = (prompt_cut > 0 and len(prompt_ids) < need) or (
+            response_cut > 0 and len(response_ids) < need
+        )
+        prompt_beyond = _tokens_for(prompt_cut, len(prompt_ids), start)
+        response_beyond = _tokens_for(response_cut, len(response_ids), end - start)
+        full_prompt, full_response = len(prompt_ids), len(response_ids)
         overflow = len(ids) - self.cfg.max_length
         if overflow > 0:
             cut = min(overflow, len(prompt_ids))
@@ -213,7 +324,14 @@ class Encoder:
         begin = len(head) + len(prompt_ids)
         mask = [0] * len(kept)
         mask[begin : begin + len(response_ids)] = [1] * len(response_ids)
-        return EncodedSeq(kept, mask, full_response)
+        seq = EncodedSeq(
+            kept,
+            mask,
+            full_response + response_beyond,
+            full_prompt - len(prompt_ids) + prompt_beyond,
+            full_response - len(response_ids) + response_beyond,
+        )
+        return seq, too_short
 
     def encode_pair(self, index: int, pair: Pair, target: float) -> EncodedPair:
         return self._paired(
@@ -233,9 +351,14 @@ class Encoder:
         return EncodedPair(index, pair.pair_id, seqs[0], seqs[1], float(target))
 
     def encode_pairs(
-        self, pairs: Sequence[Pair], targets: Sequence[float] | None = None, skips: SkipCounter | None = None
+        self,
+        pairs: Sequence[Pair],
+        targets: Sequence[float] | None = None,
+        skips: SkipCounter | None = None,
+        truncation: TruncationCount | None = None,
     ) -> list[EncodedPair]:
-        """Encode every pair; `targets` default to gold. Skipped pairs are counted in `skips`."""
+        """Encode every pair; `targets` default to gold. Skipped pairs are counted in `skips`, and
+        every pair (skipped ones too) in `truncation`."""
         skips = skips if skips is not None else SkipCounter()
         targets = targets if targets is not None else [p.gold for p in pairs]
         if len(targets) != len(pairs):
@@ -246,12 +369,61 @@ class Encoder:
             seqs = self.encode_many([(p.prompt, getattr(p, side)) for p in chunk for side in SIDES])
             for offset, pair in enumerate(chunk):
                 i = start + offset
+                if truncation is not None:
+                    truncation.add(seqs[2 * offset : 2 * offset + 2])
                 try:
                     out.append(self._paired(i, pair, targets[i], seqs[2 * offset : 2 * offset + 2]))
                 except RowError as err:
                     skips.skip(err)
         skips.kept += len(out)
         return out
+
+
+def _tokens_for(chars_cut: int, tokens: int, chars: int) -> int:
+    """Tokens the `chars_cut` characters the bound removed would have made, at the kept slice's
+    rate of `tokens` per `chars` characters, rounded up (at least one when anything was cut)."""
+    if chars_cut <= 0:
+        return 0
+    return max(1, math.ceil(chars_cut * tokens / max(chars, 1)))
+
+
+@dataclass
+class TruncationCount:
+    """How much of a split truncation removed: items (pairs, or groups of responses) whose prompt
+    or any response was cut, and the tokens lost, summed over every scored sequence.
+
+    Lost tokens count against the untruncated text (`EncodedSeq.prompt_tokens_lost`); where the
+    character bound cut a text before tokenising, its share is estimated from the kept slice.
+    """
+
+    items: int = 0
+    truncated: int = 0
+    prompt_cut: int = 0
+    response_cut: int = 0
+    prompt_tokens_lost: int = 0
+    response_tokens_lost: int = 0
+
+    def add(self, seqs: Sequence[EncodedSeq]) -> None:
+        """Count one item from the sequences it was scored as (both sides of a pair, a group)."""
+        self.items += 1
+        prompt = any(seq.prompt_tokens_lost for seq in seqs)
+        response = any(seq.response_tokens_lost for seq in seqs)
+        self.truncated += prompt or response
+        self.prompt_cut += prompt
+        self.response_cut += response
+        self.prompt_tokens_lost += sum(seq.prompt_tokens_lost for seq in seqs)
+        self.response_tokens_lost += sum(seq.response_tokens_lost for seq in seqs)
+
+    def as_dict(self) -> dict[str, int | float]:
+        return {
+            "items": self.items,
+            "truncated": self.truncated,
+            "share": self.truncated / self.items if self.items else 0.0,
+            "prompt_cut": self.prompt_cut,
+            "response_cut": self.response_cut,
+            "prompt_tokens_lost": self.prompt_tokens_lost,
+            "response_tokens_lost": self.response_tokens_lost,
+        }
 
 
 def length_grouped_batches(

@@ -76,22 +76,53 @@ def pair_content_hash(pair: Pair) -> str:
     return content_hash(pair.prompt, sorted([pair.chosen, pair.rejected]))
 
 
-def _check_messages(prompt: Any, where: str) -> list[dict[str, str]]:
+def check_prompt(prompt: Any, where: str) -> list[dict[str, str]]:
+    """The one prompt rule of every entry point (`prepare`, `prefshift score`, the served model).
+
+    A prompt is a list of {role, content} messages (roles in ROLES, string contents, at least one
+    non-empty user message), that list as JSON text (a Parquet column), or a plain string, taken
+    as one user turn. One function, so what one entry point accepts no other refuses.
+    """
+    if isinstance(prompt, str):
+        prompt = _decoded_messages(prompt) or [{"role": "user", "content": prompt}]
     if not isinstance(prompt, list) or not prompt:
-        raise RowError("bad_prompt", f"{where}: field 'prompt' must be a non-empty list of messages")
+        raise RowError(
+            "bad_prompt", f"{where}: field 'prompt' must be a string or a non-empty list of messages"
+        )
     messages = []
     for i, msg in enumerate(prompt):
         if not isinstance(msg, dict) or set(msg) != {"role", "content"}:
             raise RowError("bad_prompt", f"{where}: prompt[{i}] must be {{role, content}}, got {msg!r:.80}")
         role, content = msg["role"], msg["content"]
         if role not in ROLES:
-            raise RowError("bad_prompt", f"{where}: prompt[{i}].role {role!r} not in {ROLES}")
+            raise RowError("bad_prompt", f"{where}: prompt[{i}].role {role!r:.40} not in {ROLES}")
         if not isinstance(content, str):
             raise RowError("bad_prompt", f"{where}: prompt[{i}].content must be a string")
         messages.append({"role": role, "content": content})
     if not any(m["role"] == "user" and m["content"].strip() for m in messages):
         raise RowError("empty_prompt", f"{where}: prompt has no non-empty user message")
     return messages
+
+
+def _decoded_messages(text: str) -> list | None:
+    """The message list a JSON-text prompt holds, or None for plain text (decoded only when it
+    looks like a list, so a long plain prompt is not parsed)."""
+    if not text.lstrip().startswith("["):
+        return None
+    try:
+        decoded = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        return None
+    return decoded if isinstance(decoded, list) else None
+
+
+def check_response(value: Any, name: str, where: str) -> str:
+    """A response is a non-empty string: the one response rule of every entry point."""
+    if not isinstance(value, str):
+        raise RowError("bad_type", f"{where}: field {name!r} must be a string, got {type(value).__name__}")
+    if not value.strip():
+        raise RowError("empty_response", f"{where}: field {name!r} is empty")
+    return value
 
 
 def make_pair(
@@ -111,14 +142,8 @@ def make_pair(
         raise RowError(
             "bad_category", f"{where}: field 'category' must be helpful|harmless, got {category!r}"
         )
-    messages = _check_messages(prompt, where)
-    for name, value in (("chosen", chosen), ("rejected", rejected)):
-        if not isinstance(value, str):
-            raise RowError(
-                "bad_type", f"{where}: field {name!r} must be a string, got {type(value).__name__}"
-            )
-        if not value.strip():
-            raise RowError("empty_response", f"{where}: field {name!r} is empty")
+    messages = check_prompt(prompt, where)
+    chosen, rejected = check_response(chosen, "chosen", where), check_response(rejected, "rejected", where)
     if chosen.strip() == rejected.strip():
         raise RowError("identical_responses", f"{where}: 'chosen' and 'rejected' are identical")
     if isinstance(gold, bool) or not isinstance(gold, (int, float)) or not 0.5 < float(gold) <= 1.0:

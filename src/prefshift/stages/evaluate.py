@@ -27,7 +27,7 @@ from prefshift.data.schema import Group, Pair, read_groups, read_pairs
 from prefshift.data.splits import check_version, load_manifest
 from prefshift.data.synthetic import CUE_META, CUES
 from prefshift.errors import PrefshiftError
-from prefshift.heldout_scores import VERSION_KEY, read_skips
+from prefshift.heldout_scores import VERSION_KEY, read_skips, read_truncation
 from prefshift.output_set import manifest_of, output_set, verify
 from prefshift.paths import Layout
 
@@ -362,6 +362,7 @@ def run(params: Params, layout: Layout, method: str) -> dict[str, Any]:
         ) as out,
     ):
         document = _compare(params, layout, method, manifest, pairs, student, teacher)
+        metrics.check_finite(document, str(layout.metrics(method)))
         write_json(out.path(layout.metrics(method)), document)
         logger.log_metrics(headline(document, params.data.targets))
         logger.log_artifact(out.path(layout.metrics(method)), "metrics")
@@ -427,6 +428,10 @@ def _compare(
     skips = read_skips(layout, method)
     result["pairs"] = {
         s: {**result["pairs"][s], "skipped_by_scoring": skips.get(s, {}).get("skipped", {})} for s in splits
+    }
+    result["truncation"] = {
+        "student": read_truncation(layout, method),
+        "teacher": read_truncation(layout, "teacher"),
     }
     return metrics_document(
         result,

@@ -39,7 +39,7 @@ from prefshift.config import METHODS, Params
 from prefshift.console import messages
 from prefshift.data.splits import load_manifest
 from prefshift.errors import PrefshiftError
-from prefshift.metrics import ID_SPLIT, across_seeds, with_ceiling
+from prefshift.metrics import ID_SPLIT, across_seeds, check_finite, with_ceiling
 from prefshift.output_set import output_set
 from prefshift.paths import Layout
 from prefshift.stages import report_probe
@@ -65,6 +65,7 @@ def _read_json(path: Path) -> dict[str, Any]:
     for key in ("method", "split_version", "id", "teacher", "targets"):
         if key not in data:
             raise ReportError(f"{path}: not a metrics file (no {key!r}); re-run `prefshift evaluate`")
+    check_finite(data, str(path))
     return data
 
 
@@ -553,11 +554,12 @@ def beyond_accuracy(
     figures_dir: Path,
 ) -> tuple[list[str], list[Path]]:
     """DESIGN §10's sections past pairwise accuracy: paired comparisons and best-of-n (with figures)."""
-    from prefshift.stages import report_comparisons, report_downstream
+    from prefshift.stages import report_comparisons, report_downstream, report_truncation
 
     splits = [ID_SPLIT, *params.data.targets]
     sections = [
-        report_comparisons.comparisons_section(report_comparisons.compare(params, layout, metrics, sweeps))
+        report_comparisons.comparisons_section(report_comparisons.compare(params, layout, metrics, sweeps)),
+        report_truncation.truncation_section(metrics, params.evaluate.warn_truncated_share),
     ]
     docs = report_downstream.load_downstream(layout, version, params.methods)
     skip = report_downstream.load_skip(layout, version)

@@ -54,17 +54,6 @@ def _json_field(raw: Any, name: str, where: str) -> Any:
         raise SchemaError(f"{where}: field {name!r} is a string but not valid JSON") from None
 
 
-def _prompt(raw: Any) -> Any:
-    """A message list as given, decoded from JSON text, or a plain string as one user turn."""
-    if not isinstance(raw, str):
-        return raw
-    try:
-        decoded = json.loads(raw)
-    except json.JSONDecodeError:
-        decoded = None
-    return decoded if isinstance(decoded, list) else [{"role": "user", "content": raw}]
-
-
 @dataclass(frozen=True)
 class LocalAdapter(Adapter):
     path: str = ""
@@ -100,7 +89,7 @@ class LocalAdapter(Adapter):
         return make_pair(
             dataset=self.name,
             category=self.category,
-            prompt=_prompt(row["prompt"]),
+            prompt=row["prompt"],  # make_pair reads JSON text and plain strings
             chosen=row["chosen"],
             rejected=row["rejected"],
             gold=1.0 if gold is None else gold,
