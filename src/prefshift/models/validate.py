@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +120,8 @@ def _weights(path: Path, names: set[str], fail) -> None:
         files += [path / s for s in shards]
     if not files:
         raise fail("has no weights (model.safetensors, pytorch_model.bin or a sharded index)")
+    if not any(file.suffix == ".safetensors" for file in files):
+        _refuse_code_in_pickles(path, files)
     for file in files:
         if file.stat().st_size == 0:
             raise fail(f"has an empty {file.name}")
@@ -131,6 +134,41 @@ def _weights(path: Path, names: set[str], fail) -> None:
                     f"cannot load model {path}: its safetensors weights are corrupt or truncated "
                     f"({file.name}: {err}); re-run the stage that wrote it"
                 ) from None
+
+
+def _refuse_code_in_pickles(path: Path, files: list[Path]) -> None:
+    """`.bin` weights (read only when no safetensors exist) must load weights-only, i.e. as plain tensors.
+
+    A pickle that needs more imports can run code while loading. transformers then fails
+    with torch's message, which suggests reloading with the check switched off: the unsafe
+    step. Refusing here says what prefshift accepts instead.
+    """
+    import pickle
+
+    import torch
+
+    for file in files:
+        try:
+            try:
+                torch.load(file, map_location="cpu", weights_only=True, mmap=True)
+            except RuntimeError as err:
+                if "mmap" not in str(err):  # a legacy (non-zip) checkpoint cannot be mapped: read it
+                    raise
+                torch.load(file, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as err:
+            needed = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
+            imports = f", and loading it would import {needed[1]}" if needed else ""
+            raise ModelLoadError(
+                f"model directory {path}: {file.name} is a pickle that does not load as plain "
+                f"tensors{imports}; a pickle can run code while it loads. prefshift loads safetensors or "
+                "weights-only checkpoints: use a copy of the model with model.safetensors"
+            ) from None
+        except (RuntimeError, OSError, EOFError, ValueError) as err:
+            first = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
+            raise ModelLoadError(
+                f"model directory {path}: {file.name} is not a readable PyTorch checkpoint ({first}); "
+                "re-run the stage that wrote it, or use a copy of the model with model.safetensors"
+            ) from None
 
 
 def mark_trained_head(config: Any) -> None:

@@ -50,8 +50,10 @@ def _json_field(raw: Any, name: str, where: str) -> Any:
         return raw
     try:
         return json.loads(raw)
-    except json.JSONDecodeError:
-        raise SchemaError(f"{where}: field {name!r} is a string but not valid JSON") from None
+    except (json.JSONDecodeError, RecursionError):
+        raise SchemaError(
+            f"{where}: field {name!r} is a string but not valid JSON (or nested too deeply)"
+        ) from None
 
 
 def _prompt(raw: Any) -> Any:
@@ -60,7 +62,7 @@ def _prompt(raw: Any) -> Any:
         return raw
     try:
         decoded = json.loads(raw)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         decoded = None
     return decoded if isinstance(decoded, list) else [{"role": "user", "content": raw}]
 
