@@ -23,7 +23,7 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -44,50 +44,53 @@ def atomic_path(target: str | Path, directory: bool = False) -> Iterator[Path]:
     """Yield a temporary sibling path; on success it replaces `target` in one rename."""
     target = Path(target)
     refuse_unowned(target, directory)
-    with _output_errors(target):
+    with output_errors([target]):
         target.parent.mkdir(parents=True, exist_ok=True)
         clear_stale(target)
         if directory:
             recover_interrupted_swap(target)
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-    work = tmp if directory else tmp / target.name
-    try:
-        with _output_errors(target, tmp):
+        work = tmp if directory else tmp / target.name
+        try:
             yield work
             refuse_unowned(target, directory)  # again: the path may have changed while the work ran
             if directory:
                 swap_directory(tmp, target)
             else:
                 os.replace(work, target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
 
 
 @contextmanager
-def _output_errors(target: Path, scratch: Path | None = None) -> Iterator[None]:
-    """An OSError about `target`, its folders or its scratch copy becomes an OutputError naming `target`.
+def output_errors(targets: Sequence[Path]) -> Iterator[None]:
+    """An OSError in writing `targets` becomes an OutputError naming the output, not a scratch path.
 
-    Errors about other files (an input read while writing) pass through unchanged: the CLI
-    names their own path.
+    An error is about an output when it names the output, a folder above it or the hidden
+    scratch copy beside it, or when it names no file and is a write failure (no space,
+    read-only): `write()` reports those without a path. Errors about other files (an input
+    read while writing) pass through unchanged, and the CLI names their own path.
     """
     try:
         yield
     except OSError as err:
-        if not _about_output(err, target, scratch):
+        about = [target for target in targets if _about_output(err, target)]
+        if not about:
             raise
-        raise OutputError(f"{target}: cannot write the output ({os_error_cause(err)})") from None
+        named = ", ".join(map(str, about))
+        raise OutputError(f"{named}: cannot write the output ({os_error_cause(err)})") from None
 
 
-def _about_output(err: OSError, target: Path, scratch: Path | None) -> bool:
-    """Before the scratch copy exists, the failing path is the target or a folder above it; after, the
-    target or something inside the scratch copy."""
+def _about_output(err: OSError, target: Path) -> bool:
     if err.filename is None:
         return err.errno in _WRITE_ERRNOS
     named, mine = Path(os.fsdecode(err.filename)).absolute(), target.absolute()
-    if scratch is None:
-        return mine.is_relative_to(named)
-    return named == mine or named.is_relative_to(scratch.absolute())
+    scratch_prefix = f".{mine.name}."
+    return mine.is_relative_to(named) or any(
+        part.parent == mine.parent and part.name.startswith(scratch_prefix)
+        for part in (named, *named.parents)
+    )
 
 
 def refuse_unowned(target: str | Path, directory: bool = False) -> None:
