@@ -63,29 +63,45 @@ def atomic_path(target: str | Path, directory: bool = False) -> Iterator[Path]:
                 shutil.rmtree(tmp, ignore_errors=True)
 
 
+class WriteFailed(OutputError):
+    """Writing an output failed (no space, read-only, ...); names the output, never a scratch path."""
+
+    def __init__(self, targets: Sequence[Path], cause: str):
+        super().__init__(f"{', '.join(map(str, targets))}: cannot write the output ({cause})")
+        self.targets, self.cause = list(targets), cause
+
+
 @contextmanager
 def output_errors(targets: Sequence[Path]) -> Iterator[None]:
-    """An OSError in writing `targets` becomes an OutputError naming the output, not a scratch path.
+    """An OSError in writing `targets` becomes a WriteFailed naming the output, not a scratch path.
 
     An error is about an output when it names the output, a folder above it or the hidden
     scratch copy beside it, or when it names no file and is a write failure (no space,
     read-only): `write()` reports those without a path. Errors about other files (an input
-    read while writing) pass through unchanged, and the CLI names their own path.
+    read while writing) pass through unchanged, and the CLI names their own path. A
+    WriteFailed from a file written inside a scratch copy (a stage's output set) is named
+    after the final output too.
     """
     try:
         yield
-    except OSError as err:
-        about = [target for target in targets if _about_output(err, target)]
+    except WriteFailed as err:
+        about = [target for target in targets if any(_concerns(inner, target) for inner in err.targets)]
         if not about:
             raise
-        named = ", ".join(map(str, about))
-        raise OutputError(f"{named}: cannot write the output ({os_error_cause(err)})") from None
+        raise WriteFailed(about, err.cause) from None
+    except OSError as err:
+        if err.filename is None:
+            about = list(targets) if err.errno in _WRITE_ERRNOS else []
+        else:
+            about = [target for target in targets if _concerns(Path(os.fsdecode(err.filename)), target)]
+        if not about:
+            raise
+        raise WriteFailed(about, os_error_cause(err)) from None
 
 
-def _about_output(err: OSError, target: Path) -> bool:
-    if err.filename is None:
-        return err.errno in _WRITE_ERRNOS
-    named, mine = Path(os.fsdecode(err.filename)).absolute(), target.absolute()
+def _concerns(path: Path, target: Path) -> bool:
+    """`path` is `target`, a folder above it, or inside the hidden scratch copy beside it."""
+    named, mine = path.absolute(), target.absolute()
     scratch_prefix = f".{mine.name}."
     return mine.is_relative_to(named) or any(
         part.parent == mine.parent and part.name.startswith(scratch_prefix)

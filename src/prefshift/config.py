@@ -129,7 +129,8 @@ def is_split_pattern(path: str) -> bool:
         ]
     except ValueError as err:
         raise ValueError(
-            f"{path!r} has an unmatched brace ({err}); write {{{{ or }}}} for a literal one"
+            f"{path!r} has an unmatched brace ({err}); the only field a source path may hold is {{split}}, "
+            "and a literal brace is written {{ or }}"
         ) from None
     for name, spec, conversion in fields:
         if name != "split" or spec or conversion:

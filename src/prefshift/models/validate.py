@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from prefshift.errors import PrefshiftError
+from prefshift.errors import JSON_TOO_DEEP, PrefshiftError
 
 TRAINED_HEAD_KEY = "prefshift_trained_reward_head"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "spiece.model")
@@ -99,6 +99,8 @@ def _config(path: Path, fail) -> dict[str, Any]:
         loaded = json.loads(config.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise fail(f"has an unreadable config.json ({err})") from None
+    except RecursionError:
+        raise fail(f"has a config.json that cannot be read: {JSON_TOO_DEEP}") from None
     if not isinstance(loaded, dict) or "model_type" not in loaded:
         raise fail("has a config.json without 'model_type'")
     return loaded
@@ -114,6 +116,8 @@ def _weights(path: Path, names: set[str], fail) -> None:
             shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
         except (UnicodeDecodeError, json.JSONDecodeError, KeyError, AttributeError) as err:
             raise fail(f"has an unreadable {index.name} ({err})") from None
+        except RecursionError:
+            raise fail(f"has an unreadable {index.name} ({JSON_TOO_DEEP})") from None
         missing = [s for s in shards if s not in names]
         if missing:
             raise fail(f"lacks weight shard(s) {missing} that {index.name} lists")
