@@ -13,6 +13,7 @@ runs as an unprivileged user (root ignores file modes).
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 import subprocess
@@ -266,6 +267,20 @@ def test_evaluate_on_a_full_disk_keeps_the_previous_metrics(small_disk):
     assert message.startswith(f"{metrics}: cannot write the output (no space left on device")
     assert metrics.read_bytes() == previous
     assert [p.name for p in metrics.parent.iterdir()] == ["naive.json"]
+
+
+def test_a_stage_on_a_read_only_disk_stops_before_its_work(small_disk):
+    metrics = small_disk / "reports" / "metrics" / "naive.json"
+    write_json(metrics, {"acc": 70.0})
+    _read_only(small_disk)
+    ran = []
+    command = "prefshift evaluate --method naive"
+    with (
+        pytest.raises(OutputError, match="read-only file system"),
+        output_set(small_disk, command, [metrics]),
+    ):
+        ran.append(True)
+    assert ran == [] and json.loads(metrics.read_text()) == {"acc": 70.0}
 
 
 # --- JSON of any depth ---------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from prefshift.atomic import (
+    check_output,
     clear_stale,
     output_errors,
     recover_interrupted_swap,
@@ -141,7 +142,7 @@ def output_set(
         members = [(f, False, False) for f in files] + [(d, True, False) for d in directories]
         for target, directory, is_bare in members + [(d, True, True) for d in bare]:
             target = _absolute(target)
-            refuse_unowned(target, directory)
+            check_output(target, directory)  # before the stage's work: no link or device; writable
             target.parent.mkdir(parents=True, exist_ok=True)
             clear_stale(target)
             if directory:
