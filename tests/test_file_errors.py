@@ -396,3 +396,14 @@ def test_a_weights_only_bin_model_still_scores(tmp_path, model_dir, inputs):
     result = _invoke("score", "--model", str(plain), "-i", str(rows), "-p", str(params))
     assert result.exit_code == 0, result.output
     assert len(result.stdout.splitlines()) == len(PAIRS)
+
+
+def test_a_pickle_reached_past_the_directory_check_gets_the_same_refusal(tmp_path, model_dir, monkeypatch):
+    """A hub model is not checked as a local directory; transformers' own refusal is reworded the same way."""
+    from prefshift.models import reward
+
+    pickled = _bin_model(model_dir, tmp_path / "pickled", {"extra": NotATensor()})
+    monkeypatch.setattr(reward, "check_source", lambda name: None)  # as for a hub id
+    with pytest.raises(PrefshiftError, match="safetensors or weights-only checkpoints") as raised:
+        reward.load_reward_model(pickled)
+    assert "NotATensor" in str(raised.value) and "weights_only" not in str(raised.value)

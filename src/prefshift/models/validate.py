@@ -140,6 +140,18 @@ def _weights(path: Path, names: set[str], fail) -> None:
                 ) from None
 
 
+def code_in_pickle(what: str, err: Exception) -> ModelLoadError:
+    """The refusal of weights that only a code-running unpickler loads; torch's own text (which
+    suggests switching the check off) is never passed on, only the import it stumbled on."""
+    needed = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
+    imports = f", and loading it would import {needed[1]}" if needed else ""
+    return ModelLoadError(
+        f"{what} is a pickle that does not load as plain tensors{imports}; a pickle can run code while "
+        "it loads. prefshift loads safetensors or weights-only checkpoints: use a copy of the model "
+        "with model.safetensors"
+    )
+
+
 def _refuse_code_in_pickles(path: Path, files: list[Path]) -> None:
     """`.bin` weights (read only when no safetensors exist) must load weights-only, i.e. as plain tensors.
 
@@ -160,13 +172,7 @@ def _refuse_code_in_pickles(path: Path, files: list[Path]) -> None:
                     raise
                 torch.load(file, map_location="cpu", weights_only=True)
         except pickle.UnpicklingError as err:
-            needed = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
-            imports = f", and loading it would import {needed[1]}" if needed else ""
-            raise ModelLoadError(
-                f"model directory {path}: {file.name} is a pickle that does not load as plain "
-                f"tensors{imports}; a pickle can run code while it loads. prefshift loads safetensors or "
-                "weights-only checkpoints: use a copy of the model with model.safetensors"
-            ) from None
+            raise code_in_pickle(f"model directory {path}: {file.name}", err) from None
         except (RuntimeError, OSError, EOFError, ValueError) as err:
             first = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
             raise ModelLoadError(
