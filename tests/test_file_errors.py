@@ -18,7 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -26,6 +26,7 @@ import torch
 import typer
 from typer.testing import CliRunner
 
+from disk_support import fill, read_only
 from prefshift import cli
 from prefshift.atomic import OutputError, write_json
 from prefshift.cli import app
@@ -35,6 +36,8 @@ from prefshift.models.validate import check_model_dir
 from prefshift.output_set import output_set
 from test_bad_inputs import GOOD, _jsonl, _local_params, _params_file
 from test_registry import PAIRS, tiny_reward_model
+
+pytest_plugins = ["disk_support"]  # the small_disk fixture
 
 DEEP = 100_000  # levels: far past Python's recursion limit (1000)
 FULL = "the disk is full: free some space, then run again"
@@ -66,47 +69,6 @@ def model_dir(tmp_path_factory) -> Path:
     return tiny_reward_model(tmp_path_factory.mktemp("rm") / "model", seed=5)
 
 
-def _mount_tmpfs(where: Path, size: str) -> None:
-    where.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True, text=True
-    )
-    if done.returncode != 0:
-        pytest.skip(f"mounting a tmpfs is not permitted here ({done.stderr.strip() or 'mount failed'})")
-
-
-@pytest.fixture
-def small_disk(tmp_path) -> Iterator[Path]:
-    """A real 64 KiB file system, so a full disk and a read-only one need no mocks."""
-    if shutil.which("mount") is None:
-        pytest.skip("no mount command")
-    where = tmp_path / "disk"
-    _mount_tmpfs(where, "64k")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", str(where)], check=False)
-
-
-def _fill(disk: Path, leave: int = 0) -> None:
-    """Write until the disk is full, then give back `leave` bytes."""
-    filler = disk / "filler"
-    with filler.open("wb", buffering=0) as handle:
-        try:
-            while True:
-                handle.write(b"\0" * 4096)
-        except OSError as err:
-            assert err.errno == errno.ENOSPC
-    if leave:
-        os.truncate(filler, max(0, filler.stat().st_size - leave))
-
-
-def _read_only(disk: Path) -> None:
-    done = subprocess.run(["mount", "-o", "remount,ro", str(disk)], capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"remounting read-only is not permitted here ({done.stderr.strip()})")
-
-
 # --- the central rule: any OSError that names a file ----------------------------------------------
 
 
@@ -129,12 +91,12 @@ def test_every_errno_class_from_a_real_operation_is_one_line_naming_the_path(tmp
     assert line.startswith(f"error: {directory}: is a directory")
     source = tmp_path / "big.bin"
     source.write_bytes(b"x" * 65536)
-    _fill(small_disk)
+    fill(small_disk)
     copy = small_disk / "copy.bin"
     line = _as_command(lambda: shutil.copyfile(source, copy), capsys)
     assert line == f"error: {source} -> {copy}: no space left on device; {FULL}"
     (small_disk / "filler").unlink()
-    _read_only(small_disk)
+    read_only(small_disk)
     line = _as_command(lambda: read_only_file.open("a"), capsys)
     assert line.startswith(f"error: {read_only_file}: read-only file system")
 
@@ -224,7 +186,7 @@ def test_score_out_that_is_an_existing_directory_is_refused_before_scoring(tmp_p
 
 def test_score_out_on_a_read_only_disk_is_refused_before_scoring(small_disk, inputs, tmp_path):
     rows, params = inputs
-    _read_only(small_disk)
+    read_only(small_disk)
     out = small_disk / "sub" / "rewards.jsonl"
     result = _invoke(
         "score", "--model", str(tmp_path / "nope"), "-i", str(rows), "-o", str(out), "-p", str(params)
@@ -234,7 +196,7 @@ def test_score_out_on_a_read_only_disk_is_refused_before_scoring(small_disk, inp
 
 def test_score_out_on_a_full_disk_is_refused_before_scoring(small_disk, inputs, tmp_path):
     rows, params = inputs
-    _fill(small_disk)
+    fill(small_disk)
     out = small_disk / "rewards.jsonl"
     result = _invoke(
         "score", "--model", str(tmp_path / "nope"), "-i", str(rows), "-o", str(out), "-p", str(params)
@@ -248,7 +210,7 @@ def test_a_disk_that_fills_while_score_writes_names_the_output_and_leaves_nothin
     rows = _jsonl(tmp_path / "many.jsonl", [PAIRS[i % 3] for i in range(300)])  # ~40 KB of rewards
     params = _params_file(tmp_path, {})
     out = small_disk / "rewards.jsonl"
-    _fill(small_disk, leave=8192)
+    fill(small_disk, leave=8192)
     result = _invoke("score", "--model", str(model_dir), "-i", str(rows), "-o", str(out), "-p", str(params))
     _one_line_error(result, str(out), "cannot write the output", "no space left on device")
     assert sorted(p.name for p in small_disk.iterdir()) == ["filler"]
@@ -259,7 +221,7 @@ def test_evaluate_on_a_full_disk_keeps_the_previous_metrics(small_disk):
     metrics = small_disk / "reports" / "metrics" / "naive.json"
     write_json(metrics, {"acc": 70.0})
     previous = metrics.read_bytes()
-    _fill(small_disk, leave=4096)
+    fill(small_disk, leave=4096)
     command = "prefshift evaluate --method naive"
     with pytest.raises(OutputError) as raised, output_set(small_disk, command, files=[metrics]) as out:
         write_json(out.path(metrics), {"per_pair": list(range(20_000))})
@@ -272,7 +234,7 @@ def test_evaluate_on_a_full_disk_keeps_the_previous_metrics(small_disk):
 def test_a_stage_on_a_read_only_disk_stops_before_its_work(small_disk):
     metrics = small_disk / "reports" / "metrics" / "naive.json"
     write_json(metrics, {"acc": 70.0})
-    _read_only(small_disk)
+    read_only(small_disk)
     ran = []
     command = "prefshift evaluate --method naive"
     with (

@@ -32,6 +32,8 @@ from prefshift.paths import Layout
 from prefshift.stages import promote
 from test_registry import PAIRS, tiny_reward_model, write_metrics
 
+pytest_plugins = ["disk_support"]  # the small_disk fixture
+
 SPECIAL = ("symlink", "fifo", "device", "socket", "directory")
 
 
@@ -221,7 +223,8 @@ def test_score_refuses_an_out_that_is_a_link_a_device_a_fifo_a_socket_or_a_direc
     result = _score(
         "--model", str(tmp_path / "no-model-here"), "-i", str(rows), "-o", str(out), "-p", str(params)
     )
-    _refused(result, str(out), _word(kind))
+    line = _refused(result, str(out), _word(kind))
+    assert kind == "directory" or "`--out -`" in line  # where standard output was meant
     assert state() == before
 
 
@@ -359,3 +362,25 @@ def test_pull_refuses_an_out_that_is_a_link_a_file_or_standard_output(registered
     _refused(_pull(layout, uri, tmp_path / "file"), "is a file")
     _refused(_pull(layout, uri, Path("-")), "standard output")
     assert list(elsewhere.iterdir()) == [] and (tmp_path / "file").read_text() == "mine"
+
+
+def test_pull_force_refuses_a_planted_marker_link_before_copying_anything(registered, tmp_path):
+    layout, uri = registered
+    out = tmp_path / "mine"
+    out.mkdir()
+    files = _user_files(out)
+    victim = tmp_path / "victim.json"
+    victim.write_text("not prefshift's")
+    (out / registry.PULL_MARKER).symlink_to(victim)
+    _refused(_pull(layout, uri, out, "--force"), registry.PULL_MARKER, "symbolic link")
+    assert sorted(p.name for p in out.iterdir()) == sorted([*files, registry.PULL_MARKER])
+    assert victim.read_text() == "not prefshift's" and _intact(out, files)
+
+
+def test_pull_onto_a_disk_too_small_for_the_model_names_the_output_and_leaves_nothing(registered, small_disk):
+    layout, uri = registered
+    fresh, existing = small_disk / "fresh", small_disk / "existing"
+    existing.mkdir()
+    for out in (fresh, existing):
+        _refused(_pull(layout, uri, out), str(out), "no space left on device")
+    assert [p.name for p in small_disk.iterdir()] == ["existing"] and list(existing.iterdir()) == []

@@ -92,8 +92,9 @@ def output_errors(targets: Sequence[Path]) -> Iterator[None]:
     except OSError as err:
         if err.filename is None:
             about = list(targets) if err.errno in _WRITE_ERRNOS else []
-        else:
-            about = [target for target in targets if _concerns(Path(os.fsdecode(err.filename)), target)]
+        else:  # a failed copy or rename names two paths: the output may be either
+            named = [Path(os.fsdecode(name)) for name in (err.filename, err.filename2) if name is not None]
+            about = [target for target in targets if any(_concerns(path, target) for path in named)]
         if not about:
             raise
         raise WriteFailed(about, os_error_cause(err)) from None
@@ -125,7 +126,8 @@ def refuse_unowned(target: str | Path, directory: bool = False) -> None:
         raise OutputError(
             f"{target}: is a symbolic link (to {os.readlink(target)}); prefshift replaces only files it "
             "writes, never a link or what it points to. Remove the link or choose another path (for a DVC "
-            f"output checked out as a link, `dvc unprotect {target}` turns it into a copy)"
+            f"output checked out as a link, `dvc unprotect {target}` turns it into a copy; for standard "
+            "output, `--out -` where a command offers it)"
         )
     if stat.S_ISDIR(mode) and not directory:
         raise OutputError(f"{target}: is a directory; name a file to write, e.g. {target / 'out.jsonl'}")
@@ -136,7 +138,7 @@ def refuse_unowned(target: str | Path, directory: bool = False) -> None:
     if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
         raise OutputError(
             f"{target}: is a {_special_kind(mode)}, not a regular file; prefshift never writes over one. "
-            "Choose a file path"
+            "Choose a file path (for standard output, `--out -` where a command offers it)"
         )
 
 

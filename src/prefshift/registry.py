@@ -44,7 +44,7 @@ from typing import Any
 import mlflow.pyfunc
 import yaml
 
-from prefshift.atomic import STDOUT, atomic_path, check_output, refuse_unowned
+from prefshift.atomic import STDOUT, atomic_path, check_output, output_errors, refuse_unowned
 from prefshift.errors import PrefshiftError
 
 HASH_TAG = "prefshift.content_hash"
@@ -409,6 +409,8 @@ def _install(
             f"{out}: {shown} would be replaced, but the earlier pull did not write them or they changed "
             "since; refusing to touch them. Move them away, or pass --force to overwrite them"
         )
+    for rel in [*sorted(files), PULL_MARKER]:  # all of it before the first copy: never half a pull
+        _refuse_unowned_on_the_way(out, rel)
     _copy_files(hf_dir, out, sorted(files), mask)
     for stale in sorted(owned.keys() - files.keys()):
         (out / stale).unlink()
@@ -417,26 +419,44 @@ def _install(
         os.chmod(tmp, 0o666 & ~mask)
 
 
-def _copy_files(source: Path, target: Path, files: list[str], mask: int) -> None:
-    """Each file copied beside its destination and renamed over it: a reader never sees half a file.
+def _refuse_unowned_on_the_way(top: Path, rel: str) -> None:
+    """The output rule for `top/rel` and each folder between: a link, device or stray file is refused."""
+    path = top
+    for part in PurePosixPath(rel).parent.parts:
+        path = path / part
+        refuse_unowned(path, directory=True)
+    refuse_unowned(top / rel)
+    refuse_unowned(_partial(top / rel))
 
-    Folders and destinations go through the output rule: a link, device or other special
-    file in the way is refused, never written through.
+
+def _partial(dest: Path) -> Path:
+    return dest.with_name(f".{dest.name}.partial")
+
+
+def _copy_files(source: Path, target: Path, files: list[str], mask: int) -> None:
+    """Every file copied beside its destination first, then each renamed over it.
+
+    A reader never sees half a file, and a copy that fails (a full disk) leaves `target` as
+    it was: the copies are removed and nothing has been renamed yet. The renames need no space.
     """
-    for rel in files:
-        dest = target / rel
-        for parent in reversed(dest.relative_to(target).parents[:-1]):
-            folder = target / parent
-            refuse_unowned(folder, directory=True)
-            if not folder.exists():
-                folder.mkdir()
-                os.chmod(folder, 0o777 & ~mask)
-        refuse_unowned(dest)
-        partial = dest.with_name(f".{dest.name}.partial")
-        refuse_unowned(partial)
-        shutil.copyfile(source / rel, partial)
-        os.chmod(partial, 0o666 & ~mask)
-        os.replace(partial, dest)
+    partials: list[Path] = []
+    try:
+        for rel in files:
+            dest = target / rel
+            for parent in reversed(dest.relative_to(target).parents[:-1]):
+                folder = target / parent
+                if not folder.exists():
+                    folder.mkdir()
+                    os.chmod(folder, 0o777 & ~mask)
+            partials.append(_partial(dest))
+            with output_errors([dest]):
+                shutil.copyfile(source / rel, partials[-1])
+            os.chmod(partials[-1], 0o666 & ~mask)
+        for rel, partial in zip(files, partials, strict=True):
+            os.replace(partial, target / rel)
+    finally:
+        for partial in partials:
+            partial.unlink(missing_ok=True)
 
 
 def pull_to(uri: str, out: Path, layout: Any, force: bool = False) -> dict[str, str]:
