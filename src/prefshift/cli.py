@@ -226,7 +226,7 @@ def pull(
         typer.Option(
             "--force",
             help="Write into a non-empty directory that holds no verified earlier pull, overwriting "
-            "same-named files (nothing is removed).",
+            "same-named files (only an earlier pull's own unchanged files are ever removed).",
         ),
     ] = False,
     root: RootOption = Path("."),

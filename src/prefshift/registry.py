@@ -389,7 +389,8 @@ def _install(
     """Copy the verified files into `out`; the earlier pull's own unchanged files that this one lacks go.
 
     Nothing else is replaced or removed: a file in the way that the earlier pull did not write,
-    or that changed since, stops the pull unless --force (which overwrites, and removes nothing).
+    or that changed since, stops the pull unless --force, which overwrites it (and still removes
+    only the earlier pull's own unchanged files).
     """
     marker = {**info, "files": files}
     mask = _umask()
