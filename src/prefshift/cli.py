@@ -13,9 +13,10 @@ from typing import Annotated, Any
 
 import typer
 
+from prefshift.atomic import STDOUT, check_output
 from prefshift.config import Params, check_method, load_params
 from prefshift.console import error_text, messages
-from prefshift.errors import PrefshiftError
+from prefshift.errors import PrefshiftError, file_error_message
 from prefshift.paths import Layout
 
 app = typer.Typer(
@@ -43,10 +44,21 @@ def _stage(module: str, function: str = "run") -> Any:
 
 
 def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run a command's work; a problem the user can fix is one line on stderr and exit 2.
+
+    An OSError that names its file (missing, a directory, no permission, read-only, disk full)
+    is such a problem wherever it is raised, so it is printed the same way, never as a traceback.
+    One without a file name is not a file-boundary error and keeps its traceback.
+    """
     try:
         return fn(*args, **kwargs)
     except PrefshiftError as err:
         err_console.print(error_text(err))
+        raise typer.Exit(2) from None
+    except OSError as err:
+        if err.filename is None:
+            raise
+        err_console.print(error_text(file_error_message(err)))
         raise typer.Exit(2) from None
 
 
@@ -216,7 +228,12 @@ def pull(
     uri: Annotated[str, typer.Argument(help="models:/<name>@<alias> or models:/<name>/<version>")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Directory to write the HF model to.")],
     force: Annotated[
-        bool, typer.Option("--force", help="Write into a non-empty directory that is not an earlier pull.")
+        bool,
+        typer.Option(
+            "--force",
+            help="Write into a non-empty directory that holds no verified earlier pull, overwriting "
+            "same-named files (only an earlier pull's own unchanged files are ever removed).",
+        ),
     ] = False,
     root: RootOption = Path("."),
 ):
@@ -229,7 +246,9 @@ def pull(
 def score(
     model: Annotated[str, typer.Option("--model", help="models:/ URI or a local HF directory.")],
     input_: Annotated[Path, typer.Option("--input", "-i", help="JSONL of pairs or prompt+response rows.")],
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Rewards JSONL (default: stdout).")] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Rewards JSONL; `-` or none: standard output.")
+    ] = None,
     normalize: Annotated[
         bool, typer.Option("--normalize", help="(r - mean) / std with the model config's id_test stats.")
     ] = False,
@@ -238,6 +257,11 @@ def score(
     root: RootOption = Path("."),
 ):
     """Rewards per row, and chosen-vs-rejected accuracy when the input has pairs."""
+    if out is not None and str(out) == STDOUT:
+        out = None
+    if out is not None:  # before any work: never its own input, and writable now
+        local_model = [] if model.startswith("models:/") else [Path(model)]
+        _call(check_output, out, inputs=[input_, params, *local_model])
     loaded = _params(params, set_)
     result = _call(_stage("downstream", "score_command"), model, input_, out, loaded, Layout(root), normalize)
     if out is None:
@@ -267,6 +291,7 @@ def ui(
 ):
     """Start the MLflow UI on the project's tracking database (or, with --check, verify it in a browser)."""
     if check:
+        _call(check_output, screenshot)
         experiment = _params(params, None).tracking.experiment
         result = _call(_stage("ui", "check"), Layout(root), experiment, screenshot, port)
         shown = f"{', '.join(result['runs'])} with {', '.join(result['metrics'])}"
@@ -329,6 +354,8 @@ def bench(
     ] = None,
 ):
     """Training vs TRL, ANCHOR overhead, scoring throughput (and the pipeline): reports/bench.{json,md}."""
+    for output in [out / "bench.json", out / "bench.md", *([readme] if readme else [])]:
+        _call(check_output, output)
     _call(
         _stage("bench.run", "run_bench"),
         out,

@@ -13,6 +13,7 @@ with `read_yaml`, which refuses a key given twice, as DVC does.
 
 from __future__ import annotations
 
+import string
 import types
 import typing
 from pathlib import Path
@@ -103,11 +104,44 @@ class DatasetSource(Strict):
         None, description="Category of a `local` dataset (built-in adapters know their own)."
     )
 
+    @field_validator("path")
+    @classmethod
+    def _path_fields(cls, path: str | None) -> str | None:
+        if path is not None:
+            is_split_pattern(path)
+        return path
+
     @model_validator(mode="after")
     def _local_needs_path_and_category(self) -> DatasetSource:
         if self.adapter == "local" and (self.path is None or self.category is None):
             raise ValueError("a dataset with adapter: local needs both `path` and `category`")
         return self
+
+
+def is_split_pattern(path: str) -> bool:
+    """Whether a source path is a pattern; raises ValueError for any field but a plain `{split}`.
+
+    `str.format` would raise KeyError for `{x}` and IndexError for `{}`, deep in prepare.
+    """
+    try:
+        fields = [
+            (name, spec, conv) for _, name, spec, conv in string.Formatter().parse(path) if name is not None
+        ]
+    except ValueError as err:
+        raise ValueError(
+            f"{path!r} has an unmatched brace ({err}); the only field a source path may hold is {{split}}, "
+            "and a literal brace is written {{ or }}"
+        ) from None
+    for name, spec, conversion in fields:
+        if name != "split" or spec or conversion:
+            written = (
+                "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+            )
+            raise ValueError(
+                f"{path!r} has the field {written}; the only field a source path may hold is {{split}} (the "
+                "split's file name); write {{ or }} for a literal brace"
+            )
+    return bool(fields)
 
 
 class SplitCaps(Strict):
@@ -570,6 +604,8 @@ def read_yaml(text: str, source: str, hint: str = "") -> Any:
         raise ConfigError(f"{source}: {err}") from None
     except yaml.YAMLError as err:
         raise ConfigError(f"{source}: not valid YAML: {_yaml_problem(err)}{hint}") from None
+    except RecursionError:
+        raise ConfigError(f"{source}: nested too deeply to read; flatten it") from None
 
 
 OVERRIDE_QUOTING = (

@@ -16,7 +16,7 @@ from typing import Any
 from prefshift.atomic import atomic_path
 from prefshift.config import Params
 from prefshift.data.schema import Group, check_prompt, check_response
-from prefshift.errors import PrefshiftError
+from prefshift.errors import JSON_TOO_DEEP, PrefshiftError
 from prefshift.models.validate import check_source
 from prefshift.scoring import load_for_scoring, score_groups
 
@@ -109,6 +109,8 @@ def read_rows(path: Path) -> tuple[str, list[dict[str, Any]]]:
     """("pairs" | "responses", rows) from JSONL; every row must have the same shape as the first."""
     if not path.exists():
         raise ScoreInputError(f"{path}: input file not found")
+    if path.is_dir():
+        raise ScoreInputError(f"{path}: is a directory; --input takes a JSONL file")
     rows: list[dict[str, Any]] = []
     kind = None
     with path.open("rb") as handle:
@@ -120,6 +122,8 @@ def read_rows(path: Path) -> tuple[str, list[dict[str, Any]]]:
                 row = json.loads(raw.decode("utf-8"))
             except (UnicodeDecodeError, json.JSONDecodeError) as err:
                 raise ScoreInputError(f"{where}: not a JSON object ({err})") from None
+            except RecursionError:
+                raise ScoreInputError(f"{where}: {JSON_TOO_DEEP}") from None
             if not isinstance(row, dict):
                 raise ScoreInputError(
                     f"{where}: expected an object with 'prompt' and 'response' or 'chosen'/'rejected'"

@@ -26,7 +26,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prefshift.atomic import clear_stale, recover_interrupted_swap, swap_directory, write_json
+from prefshift.atomic import (
+    check_output,
+    clear_stale,
+    output_errors,
+    recover_interrupted_swap,
+    refuse_unowned,
+    swap_directory,
+    write_json,
+)
 from prefshift.data.schema import content_hash
 from prefshift.data.splits import file_sha256
 from prefshift.errors import PrefshiftError
@@ -134,6 +142,7 @@ def output_set(
         members = [(f, False, False) for f in files] + [(d, True, False) for d in directories]
         for target, directory, is_bare in members + [(d, True, True) for d in bare]:
             target = _absolute(target)
+            check_output(target, directory)  # before the stage's work: no link or device; writable
             target.parent.mkdir(parents=True, exist_ok=True)
             clear_stale(target)
             if directory:
@@ -141,7 +150,10 @@ def output_set(
             staged = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
             outputs.append(_Output(target, staged, directory, is_bare))
         writer = OutputSet(root, command, outputs, manifest)
-        yield writer
+        with output_errors([out.target for out in outputs]):
+            yield writer
+            for out in outputs:  # again before the commit point: a path may have changed meanwhile
+                refuse_unowned(out.target, out.directory)
         (root / ".prefshift").mkdir(exist_ok=True)
         (root / ".prefshift" / ".gitignore").write_text("*\n", encoding="utf-8")
         writer._commit(journal)

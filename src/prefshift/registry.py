@@ -11,10 +11,12 @@ version tag): registering an unchanged model returns the existing version, and
 model's config.json carries (id_test, OpenRLHF's normalisation keys) are copied into
 the version's tags.
 
-Pull never deletes a user's files: it writes into a new or empty directory, or into
-an earlier pull (recognised by its `.prefshift-pull.json` marker, which lists the
-files it wrote and is left out of the content hash); anything else needs `--force`,
-which adds the model's files and touches nothing else. Files come out readable like a
+Pull never deletes or replaces a user's files: it writes into a new or empty directory,
+or into an earlier pull. The earlier pull's `.prefshift-pull.json` marker (left out of the
+content hash) lists each file it wrote with its sha256; it counts only if that listing
+hashes to a version registered here, and then only for files still unchanged, so an
+edited or forged marker can make pull remove nothing. Anything else needs `--force`,
+which adds the model's files and removes nothing. Files come out readable like a
 normal download (0644 files, 0755 directories, less the umask).
 
 Concurrency. Two promotions racing on one server may both create a version for the
@@ -36,13 +38,13 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import mlflow.pyfunc
 import yaml
 
-from prefshift.atomic import atomic_path
+from prefshift.atomic import STDOUT, atomic_path, check_output, output_errors, refuse_unowned
 from prefshift.errors import PrefshiftError
 
 HASH_TAG = "prefshift.content_hash"
@@ -61,16 +63,31 @@ class RegistryError(PrefshiftError):
 
 def content_hash(model_dir: Path) -> str:
     """sha256 over (relative path, file sha256) of every file but a pull marker, in path order."""
+    return listing_hash(file_hashes(model_dir))
+
+
+def file_hashes(model_dir: Path) -> dict[str, str]:
+    """{relative path: sha256} of every file in `model_dir` but a pull marker."""
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise RegistryError(f"{model_dir}: model directory not found")
+    files = (p for p in model_dir.rglob("*") if p.is_file() and p.name != PULL_MARKER)
+    return {p.relative_to(model_dir).as_posix(): _sha256(p) for p in files}
+
+
+def listing_hash(files: dict[str, str]) -> str:
+    """The content hash of a {relative path: sha256} listing (paths ordered part by part, as Paths sort)."""
     digest = hashlib.sha256()
-    for path in sorted(p for p in model_dir.rglob("*") if p.is_file() and p.name != PULL_MARKER):
-        digest.update(path.relative_to(model_dir).as_posix().encode())
+    for rel in sorted(files, key=PurePosixPath):
+        digest.update(rel.encode())
         digest.update(b"\0")
-        digest.update(hashlib.sha256(path.read_bytes()).hexdigest().encode())
+        digest.update(files[rel].encode())
         digest.update(b"\n")
     return digest.hexdigest()
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -304,8 +321,13 @@ def _hf_dir_in(download: Path) -> Path:
 def pull(client: Any, uri: str, out: Path, force: bool = False) -> dict[str, str]:
     """Write the registered HF directory to `out` after checking its content hash; returns what was pulled."""
     ref = parse_uri(uri)
-    out = Path(out).expanduser().resolve()
-    _check_target(out, force)
+    if str(out) == STDOUT:
+        raise RegistryError(
+            "pull writes a directory; `-` (standard output) cannot hold one: name a directory"
+        )
+    out = check_output(out, directory=True).resolve()  # the last part is no link: refused above
+    owned = _earlier_pull(client, out)
+    _check_target(out, force, owned)
     version = resolve(client, ref)
     expected = version.tags.get(HASH_TAG)
     if not expected:
@@ -317,32 +339,72 @@ def pull(client: Any, uri: str, out: Path, force: bool = False) -> dict[str, str
     with tempfile.TemporaryDirectory(prefix="prefshift-pull-") as scratch:
         local = Path(mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=scratch))
         hf_dir = _hf_dir_in(local)
-        actual = content_hash(hf_dir)
+        files = file_hashes(hf_dir)
+        actual = listing_hash(files)
         if actual != expected:
             raise RegistryError(
                 f"{uri}: downloaded files hash to {actual[:16]}…, registration recorded {expected[:16]}…; "
                 "the stored artifact was modified, refusing to use it"
             )
-        _install(hf_dir, out, {**info, "uri": uri})
+        _install(hf_dir, out, {**info, "uri": uri}, files, owned, force)
     return info
 
 
-def _earlier_pull(out: Path) -> dict[str, Any] | None:
+def _earlier_pull(client: Any, out: Path) -> dict[str, str]:
+    """{relative path: sha256} of the files in `out` that an earlier pull wrote and nobody changed since.
+
+    The marker in `out` is only a claim: whoever can write `out` can edit it, and a list of
+    names alone would let it name the user's files for deletion. So the marker lists each
+    file with its sha256, and it is believed only when that listing hashes to a version
+    registered here (no one can forge a listing of their own files that does), and then
+    only for the files whose bytes still hash to what it lists.
+    """
+    marker_path = out / PULL_MARKER
     try:
-        marker = json.loads((out / PULL_MARKER).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+        if not marker_path.is_file() or marker_path.is_symlink():
+            return {}
+        marker = json.loads(marker_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return {}
+    files = marker.get("files") if isinstance(marker, dict) else None
+    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+        return {}
+    if not isinstance(marker.get("name"), str) or listing_hash(files) != marker.get("content_hash"):
+        return {}
+    if not _registered(client, marker["name"], marker["content_hash"]):
+        return {}
+    return {rel: sha for rel, sha in files.items() if _current_hash(out, rel) == sha}
+
+
+def _registered(client: Any, name: str, digest: str) -> bool:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return bool(versions_with_hash(client, name, digest))
+    except MlflowException:  # a name the search filter cannot even express
+        return False
+
+
+def _current_hash(out: Path, rel: str) -> str | None:
+    """sha256 of `out/rel` if it is a regular file reached without leaving `out` or following a link."""
+    parts = PurePosixPath(rel).parts
+    if not parts or PurePosixPath(rel).is_absolute() or ".." in parts:
         return None
-    return marker if isinstance(marker, dict) and isinstance(marker.get("files"), list) else None
+    path = out
+    for part in parts:
+        path = path / part
+        if path.is_symlink():
+            return None
+    return _sha256(path) if path.is_file() else None
 
 
-def _check_target(out: Path, force: bool) -> None:
-    if out.exists() and not out.is_dir():
-        raise RegistryError(f"{out} exists and is not a directory; choose another --out")
-    if out.is_dir() and any(out.iterdir()) and _earlier_pull(out) is None and not force:
+def _check_target(out: Path, force: bool, owned: dict[str, str]) -> None:
+    if out.is_dir() and not owned and not force and any(out.iterdir()):
         raise RegistryError(
-            f"{out} is not empty and holds no earlier prefshift pull ({PULL_MARKER} missing); refusing to "
-            "write into it. Choose a new or empty directory, or pass --force to add the model's files "
-            "(same-named files are overwritten, nothing else is touched or deleted)"
+            f"{out} is not empty and holds no earlier prefshift pull that verifies ({PULL_MARKER} missing, "
+            "or its file list does not hash to a version registered here); refusing to write into it. "
+            "Choose a new or empty directory, or pass --force to add the model's files (same-named files "
+            "are overwritten, nothing else is touched or deleted)"
         )
 
 
@@ -352,42 +414,81 @@ def _umask() -> int:
     return current
 
 
-def _install(hf_dir: Path, out: Path, info: dict[str, str]) -> None:
-    """Copy the verified files into `out`; an earlier pull's files that this one lacks are removed."""
-    files = sorted(p.relative_to(hf_dir).as_posix() for p in hf_dir.rglob("*") if p.is_file())
+def _install(
+    hf_dir: Path, out: Path, info: dict[str, str], files: dict[str, str], owned: dict[str, str], force: bool
+) -> None:
+    """Copy the verified files into `out`; the earlier pull's own unchanged files that this one lacks go.
+
+    Nothing else is replaced or removed: a file in the way that the earlier pull did not write,
+    or that changed since, stops the pull unless --force, which overwrites it (and still removes
+    only the earlier pull's own unchanged files).
+    """
     marker = {**info, "files": files}
     mask = _umask()
     if not out.exists():
         with atomic_path(out, directory=True) as tmp:
-            _copy_files(hf_dir, tmp, files, mask)
+            _copy_files(hf_dir, tmp, sorted(files), mask)
             (tmp / PULL_MARKER).write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n")
             os.chmod(tmp / PULL_MARKER, 0o666 & ~mask)
             os.chmod(tmp, 0o777 & ~mask)
         return
-    earlier = _earlier_pull(out)
-    _copy_files(hf_dir, out, files, mask)
-    for stale in sorted(set(earlier["files"] if earlier else ()) - set(files)):
-        path = (out / stale).resolve()
-        if path.is_relative_to(out) and path.is_file():
-            path.unlink()
+    in_the_way = sorted(rel for rel in files if rel not in owned and os.path.lexists(out / rel))
+    if in_the_way and not force:
+        shown = ", ".join(in_the_way[:5]) + (
+            f" and {len(in_the_way) - 5} more" if len(in_the_way) > 5 else ""
+        )
+        raise RegistryError(
+            f"{out}: {shown} would be replaced, but the earlier pull did not write them or they changed "
+            "since; refusing to touch them. Move them away, or pass --force to overwrite them"
+        )
+    for rel in [*sorted(files), PULL_MARKER]:  # all of it before the first copy: never half a pull
+        _refuse_unowned_on_the_way(out, rel)
+    _copy_files(hf_dir, out, sorted(files), mask)
+    for stale in sorted(owned.keys() - files.keys()):
+        (out / stale).unlink()
     with atomic_path(out / PULL_MARKER) as tmp:
         tmp.write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n")
         os.chmod(tmp, 0o666 & ~mask)
 
 
+def _refuse_unowned_on_the_way(top: Path, rel: str) -> None:
+    """The output rule for `top/rel` and each folder between: a link, device or stray file is refused."""
+    path = top
+    for part in PurePosixPath(rel).parent.parts:
+        path = path / part
+        refuse_unowned(path, directory=True)
+    refuse_unowned(top / rel)
+    refuse_unowned(_partial(top / rel))
+
+
+def _partial(dest: Path) -> Path:
+    return dest.with_name(f".{dest.name}.partial")
+
+
 def _copy_files(source: Path, target: Path, files: list[str], mask: int) -> None:
-    """Each file copied beside its destination and renamed over it: a reader never sees half a file."""
-    for rel in files:
-        dest = target / rel
-        for parent in reversed(dest.relative_to(target).parents[:-1]):
-            folder = target / parent
-            if not folder.exists():
-                folder.mkdir()
-                os.chmod(folder, 0o777 & ~mask)
-        partial = dest.with_name(f".{dest.name}.partial")
-        shutil.copyfile(source / rel, partial)
-        os.chmod(partial, 0o666 & ~mask)
-        os.replace(partial, dest)
+    """Every file copied beside its destination first, then each renamed over it.
+
+    A reader never sees half a file, and a copy that fails (a full disk) leaves `target` as
+    it was: the copies are removed and nothing has been renamed yet. The renames need no space.
+    """
+    partials: list[Path] = []
+    try:
+        for rel in files:
+            dest = target / rel
+            for parent in reversed(dest.relative_to(target).parents[:-1]):
+                folder = target / parent
+                if not folder.exists():
+                    folder.mkdir()
+                    os.chmod(folder, 0o777 & ~mask)
+            partials.append(_partial(dest))
+            with output_errors([dest]):
+                shutil.copyfile(source / rel, partials[-1])
+            os.chmod(partials[-1], 0o666 & ~mask)
+        for rel, partial in zip(files, partials, strict=True):
+            os.replace(partial, target / rel)
+    finally:
+        for partial in partials:
+            partial.unlink(missing_ok=True)
 
 
 def pull_to(uri: str, out: Path, layout: Any, force: bool = False) -> dict[str, str]:

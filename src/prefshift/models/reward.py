@@ -10,6 +10,7 @@ that `AutoModelForSequenceClassification.from_pretrained` loads without this pac
 from __future__ import annotations
 
 import os
+import pickle
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,13 @@ from torch import nn
 
 from prefshift.atomic import atomic_path
 from prefshift.data.encode import chat_template, ensure_chat_template
-from prefshift.models.validate import ModelLoadError, check_source, mark_trained_head, require_trained_head
+from prefshift.models.validate import (
+    ModelLoadError,
+    check_source,
+    code_in_pickle,
+    mark_trained_head,
+    require_trained_head,
+)
 
 __all__ = ["ModelLoadError", "check_source"]  # re-exported: callers import them from here
 
@@ -194,6 +201,8 @@ def load_reward_model(
             f"cannot load model {name_or_path!s}: its safetensors weights are corrupt or truncated ({err}); "
             "re-run the stage that wrote it"
         ) from None
+    except pickle.UnpicklingError as err:  # a hub model with .bin weights only (local ones are checked first)
+        raise code_in_pickle(f"model {name_or_path!s}: its weights file", err) from None
     ensure_chat_template(tokenizer)
     if trained_head:
         require_trained_head(hf.config, name_or_path)

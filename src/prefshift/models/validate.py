@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
-from prefshift.errors import PrefshiftError
+from prefshift.errors import JSON_TOO_DEEP, PrefshiftError
 
 TRAINED_HEAD_KEY = "prefshift_trained_reward_head"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "spiece.model")
@@ -98,6 +99,8 @@ def _config(path: Path, fail) -> dict[str, Any]:
         loaded = json.loads(config.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise fail(f"has an unreadable config.json ({err})") from None
+    except RecursionError:
+        raise fail(f"has a config.json that cannot be read: {JSON_TOO_DEEP}") from None
     if not isinstance(loaded, dict) or "model_type" not in loaded:
         raise fail("has a config.json without 'model_type'")
     return loaded
@@ -113,12 +116,16 @@ def _weights(path: Path, names: set[str], fail) -> None:
             shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
         except (UnicodeDecodeError, json.JSONDecodeError, KeyError, AttributeError) as err:
             raise fail(f"has an unreadable {index.name} ({err})") from None
+        except RecursionError:
+            raise fail(f"has an unreadable {index.name} ({JSON_TOO_DEEP})") from None
         missing = [s for s in shards if s not in names]
         if missing:
             raise fail(f"lacks weight shard(s) {missing} that {index.name} lists")
         files += [path / s for s in shards]
     if not files:
         raise fail("has no weights (model.safetensors, pytorch_model.bin or a sharded index)")
+    if not any(file.suffix == ".safetensors" for file in files):
+        _refuse_code_in_pickles(path, files)
     for file in files:
         if file.stat().st_size == 0:
             raise fail(f"has an empty {file.name}")
@@ -131,6 +138,47 @@ def _weights(path: Path, names: set[str], fail) -> None:
                     f"cannot load model {path}: its safetensors weights are corrupt or truncated "
                     f"({file.name}: {err}); re-run the stage that wrote it"
                 ) from None
+
+
+def code_in_pickle(what: str, err: Exception) -> ModelLoadError:
+    """The refusal of weights that only a code-running unpickler loads; torch's own text (which
+    suggests switching the check off) is never passed on, only the import it stumbled on."""
+    needed = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
+    imports = f", and loading it would import {needed[1]}" if needed else ""
+    return ModelLoadError(
+        f"{what} is a pickle that does not load as plain tensors{imports}; a pickle can run code while "
+        "it loads. prefshift loads safetensors or weights-only checkpoints: use a copy of the model "
+        "with model.safetensors"
+    )
+
+
+def _refuse_code_in_pickles(path: Path, files: list[Path]) -> None:
+    """`.bin` weights (read only when no safetensors exist) must load weights-only, i.e. as plain tensors.
+
+    A pickle that needs more imports can run code while loading. transformers then fails
+    with torch's message, which suggests reloading with the check switched off: the unsafe
+    step. Refusing here says what prefshift accepts instead.
+    """
+    import pickle
+
+    import torch
+
+    for file in files:
+        try:
+            try:
+                torch.load(file, map_location="cpu", weights_only=True, mmap=True)
+            except RuntimeError as err:
+                if "mmap" not in str(err):  # a legacy (non-zip) checkpoint cannot be mapped: read it
+                    raise
+                torch.load(file, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as err:
+            raise code_in_pickle(f"model directory {path}: {file.name}", err) from None
+        except (RuntimeError, OSError, EOFError, ValueError) as err:
+            first = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
+            raise ModelLoadError(
+                f"model directory {path}: {file.name} is not a readable PyTorch checkpoint ({first}); "
+                "re-run the stage that wrote it, or use a copy of the model with model.safetensors"
+            ) from None
 
 
 def mark_trained_head(config: Any) -> None:

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prefshift.config import Params
+from prefshift.config import Params, is_split_pattern
 from prefshift.data.schema import Group, Pair, RowError, SchemaError, SkipCounter, pair_content_hash
-from prefshift.errors import PrefshiftError
+from prefshift.errors import JSON_TOO_DEEP, PrefshiftError
 
 SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".parquet", ".csv")
 
@@ -122,12 +122,17 @@ def source_rows(adapter: Adapter, split: str, params: Params) -> Iterator[Record
 def split_files(path: Path, split: str, source_split: str, name: str) -> list[Path]:
     """Local files holding one split.
 
-    A path containing `{split}` is formatted with the source's split name; a directory
-    is searched (recursively, as a hub snapshot is laid out) for `<split>.*` or
+    A path containing `{split}` (the only field allowed) is formatted with the source's split
+    name; a directory is searched (recursively, as a hub snapshot is laid out) for `<split>.*` or
     `<split>-*` files; a single plain file can only be a test split.
     """
-    if "{split}" in str(path):
+    try:
+        pattern = is_split_pattern(str(path))
+    except ValueError as err:
+        raise PrefshiftError(f"data.sources.{name}.path: {err}") from None
+    if "{" in str(path) or "}" in str(path):  # `{{` and `}}` are literal braces, as in the message above
         path = Path(str(path).format(split=source_split))
+    if pattern:
         if not path.is_file():
             raise PrefshiftError(f"data.sources.{name}.path: {path} not found (split {split})")
         return [path]
@@ -222,6 +227,8 @@ def _jsonl(path: Path) -> Iterator[Record]:
                 row = json.loads(line)
             except json.JSONDecodeError as err:
                 raise SchemaError(f"{where}: not valid JSON ({err.msg})") from None
+            except RecursionError:
+                raise SchemaError(f"{where}: {JSON_TOO_DEEP}") from None
             if not isinstance(row, dict):
                 raise SchemaError(f"{where}: expected a JSON object, got {type(row).__name__}")
             yield where, row
@@ -233,6 +240,8 @@ def _json_array(path: Path) -> Iterator[Record]:
             rows = json.load(handle)
         except json.JSONDecodeError as err:
             raise SchemaError(f"{path} line {err.lineno}: not valid JSON ({err.msg})") from None
+        except RecursionError:
+            raise SchemaError(f"{path}: {JSON_TOO_DEEP}") from None
     if not isinstance(rows, list):
         raise SchemaError(f"{path}: expected a JSON array of objects")
     for index, row in enumerate(rows):

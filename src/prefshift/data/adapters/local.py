@@ -50,8 +50,10 @@ def _json_field(raw: Any, name: str, where: str) -> Any:
         return raw
     try:
         return json.loads(raw)
-    except json.JSONDecodeError:
-        raise SchemaError(f"{where}: field {name!r} is a string but not valid JSON") from None
+    except (json.JSONDecodeError, RecursionError):
+        raise SchemaError(
+            f"{where}: field {name!r} is a string but not valid JSON (or nested too deeply)"
+        ) from None
 
 
 @dataclass(frozen=True)
