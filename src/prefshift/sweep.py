@@ -120,6 +120,35 @@ def grid_points(grid: Mapping[str, Sequence[str]]) -> list[dict[str, str]]:
     return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(grid[k] for k in keys))]
 
 
+def _shown(point: Mapping[str, str]) -> str:
+    return " ".join(f"{key}={value}" for key, value in point.items())
+
+
+def check_distinct(params_path: Path, points: Sequence[Mapping[str, str]]) -> None:
+    """Load each point's params (a typo or a bad value fails here, before anything is queued) and
+    refuse two points that are one experiment.
+
+    Points are compared by the params they resolve to, not by their text: `1` and `1.0`, or `1e-4`
+    and `0.0001`, are one value once parsed, and two axes can set one param. Two experiments of one
+    name would also collide in DVC's queue, so distinct points whose names coincide are refused too.
+    """
+    by_params: dict[str, Mapping[str, str]] = {}
+    by_name: dict[str, Mapping[str, str]] = {}
+    for point in points:
+        params = load_params(params_path, [f"{k}={v}" for k, v in point.items()])
+        resolved = json.dumps(params.resolved(), sort_keys=True)
+        for seen, key, why in (
+            (by_params, resolved, "give the same params"),
+            (by_name, experiment_name(point), "get the same experiment name"),
+        ):
+            if key in seen:
+                raise SweepError(
+                    f"grid points {_shown(seen[key])!r} and {_shown(point)!r} {why}: list each value once "
+                    "(values are compared as parsed, so 1 and 1.0 are one value); nothing was queued"
+                )
+            seen[key] = point
+
+
 def experiment_name(point: Mapping[str, str]) -> str:
     """A git-ref-safe readable name, e.g. `sweep-anchor.lambda-0.01`."""
     parts = [f"{key}-{_REF_UNSAFE.sub('_', value).strip('_')}" for key, value in point.items()]
@@ -484,10 +513,8 @@ def run(
         raise SweepError(f"--methods {','.join(methods)!r}: name each method to collect once, e.g. naive")
     if jobs < 1:
         raise SweepError(f"--jobs {jobs}: run at least one experiment at a time")
-    grid = parse_grid(specs)
-    points = grid_points(grid)
-    for point in points:  # a typo or a bad value fails here, before any experiment is queued
-        load_params(root / "params.yaml", [f"{k}={v}" for k, v in point.items()])
+    points = grid_points(parse_grid(specs))
+    check_distinct(root / "params.yaml", points)
     copies, skipped = copy_paths(root)
     if skipped:
         sys.stderr.write(
