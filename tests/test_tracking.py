@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -259,3 +260,54 @@ def test_ui_serves_the_project_database_and_refuses_a_remote_server(project, mon
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://tracking.example:5000")
     with pytest.raises(PrefshiftError, match=r"server http://tracking\.example:5000: open it in a browser"):
         ui.command(Layout(Path(".")), "127.0.0.1", 5123)
+
+
+STAGE_THAT_WAITS = """
+import sys, time
+from pathlib import Path
+from prefshift import tracking
+from prefshift.config import Params
+from prefshift.paths import Layout
+
+with tracking.stage_run(Params(), Layout(Path(".")), "train", "naive") as run:
+    print(run.run_id, flush=True)
+    time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_stage_stopped_by_a_signal_ends_its_run_killed_and_exits_by_it(project, signum):
+    """Before, SIGTERM's default action ended the process with the run RUNNING for good."""
+    root, _ = project
+    child = subprocess.Popen(
+        [sys.executable, "-c", STAGE_THAT_WAITS],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        run_id = child.stdout.readline().strip()  # printed once the run exists; '' if the child died
+        assert run_id, child.stderr.read()
+        assert _client(root).get_run(run_id).info.status == "RUNNING"
+        child.send_signal(signum)
+        assert child.wait(timeout=300) == 128 + signum
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    info = _client(root).get_run(run_id).info
+    assert (info.status, info.end_time is not None) == ("KILLED", True)
+    assert "marked KILLED" in child.stderr.read()
+
+
+def test_ctrl_c_ends_the_run_killed_and_an_error_failed(project, monkeypatch):
+    root, _ = project
+    monkeypatch.setenv(tracking.PIPELINE_ENV, "pr-stop")
+    with pytest.raises(KeyboardInterrupt), tracking.stage_run(Params(), Layout(Path(".")), "train") as run:
+        raise KeyboardInterrupt
+    assert _client(root).get_run(run.run_id).info.status == "KILLED"
+    with pytest.raises(OSError), tracking.stage_run(Params(), Layout(Path(".")), "train") as run:
+        raise OSError("disk full")
+    assert _client(root).get_run(run.run_id).info.status == "FAILED"
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handlers are the caller's again

@@ -43,10 +43,12 @@ import functools
 import hashlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -571,23 +573,75 @@ def run_tags(
     }
 
 
+class Terminated(BaseException):
+    """SIGTERM (or SIGHUP) delivered while a stage ran, raised in the main thread so the stage's
+    cleanups run and its run is ended; a BaseException, so no `except Exception` swallows it."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+TERMINATING = (signal.SIGTERM, signal.SIGHUP)
+
+
+@contextmanager
+def signals_as_exceptions() -> Iterator[None]:
+    """While the body runs, SIGTERM/SIGHUP raise `Terminated` in the main thread.
+
+    Their default action ends the process at once, with no `finally` and no `except`: an MLflow
+    run would stay RUNNING for good. A second signal during the cleanup is ignored, so the
+    cleanup itself is not cut short. Outside the main thread Python cannot install handlers and
+    the defaults stay.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    raised: list[int] = []
+
+    def handler(signum: int, _frame: Any) -> None:
+        if not raised:
+            raised.append(signum)
+            raise Terminated(signum)
+
+    previous = {signum: signal.signal(signum, handler) for signum in TERMINATING}
+    try:
+        yield
+    finally:
+        for signum, action in previous.items():
+            signal.signal(signum, action)
+
+
+def end_status(error: BaseException) -> str:
+    """KILLED for a run stopped from outside (a signal, Ctrl-C), FAILED for one that went wrong."""
+    stopped = (Terminated, KeyboardInterrupt)
+    return "KILLED" if isinstance(error, stopped) or isinstance(error.__cause__, stopped) else "FAILED"
+
+
 @contextmanager
 def stage_run(params: Params, layout: Layout, stage: str, method: str | None = None) -> Iterator[StageRun]:
-    """An MLflow run for one stage, child of the pipeline run; FAILED if the body raises.
+    """An MLflow run for one stage, child of the pipeline run; never left RUNNING.
 
     Logs the resolved config (as params and as `config/params.yaml`) and the lineage tags
-    before the body runs, so an unreachable server fails before any training.
+    before the body runs, so an unreachable server fails before any training. A body that
+    raises ends the run FAILED; SIGTERM, SIGHUP and Ctrl-C end it KILLED. After a signal the
+    process exits with 128 + its number, as the signal's default action would have reported it
+    to the caller (DVC, a shell), once the run is ended and every cleanup has run.
     """
     uri = resolve_uri(params, layout)
     if uri.startswith(("http://", "https://")):
         for name, value in HTTP_DEFAULTS.items():
             os.environ.setdefault(name, value)
-    run = StageRun(params, layout, stage, method, uri)
-    run.log_params(flatten(params.resolved()))
-    run.log_text(yaml.safe_dump(params.resolved(), sort_keys=False), "config/params.yaml")
-    try:
-        yield run
-    except BaseException:
-        run.finish("FAILED")
-        raise
-    run.finish("FINISHED")
+    with signals_as_exceptions():
+        run = StageRun(params, layout, stage, method, uri)
+        try:
+            run.log_params(flatten(params.resolved()))
+            run.log_text(yaml.safe_dump(params.resolved(), sort_keys=False), "config/params.yaml")
+            yield run
+        except BaseException as error:
+            run.finish(end_status(error))
+            if isinstance(error, Terminated):
+                print(f"{run.run_name}: {error}; MLflow run {run.run_id} marked KILLED", file=sys.stderr)
+                raise SystemExit(128 + error.signum) from error
+            raise
+        run.finish("FINISHED")
