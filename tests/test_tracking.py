@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -311,3 +312,34 @@ def test_ctrl_c_ends_the_run_killed_and_an_error_failed(project, monkeypatch):
         raise OSError("disk full")
     assert _client(root).get_run(run.run_id).info.status == "FAILED"
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handlers are the caller's again
+
+
+def test_a_copied_project_refuses_to_log_artifacts_into_the_original(project, monkeypatch, tmp_path):
+    """MLflow keeps the absolute artifact path of the database's first home; before, the copy's
+    runs wrote their artifacts into the original project."""
+    root, _ = project
+    with tracking.stage_run(Params(), Layout(Path(".")), "teacher") as run:
+        run.log_text("first home", "note.txt")
+    before = sorted((root / "mlartifacts").rglob("*"))
+    copy = tmp_path / "elsewhere" / "copy"
+    shutil.copytree(root, copy, symlinks=True)
+    monkeypatch.chdir(copy)
+    with (
+        pytest.raises(tracking.MovedDatabaseError) as err,
+        tracking.stage_run(Params(), Layout(Path(".")), "teacher"),
+    ):
+        pytest.fail("the stage must not start")
+    message = str(err.value)
+    assert f"keeps its artifacts in {root / 'mlartifacts'}, not in {copy / 'mlartifacts'}" in message
+    assert "move mlflow.db and mlartifacts/ aside" in message and "tracking.experiment" in message
+    assert sorted((root / "mlartifacts").rglob("*")) == before  # nothing written into the original
+
+    changed = Params()
+    changed.tracking.experiment = "copy"  # the fix the message gives: a new experiment lives here
+    with tracking.stage_run(changed, Layout(Path(".")), "teacher") as run:
+        run.log_text("second home", "note.txt")
+    artifact_uri = MlflowClient(f"sqlite:///{copy / 'mlflow.db'}").get_run(run.run_id).info.artifact_uri
+    assert tracking._local_path(artifact_uri).is_relative_to(copy / "mlartifacts")
+    monkeypatch.chdir(root)
+    with tracking.stage_run(Params(), Layout(Path(".")), "teacher"):  # the original still logs
+        pass

@@ -25,6 +25,11 @@ Unusable databases. A sqlite URI whose file cannot be written (a read-only locat
 directory that does not exist, a path that is a directory) stops the command at once,
 naming the path: MLflow itself retries opening it for about 105 s before failing.
 
+Moved projects. MLflow stores an experiment's artifact location as an absolute path, so a
+project copied or moved with its mlflow.db would keep writing artifacts into the original
+directory. A stage refuses to log to such a database before any work and says how to fix it
+(`check_artifact_location`).
+
 Outages. An http(s) server that does not answer at start stops the stage before any
 work, naming the URI, unless `tracking.required` is false: then the run is recorded in
 `<root>/.prefshift/offline.db` (self-gitignored, not a DVC output). A server lost mid-run
@@ -77,6 +82,7 @@ MAX_PARAM_CHARS = 6000
 REMOTE_URI_TAG = "prefshift.remote_uri"
 REMOTE_RUN_TAG = "prefshift.remote_run_id"
 OFFLINE_DB = "offline.db"
+ARTIFACTS_DIR = "mlartifacts"
 # MLflow's client retries a dead server for minutes by default; with these a stage falls
 # back to the offline database after ~10 s instead. Applied only where the user set nothing.
 HTTP_DEFAULTS = {
@@ -400,6 +406,8 @@ class StageRun:
         self.journal: list[tuple[str, tuple, dict]] = []
         try:
             self._start(uri, {})
+        except MovedDatabaseError:
+            raise  # not an outage: an offline fallback would hide it
         except Exception as err:
             if params.tracking.required or is_offline(uri):
                 raise TrackingError(f"cannot use MLflow tracking at {public_uri(uri)}: {err}") from err
@@ -510,15 +518,51 @@ def open_client(layout: Layout):
     return client_for(uri)
 
 
+class MovedDatabaseError(TrackingError):
+    """A sqlite database whose experiment stores its artifacts beside another copy of it."""
+
+
+def _local_path(location: str) -> Path | None:
+    parts = urllib.parse.urlsplit(location)
+    if parts.scheme == "file":
+        return Path(urllib.parse.unquote(parts.path))
+    return Path(location) if not parts.scheme and location.startswith("/") else None
+
+
+def check_artifact_location(experiment: Any, uri: str) -> None:
+    """Refuse an experiment whose artifacts are not in the `mlartifacts` beside its sqlite database.
+
+    MLflow records an experiment's artifact location as an absolute path when the experiment is
+    created, and every run's artifact path after it. A project copied or moved with its
+    mlflow.db keeps those paths, so its runs would go on writing models and configs into the
+    original directory (or fail there, once it is gone), silently. Only the layout this module
+    creates (`<db dir>/mlartifacts`) is checked; other locations were chosen by someone on purpose.
+    """
+    database = sqlite_path(uri)
+    stored = _local_path(experiment.artifact_location or "")
+    if database is None or stored is None or stored.name != ARTIFACTS_DIR:
+        return
+    expected = database.resolve().parent / ARTIFACTS_DIR
+    if stored == expected or stored.resolve() == expected:
+        return
+    raise MovedDatabaseError(
+        f"{database}: experiment {experiment.name!r} keeps its artifacts in {stored}, not in {expected}: "
+        f"this database was copied or moved from {stored.parent}, and runs logged here would write into "
+        f"that directory. Start this copy's tracking afresh (move {database.name} and {ARTIFACTS_DIR}/ "
+        "aside), or log to a new experiment (a new `tracking.experiment` in params.yaml)"
+    )
+
+
 def ensure_experiment(client: Any, name: str, uri: str) -> str:
     from mlflow.exceptions import MlflowException
 
     found = client.get_experiment_by_name(name)
     if found is not None:
+        check_artifact_location(found, uri)
         return found.experiment_id
     location = None
     if uri.startswith("sqlite:///"):
-        location = Path(uri[len("sqlite:///") :]).parent.joinpath("mlartifacts").resolve().as_uri()
+        location = sqlite_path(uri).resolve().parent.joinpath(ARTIFACTS_DIR).as_uri()
     try:
         return client.create_experiment(name, artifact_location=location)
     except MlflowException:  # created concurrently by another stage
