@@ -22,6 +22,15 @@ log of any failed task, and checks that every experiment's row holds numeric WRG
 and mean NTS for each collected method before filing it. A failed experiment's row in
 `dvc exp show` shows the baseline's numbers, so only `success` rows count.
 
+Stopping. Grid points are compared by the params they resolve to before anything is queued:
+two points that are one experiment (`1,1.0`, or two axes setting one param) are refused. On
+Ctrl-C, SIGTERM or SIGHUP the sweep stops what it started before it exits (with 128 + the
+signal's number): `dvc queue stop --kill` for the project's queue workers and running
+experiments, then every process of the queue still alive (a killed experiment's stage outlives
+it), found in /proc and ended with SIGTERM (SIGKILL after a grace period), and the sweep's tasks
+still queued are removed. It prints each step. The queue is the project's: a worker that another
+command started in this project is stopped too.
+
 Results are read from the experiment commit (`git show <rev>:reports/metrics/<m>.json`) and
 written to reports/sweeps/ as the report expects them: the full metrics JSON (with the
 confidence intervals that `dvc exp show` drops, lists not being metrics to DVC) plus
@@ -32,12 +41,14 @@ under their own baseline commit), so the report's ablation tables keep them.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import math
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -50,6 +61,8 @@ from prefshift.atomic import write_json
 from prefshift.config import check_method, load_params, read_yaml, split_override
 from prefshift.errors import PrefshiftError
 from prefshift.paths import Layout
+from prefshift.signals import Terminated, exit_code, signals_as_exceptions, signals_ignored, stop_signal
+from prefshift.tracking import proc_info
 
 DEFAULT_METHODS = ("anchor_last", "anchor_mid")
 TARGET = "report"  # see the module docstring: one consistent pipeline state per experiment
@@ -63,6 +76,8 @@ once; later 120 s to the previous bound, in the test suite). A healthy call on t
 takes about a second (1.2 s on the embedded default's full pipeline), so 30 s leaves a 25x
 margin for a loaded machine, and a call slower than that is retried like a hung one."""
 WAIT_S = 24 * 3600.0  # a bound for a queue whose worker died; experiments keep running past it
+STOP_COMMAND_S = 120.0  # `dvc queue stop --kill` answers in about a second; bounded for a loaded machine
+STOP_GRACE_S = 30.0  # what a stage gets after SIGTERM to end its MLflow run and clean up, before SIGKILL
 GONE_POLLS = 3  # polls in a row without a task before it counts as removed, not between two states
 _REF_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 SELECTION_KEYS = frozenset({"methods"})
@@ -478,6 +493,124 @@ def wait_for_queue(
         time.sleep(poll_s)
 
 
+def _cwd(pid: int) -> Path | None:
+    try:
+        return Path(os.readlink(f"/proc/{pid}/cwd").removesuffix(" (deleted)"))
+    except OSError:
+        return None
+
+
+def _is_queue_daemon(argv: Sequence[str]) -> bool:
+    """`dvc queue start` (which stays as the workers' parent) or `dvc exp queue-worker`."""
+    words = [Path(a).name for a in argv[:4]]
+    return "dvc" in words and ("queue-worker" in argv or ("queue" in argv and "start" in argv))
+
+
+def queue_processes(root: Path) -> dict[int, tuple[str, str]]:
+    """pid → (start time, command line) of every process this project's DVC queue runs.
+
+    Read from /proc: the queue's daemons (`dvc queue start`, `dvc exp queue-worker`, working in
+    the project root), every process working in an executor's copy under .dvc/tmp/exps (the
+    experiments and their stages, also once DVC deleted that copy), and all their descendants.
+    A shell that merely sits in the project root is none of these.
+    """
+    root = root.resolve()
+    executors = root / ".dvc" / "tmp" / "exps"
+    table = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (info := proc_info(int(entry.name))) is not None:
+            table[int(entry.name)] = info
+    found = {
+        pid
+        for pid, (_, _, argv) in table.items()
+        if (cwd := _cwd(pid)) is not None
+        and (cwd.is_relative_to(executors) or (cwd == root and _is_queue_daemon(argv)))
+    }
+    while grown := {pid for pid, (parent, _, _) in table.items() if parent in found} - found:
+        found |= grown
+    found.discard(os.getpid())
+    return {pid: (table[pid][1], " ".join(table[pid][2])[:120]) for pid in sorted(found)}
+
+
+def _alive(pid: int, started: str) -> bool:
+    info = proc_info(pid)
+    return info is not None and info[1] == started and not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2] == "Z"
+
+
+def _signal_and_wait(processes: Mapping[int, tuple[str, str]], sig: int, wait_s: float) -> list[int]:
+    """Send `sig` to each process still alive (the same pid and start time: never a reused pid);
+    return the ones still alive after up to `wait_s` seconds."""
+    alive = [pid for pid, (started, _) in processes.items() if _alive(pid, started)]
+    for pid in alive:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+    deadline = time.monotonic() + wait_s
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.2)
+        alive = [pid for pid in alive if _alive(pid, processes[pid][0])]
+    return alive
+
+
+def _end_processes(processes: Mapping[int, tuple[str, str]], grace_s: float) -> list[int]:
+    """SIGTERM, then SIGKILL for what outlives `grace_s`; return the pids that needed the SIGKILL."""
+    stubborn = _signal_and_wait(processes, signal.SIGTERM, grace_s)
+    _signal_and_wait({pid: processes[pid] for pid in stubborn}, signal.SIGKILL, grace_s)
+    return stubborn
+
+
+def _dvc_quiet(root: Path, args: Sequence[str]) -> str:
+    """A dvc command whose failure is reported, not raised: stopping carries on past it."""
+    command, env = _dvc_command(args)
+    try:
+        done = subprocess.run(
+            command, cwd=root, env=env, capture_output=True, text=True, timeout=STOP_COMMAND_S
+        )
+    except subprocess.TimeoutExpired:
+        return f"`dvc {' '.join(args)}` did not answer within {STOP_COMMAND_S:.0f} s"
+    said = " ".join((done.stdout + done.stderr).split())
+    return (
+        f"`dvc {' '.join(args)}`"
+        + (f": {said}" if said else "")
+        + (f" (exit {done.returncode})" if done.returncode else "")
+    )
+
+
+def stop_queue(root: Path, names: Sequence[str], grace_s: float = STOP_GRACE_S) -> list[str]:
+    """Stop this project's queue and everything it runs; return what was done, line by line.
+
+    `dvc queue stop --kill` stops the workers and interrupts the running experiments, but the
+    stage commands of a killed experiment live on (seen: a training process, orphaned), so every
+    process of the queue found before and after it is ended too (`queue_processes`). The sweep's
+    tasks still queued are removed, so the queue holds nothing of it and a new sweep of the same
+    points is not refused as a duplicate.
+    """
+    before = queue_processes(root)
+    lines = [_dvc_quiet(root, ["queue", "stop", "--kill"])]
+    left = {**before, **queue_processes(root)}
+    forced = _end_processes(left, grace_s)
+    ended = [f"{pid} ({command})" for pid, (_, command) in left.items()]
+    lines.append(
+        f"ended {len(ended)} queue process(es): {', '.join(ended)}"
+        if ended
+        else "no queue process was running"
+    )
+    if forced:
+        lines.append(f"needed SIGKILL: {', '.join(map(str, forced))}")
+    lines.append(_dvc_quiet(root, ["queue", "kill", *names]))
+    lines.append(_dvc_quiet(root, ["queue", "remove", *names]))
+    if still := queue_processes(root):
+        lines.append(f"still running, stop them by hand: {', '.join(map(str, still))}")
+    return lines
+
+
 def collect(root: Path, experiment: Mapping[str, Any], methods: Sequence[str], layout: Layout) -> list[Path]:
     """Write reports/sweeps/<method>__<key>=<value>.json for each method from the experiment commit."""
     rev = experiment["rev"]
@@ -530,9 +663,18 @@ def run(
             "and `dvc exp diff` has no baseline to compare with until you commit it, before sweeping:\n"
             f"  {commit_command(uncommitted)}\n"
         )
-    tasks = queue_points(root, points, copies)
-    start_queue(root, jobs)
-    rows, logs = wait_for_queue(root, tasks, poll_s, wait_s)
+    try:
+        with signals_as_exceptions():
+            tasks = queue_points(root, points, copies)
+            start_queue(root, jobs)
+            rows, logs = wait_for_queue(root, tasks, poll_s, wait_s)
+    except (Terminated, KeyboardInterrupt) as stop:
+        signum = stop_signal(stop)
+        with signals_ignored():
+            sys.stderr.write(f"sweep: stopped by {signal.Signals(signum).name}; stopping what it started\n")
+            for line in stop_queue(root, [experiment_name(p) for p in points]):
+                sys.stderr.write(f"  {line}\n")
+        raise SystemExit(exit_code(signum)) from stop
     states = {row["task_id"]: row["state"] for row in rows}
     failed = [name for name, task in tasks.items() if states[task] != "success"]
     if failed:

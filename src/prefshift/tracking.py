@@ -48,12 +48,10 @@ import functools
 import hashlib
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.parse
@@ -68,7 +66,9 @@ import yaml
 from prefshift.config import Params
 from prefshift.errors import PrefshiftError
 from prefshift.host import compute_tags
+from prefshift.locks import private_dir
 from prefshift.paths import Layout
+from prefshift.signals import Terminated, exit_code, signals_as_exceptions, stop_signal
 
 # MLflow's usage telemetry phones home (never reachable offline) from a thread that edits
 # os.environ; a user who wants it sets the variable themselves.
@@ -114,10 +114,7 @@ def tracking_uri(layout: Layout) -> str:
 
 def offline_uri(root: Path) -> str:
     """Where runs go when the server is down and params.tracking.required is false."""
-    directory = root / ".prefshift"
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / ".gitignore").write_text("*\n", encoding="utf-8")
-    return f"sqlite:///{(directory / OFFLINE_DB).as_posix()}"
+    return f"sqlite:///{(private_dir(root) / OFFLINE_DB).as_posix()}"
 
 
 def is_offline(uri: str) -> bool:
@@ -243,7 +240,7 @@ def params_hash(params: Params) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _proc_parent(pid: int) -> tuple[int, str, list[str]] | None:
+def proc_info(pid: int) -> tuple[int, str, list[str]] | None:
     """(parent pid, start time, argv) of a process from /proc, None where unavailable."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -260,7 +257,7 @@ def _dvc_invocation() -> str | None:
         return None
     pid = os.getppid()
     for _ in range(12):
-        info = _proc_parent(pid)
+        info = proc_info(pid)
         if info is None or pid <= 1:
             return None
         parent, started, argv = info
@@ -617,49 +614,10 @@ def run_tags(
     }
 
 
-class Terminated(BaseException):
-    """SIGTERM (or SIGHUP) delivered while a stage ran, raised in the main thread so the stage's
-    cleanups run and its run is ended; a BaseException, so no `except Exception` swallows it."""
-
-    def __init__(self, signum: int):
-        super().__init__(f"stopped by {signal.Signals(signum).name}")
-        self.signum = signum
-
-
-TERMINATING = (signal.SIGTERM, signal.SIGHUP)
-
-
-@contextmanager
-def signals_as_exceptions() -> Iterator[None]:
-    """While the body runs, SIGTERM/SIGHUP raise `Terminated` in the main thread.
-
-    Their default action ends the process at once, with no `finally` and no `except`: an MLflow
-    run would stay RUNNING for good. A second signal during the cleanup is ignored, so the
-    cleanup itself is not cut short. Outside the main thread Python cannot install handlers and
-    the defaults stay.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    raised: list[int] = []
-
-    def handler(signum: int, _frame: Any) -> None:
-        if not raised:
-            raised.append(signum)
-            raise Terminated(signum)
-
-    previous = {signum: signal.signal(signum, handler) for signum in TERMINATING}
-    try:
-        yield
-    finally:
-        for signum, action in previous.items():
-            signal.signal(signum, action)
-
-
 def end_status(error: BaseException) -> str:
     """KILLED for a run stopped from outside (a signal, Ctrl-C), FAILED for one that went wrong."""
-    stopped = (Terminated, KeyboardInterrupt)
-    return "KILLED" if isinstance(error, stopped) or isinstance(error.__cause__, stopped) else "FAILED"
+    stopped = any(e is not None and stop_signal(e) is not None for e in (error, error.__cause__))
+    return "KILLED" if stopped else "FAILED"
 
 
 @contextmanager
@@ -686,6 +644,6 @@ def stage_run(params: Params, layout: Layout, stage: str, method: str | None = N
             run.finish(end_status(error))
             if isinstance(error, Terminated):
                 print(f"{run.run_name}: {error}; MLflow run {run.run_id} marked KILLED", file=sys.stderr)
-                raise SystemExit(128 + error.signum) from error
+                raise SystemExit(exit_code(error.signum)) from error
             raise
         run.finish("FINISHED")

@@ -8,13 +8,15 @@ the shared reference states (data/reference/, see prefshift.reference_store).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 
+from prefshift import locks
 from prefshift.config import Params, check_method
 from prefshift.data.schema import Pair, read_pairs
 from prefshift.paths import Layout
 from prefshift.stages.backbone import check_base
 from prefshift.stages.label import StaleLabelsError, read_labels
-from prefshift.train import fit
+from prefshift.train import fit, process_state
 
 
 def _targets(layout: Layout, method: str, pairs: Sequence[Pair]) -> list[float]:
@@ -30,18 +32,29 @@ def _targets(layout: Layout, method: str, pairs: Sequence[Pair]) -> list[float]:
 
 
 def run(params: Params, layout: Layout, method: str) -> dict:
+    """Train under the writer lock of the student's directories: a second `train --method M` in this
+    project would share the resumable checkpoint and interleave its saves with this one's."""
     check_method(method)
     check_base(layout, "strong")
     pairs = read_pairs(layout.split("student_train"))
     targets = _targets(layout, method, pairs)
-    return fit(
-        params,
-        layout,
-        name=method,
-        method=method,
-        base_dir=layout.base_model("strong"),
-        pairs=pairs,
-        targets=targets,
-        cfg=params.student,
-        out_dir=layout.student_dir(method),
-    )
+    with _writer_lock(layout, method):
+        return fit(
+            params,
+            layout,
+            name=method,
+            method=method,
+            base_dir=layout.base_model("strong"),
+            pairs=pairs,
+            targets=targets,
+            cfg=params.student,
+            out_dir=layout.student_dir(method),
+        )
+
+
+def _writer_lock(layout: Layout, method: str) -> AbstractContextManager:
+    """Only the main process of a multi-process launch writes (see prefshift.train.fit), so only it locks."""
+    if not process_state().is_main_process:
+        return nullcontext()
+    outputs = [layout.student_dir(method), layout.checkpoint_dir(method)]
+    return locks.hold(layout.root, outputs, f"prefshift train --method {method}")
