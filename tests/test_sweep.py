@@ -74,6 +74,36 @@ def test_bad_grids_are_refused(specs, message):
         parse_grid(specs)
 
 
+@pytest.mark.parametrize(
+    "specs",
+    [
+        ["anchor.lambda=1,1"],
+        ["anchor.lambda=1,1.0"],
+        ["anchor.lambda=1e-4,0.0001"],
+        [
+            "anchor.lambda=0.5,2",
+            "seed=3",
+            "anchor={lambda: 2}",
+        ],  # two axes set one param: both points are one
+        ["methods=[naive],['naive']"],
+    ],
+)
+def test_grid_points_that_are_one_experiment_are_refused_before_anything_is_queued(tmp_path, specs):
+    """Before, `-S anchor.lambda=1,1` queued two experiments of one name (and 1,1.0 two identical runs)."""
+    from prefshift import sweep
+
+    shutil.copy2(REPO / "params.yaml", tmp_path / "params.yaml")
+    with pytest.raises(SweepError, match="give the same params: list each value once") as err:
+        sweep.run(tmp_path, specs)  # no git, DVC or queue here: refused before any of them is used
+    assert "nothing was queued" in str(err.value)
+
+
+def test_distinct_points_pass_the_duplicate_check():
+    from prefshift.sweep import check_distinct
+
+    check_distinct(REPO / "params.yaml", grid_points(parse_grid(["anchor.lambda=1e-4,1e-2,1", "seed=1,2"])))
+
+
 def test_copy_paths_carries_untracked_uncached_outputs_but_no_cached_ones(tmp_path):
     from prefshift.sweep import copy_paths
 
@@ -310,7 +340,7 @@ def _gone(pid: int) -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_stopped_sweep_stops_its_queue_and_experiments_and_says_what_it_stopped(tmp_path, signum):
     """Before, SIGTERM ended the sweep alone: its queue worker and the running experiment's stage
     (here a sleeper standing in for a training) ran on."""
@@ -350,7 +380,8 @@ def test_a_stopped_sweep_stops_its_queue_and_experiments_and_says_what_it_stoppe
             sweep.communicate()
     assert sweep.returncode == 128 + signum, err
     assert f"sweep: stopped by {signal.Signals(signum).name}; stopping what it started" in err
-    assert "`dvc queue stop --kill`" in err and f"{stage_pid} (" in err  # the stage it ended, by pid
+    assert "`dvc queue stop --kill`: " in err
+    assert f"{stage_pid} (sleeper.py " in err  # the stage it ended (DVC had left it), by pid
     assert _gone(stage_pid)
     assert queue_processes(root) == {}  # no worker, no experiment, no stage left
     status = subprocess.run(

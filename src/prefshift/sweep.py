@@ -77,6 +77,7 @@ takes about a second (1.2 s on the embedded default's full pipeline), so 30 s le
 margin for a loaded machine, and a call slower than that is retried like a hung one."""
 WAIT_S = 24 * 3600.0  # a bound for a queue whose worker died; experiments keep running past it
 STOP_COMMAND_S = 120.0  # `dvc queue stop --kill` answers in about a second; bounded for a loaded machine
+STOP_SETTLE_S = 30.0  # the workers' own shutdown after `dvc queue stop --kill`: seconds on this machine
 STOP_GRACE_S = 30.0  # what a stage gets after SIGTERM to end its MLflow run and clean up, before SIGKILL
 GONE_POLLS = 3  # polls in a row without a task before it counts as removed, not between two states
 _REF_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -529,7 +530,14 @@ def queue_processes(root: Path) -> dict[int, tuple[str, str]]:
     while grown := {pid for pid, (parent, _, _) in table.items() if parent in found} - found:
         found |= grown
     found.discard(os.getpid())
-    return {pid: (table[pid][1], " ".join(table[pid][2])[:120]) for pid in sorted(found)}
+    return {pid: (table[pid][1], _shown_command(table[pid][2])) for pid in sorted(found) if not _zombie(pid)}
+
+
+def _shown_command(argv: Sequence[str]) -> str:
+    """A command line as a person reads it: `dvc exp exec-run ...`, not the interpreter's path."""
+    if len(argv) > 1 and Path(argv[0]).name.startswith("python"):
+        argv = [Path(argv[1]).name, *argv[2:]]
+    return " ".join(argv)[:100]
 
 
 def _alive(pid: int, started: str) -> bool:
@@ -566,21 +574,37 @@ def _end_processes(processes: Mapping[int, tuple[str, str]], grace_s: float) -> 
     return stubborn
 
 
-def _dvc_quiet(root: Path, args: Sequence[str]) -> str:
-    """A dvc command whose failure is reported, not raised: stopping carries on past it."""
+def _dvc_quiet(root: Path, args: Sequence[str]) -> tuple[int, str]:
+    """(exit status, what it said) of a dvc command whose failure is reported, not raised:
+    stopping carries on past it."""
     command, env = _dvc_command(args)
+    shown = f"`dvc {' '.join(args)}`"
     try:
         done = subprocess.run(
             command, cwd=root, env=env, capture_output=True, text=True, timeout=STOP_COMMAND_S
         )
     except subprocess.TimeoutExpired:
-        return f"`dvc {' '.join(args)}` did not answer within {STOP_COMMAND_S:.0f} s"
+        return -1, f"{shown} did not answer within {STOP_COMMAND_S:.0f} s"
     said = " ".join((done.stdout + done.stderr).split())
-    return (
-        f"`dvc {' '.join(args)}`"
-        + (f": {said}" if said else "")
-        + (f" (exit {done.returncode})" if done.returncode else "")
+    return done.returncode, f"{shown}: {said or 'done'}" + (
+        f" (exit {done.returncode})" if done.returncode else ""
     )
+
+
+def _listed(processes: Mapping[int, tuple[str, str]]) -> str:
+    return ", ".join(f"{pid} ({command})" for pid, (_, command) in processes.items())
+
+
+def _after_workers_stop(root: Path, wait_s: float = STOP_SETTLE_S) -> dict[int, tuple[str, str]]:
+    """The queue's processes once its workers exited by themselves (`dvc queue stop` returns while
+    they are still stopping), or once `wait_s` passed: a worker cut short may leave a task marked
+    running."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = queue_processes(root)
+        if time.monotonic() > deadline or not any(_is_queue_daemon(c.split()) for _, c in left.values()):
+            return left
+        time.sleep(0.5)
 
 
 def stop_queue(root: Path, names: Sequence[str], grace_s: float = STOP_GRACE_S) -> list[str]:
@@ -588,26 +612,28 @@ def stop_queue(root: Path, names: Sequence[str], grace_s: float = STOP_GRACE_S) 
 
     `dvc queue stop --kill` stops the workers and interrupts the running experiments, but the
     stage commands of a killed experiment live on (seen: a training process, orphaned), so every
-    process of the queue found before and after it is ended too (`queue_processes`). The sweep's
-    tasks still queued are removed, so the queue holds nothing of it and a new sweep of the same
-    points is not refused as a duplicate.
+    process of the queue still alive after it is ended here (`queue_processes`). The sweep's tasks
+    are then killed (a task DVC still counts as running) and removed from the queue, so it holds
+    nothing of the sweep and a new sweep of the same points is not refused as a duplicate.
     """
     before = queue_processes(root)
-    lines = [_dvc_quiet(root, ["queue", "stop", "--kill"])]
-    left = {**before, **queue_processes(root)}
-    forced = _end_processes(left, grace_s)
-    ended = [f"{pid} ({command})" for pid, (_, command) in left.items()]
-    lines.append(
-        f"ended {len(ended)} queue process(es): {', '.join(ended)}"
-        if ended
-        else "no queue process was running"
-    )
-    if forced:
-        lines.append(f"needed SIGKILL: {', '.join(map(str, forced))}")
-    lines.append(_dvc_quiet(root, ["queue", "kill", *names]))
-    lines.append(_dvc_quiet(root, ["queue", "remove", *names]))
+    lines = [_dvc_quiet(root, ["queue", "stop", "--kill"])[1]]
+    left = _after_workers_stop(root)
+    if gone := {pid: info for pid, info in before.items() if pid not in left}:
+        lines.append(f"stopped with the queue: {_listed(gone)}")
+    if left:
+        forced = _end_processes(left, grace_s)
+        lines.append(f"left running by DVC, ended here: {_listed(left)}")
+        if forced:
+            lines.append(f"(SIGKILL after {grace_s:.0f} s for {', '.join(map(str, forced))})")
+    if not before and not left:
+        lines.append("no queue process was running")
+    code, said = _dvc_quiet(root, ["queue", "kill", *names])
+    if code == 0:
+        lines.append(said)
+    lines.append(_dvc_quiet(root, ["queue", "remove", *names])[1])
     if still := queue_processes(root):
-        lines.append(f"still running, stop them by hand: {', '.join(map(str, still))}")
+        lines.append(f"still running, stop them by hand: {_listed(still)}")
     return lines
 
 
