@@ -21,7 +21,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from pathlib import Path
 
 from prefshift.errors import PrefshiftError
@@ -106,3 +106,13 @@ def hold(root: str | Path, outputs: Sequence[str | Path], command: str | None = 
         for output in sorted({Path(o).resolve() for o in outputs}):  # one order: no deadlock
             stack.enter_context(_hold_one(Path(root).resolve(), output, command))
         yield
+
+
+def hold_in_main_process(
+    root: str | Path, outputs: Sequence[str | Path], command: str
+) -> AbstractContextManager[None]:
+    """`hold`, taken by the main process of a multi-process launch only: the other processes write
+    nothing (see prefshift.train.fit), and would otherwise find the main one's lock taken."""
+    from prefshift.train import process_state
+
+    return hold(root, outputs, command) if process_state().is_main_process else nullcontext()

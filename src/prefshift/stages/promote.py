@@ -57,7 +57,11 @@ def _number(metrics: dict[str, Any], dotted: str, path: Path) -> float:
 
 
 def gate(params: Params, layout: Layout, method: str) -> dict[str, Any]:
-    """{"method", "passed", "reasons", and the numbers the gate used} for one method."""
+    """{"method", "status", "passed", "reasons", and the numbers the gate used} for one method.
+
+    status: PASS or FAIL for a student with metrics (FAIL too when one of the two is missing),
+    "not trained" when it has neither, "reference" for the ceiling, which is never promoted.
+    """
     path = layout.metrics(method)
     student_dir = layout.student_dir(method)
     decision: dict[str, Any] = {

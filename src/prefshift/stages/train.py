@@ -8,7 +8,6 @@ the shared reference states (data/reference/, see prefshift.reference_store).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import AbstractContextManager, nullcontext
 
 from prefshift import locks
 from prefshift.config import Params, check_method
@@ -16,7 +15,7 @@ from prefshift.data.schema import Pair, read_pairs
 from prefshift.paths import Layout
 from prefshift.stages.backbone import check_base
 from prefshift.stages.label import StaleLabelsError, read_labels
-from prefshift.train import fit, process_state
+from prefshift.train import fit
 
 
 def _targets(layout: Layout, method: str, pairs: Sequence[Pair]) -> list[float]:
@@ -38,7 +37,8 @@ def run(params: Params, layout: Layout, method: str) -> dict:
     check_base(layout, "strong")
     pairs = read_pairs(layout.split("student_train"))
     targets = _targets(layout, method, pairs)
-    with _writer_lock(layout, method):
+    outputs = [layout.student_dir(method), layout.checkpoint_dir(method)]
+    with locks.hold_in_main_process(layout.root, outputs, f"prefshift train --method {method}"):
         return fit(
             params,
             layout,
@@ -50,11 +50,3 @@ def run(params: Params, layout: Layout, method: str) -> dict:
             cfg=params.student,
             out_dir=layout.student_dir(method),
         )
-
-
-def _writer_lock(layout: Layout, method: str) -> AbstractContextManager:
-    """Only the main process of a multi-process launch writes (see prefshift.train.fit), so only it locks."""
-    if not process_state().is_main_process:
-        return nullcontext()
-    outputs = [layout.student_dir(method), layout.checkpoint_dir(method)]
-    return locks.hold(layout.root, outputs, f"prefshift train --method {method}")
