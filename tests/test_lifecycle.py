@@ -125,7 +125,7 @@ def test_locks_nest_within_one_process_and_live_outside_the_outputs(tmp_path):
         pass
 
 
-@pytest.mark.parametrize("command", ["train", "evaluate", "targets"])
+@pytest.mark.parametrize("command", ["train", "evaluate", "targets", "downstream"])
 def test_a_method_params_do_not_list_is_refused(tmp_path, command):
     """Before, `train --method ceiling` trained a student no DVC stage owns when methods left it out."""
     params = write_params(tmp_path, tiny_params(methods=["naive", "anchor_last"]))
@@ -153,6 +153,20 @@ def test_ui_on_a_busy_port_fails_at_once_naming_it(tmp_path):
             timeout=BOUND_S,
         )
     assert done.returncode == 2, done.stderr
-    assert f"port {port} on 127.0.0.1 is not available" in done.stderr and "--port" in done.stderr
+    assert f"port {port} on 127.0.0.1 is not available (another process listens there)" in done.stderr
+    assert "pass another --port" in done.stderr
     assert "MLflow UI on" not in done.stderr  # no URL of someone else's service
     assert time.monotonic() - started < 60  # no server was started (mlflow's own start takes longer)
+
+
+def test_ui_on_an_address_of_no_local_interface_fails_at_once_naming_it(tmp_path):
+    done = subprocess.run(
+        [PREFSHIFT, "ui", "--host", "192.0.2.1", "--port", "5000", "--root", str(tmp_path)],  # TEST-NET-1
+        cwd=tmp_path,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=BOUND_S,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "port 5000 on 192.0.2.1 is not available (Cannot assign requested address)" in done.stderr

@@ -195,7 +195,7 @@ def downstream(
         _call(_stage("stages.downstream", "run_all"), loaded, Layout(root))
         return
     if method != "teacher":
-        _call(check_method, method)
+        _call(check_listed, loaded, method)
     _call(_stage("stages.downstream"), loaded, Layout(root), method)
 
 

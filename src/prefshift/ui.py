@@ -6,6 +6,7 @@ that starts but shows nothing useful fails the check.
 
 from __future__ import annotations
 
+import errno
 import html
 import json
 import os
@@ -70,9 +71,10 @@ def check_port_free(host: str, port: int) -> None:
         try:
             probe.bind(address)
         except OSError as err:
+            why = "another process listens there" if err.errno == errno.EADDRINUSE else err.strerror
             raise PrefshiftError(
-                f"port {port} on {host} is not available ({err.strerror}); another process listens "
-                f"there: stop it or pass another --port"
+                f"port {port} on {host} is not available ({why}): stop that process, or pass another "
+                "--port (or --host)"
             ) from None
 
 
