@@ -21,6 +21,7 @@ from prefshift.config import EncodeConfig, Params
 from prefshift.data.encode import Encoder
 from prefshift.downstream import score_rows
 from prefshift.models.reward import save_reward_model
+from prefshift.output_set import OutputSetError, output_set
 from prefshift.paths import Layout
 from prefshift.scoring import load_for_scoring
 from prefshift.stages import promote
@@ -84,8 +85,8 @@ def write_metrics(
         "split_version": "v1",
     }
     path = layout.metrics(method)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload))
+    with output_set(layout.root, f"prefshift evaluate --method {method}", files=[path]) as out:
+        out.path(path).write_text(json.dumps(payload))  # promote reads only verified metrics
 
 
 def _project(root: Path, factory) -> tuple[Params, Layout]:
@@ -143,13 +144,17 @@ def test_gate_failures_promote_nothing_and_say_why(tmp_path, tmp_path_factory, c
         "naive": ["ID accuracy 68.00 < teacher 70.50 - tolerance 1", untrained("naive")],
         "confidence": ["mean AOG 0.00 <= 0", untrained("confidence")],
         "anchor_last": [
-            f"{layout.metrics('anchor_last')} not found; run `prefshift evaluate --method anchor_last`"
+            f"neither {layout.student_dir('anchor_last')} nor {layout.metrics('anchor_last')} exists; "
+            "`dvc repro` trains it"
         ],
         "ceiling": ["ceiling is trained on gold labels; it is a reference, never promoted"],
     }
     assert result["promoted"] == []
     assert json.loads(layout.promotion.read_text())["summary"].startswith("nothing promoted")
-    assert "naive: FAIL - ID accuracy 68.00 < teacher 70.50" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "naive: FAIL - ID accuracy 68.00 < teacher 70.50" in printed
+    assert "ceiling: reference - " in printed and "ceiling: FAIL" not in printed
+    assert "not trained (nothing to judge): anchor_last" in printed and "anchor_last: FAIL" not in printed
     assert _client(layout).search_registered_models() == []
 
 
@@ -351,3 +356,80 @@ def test_concurrent_promotions_on_a_real_server_leave_one_champion(tmp_path, tmp
         assert logged.data.tags["method"] == "anchor_last"
         assert logged.data.metrics == {"loss": 0.25}
         assert {f.path for f in client.list_artifacts(run.run_id)} == {"config"}
+
+
+def _aliases(layout: Layout, params: Params) -> dict[str, str]:
+    client = _client(layout)
+    name = params.tracking.registered_model
+    methods = {v.version: v.tags["method"] for v in client.search_model_versions(f"name='{name}'")}
+    return {alias: methods[v] for alias, v in client.get_registered_model(name).aliases.items()}
+
+
+def test_a_stricter_rerun_removes_every_alias_from_versions_that_fail_now(tmp_path, tmp_path_factory, capsys):
+    """Before, `candidate-naive` (and the champion) kept naming versions that had just failed the gate."""
+    params, layout = _project(tmp_path / "p", tmp_path_factory)
+    params.methods = ["naive", "confidence"]
+    write_metrics(layout, "naive", 70.0, 70.5, 1.0, 2.0)
+    write_metrics(layout, "confidence", 71.0, 70.5, 2.5, 3.0)
+    for seed, method in enumerate(params.methods):
+        tiny_reward_model(layout.student_dir(method), seed)
+    first = promote.run(params, layout)
+    assert _aliases(layout, params) == {"champion": "confidence", "candidate-naive": "naive"}
+    version = {p["method"]: p["version"] for p in first["promoted"]}
+
+    params.promote.min_mean_aog = 2.0  # naive (AOG 1.0) fails now
+    result = promote.run(params, layout)
+    assert _aliases(layout, params) == {"champion": "confidence"}
+    assert result["removed_aliases"] == [
+        {"alias": "candidate-naive", "version": version["naive"], "method": "naive"}
+    ]
+
+    params.promote.min_mean_aog = 5.0  # both fail: no champion is better than a failed one
+    result = promote.run(params, layout)
+    assert _aliases(layout, params) == {}
+    assert result["removed_aliases"] == [
+        {"alias": "champion", "version": version["confidence"], "method": "confidence"}
+    ]
+    removed = (
+        f"removed alias 'champion' from version {version['confidence']} (confidence): it fails the gate now"
+    )
+    assert removed in capsys.readouterr().out
+    assert json.loads(layout.promotion.read_text())["removed_aliases"] == result["removed_aliases"]
+
+
+def test_promote_refuses_metrics_edited_by_hand_and_trusts_dvc_lock(tmp_path, tmp_path_factory):
+    """Before, a hand-edited mean_aog in reports/metrics/<m>.json made a champion."""
+    import hashlib
+    import shutil
+
+    params, layout = _project(tmp_path / "p", tmp_path_factory)
+    params.methods = ["naive"]
+    write_metrics(layout, "naive", 70.0, 70.5, -3.0, -2.0)
+    tiny_reward_model(layout.student_dir("naive"), 0)
+    path = layout.metrics("naive")
+    for edit in (
+        lambda text: text.replace('"mean_aog": -3.0', '"mean_aog": 9.0'),
+        lambda text: text + " ",  # any byte, not only a number
+    ):
+        original = path.read_text()
+        path.write_text(edit(original))
+        with pytest.raises(
+            OutputSetError, match=f"{path} is not the file `prefshift evaluate --method naive` wrote"
+        ):
+            promote.run(params, layout)
+        path.write_text(original)
+    assert _client(layout).search_registered_models() == []
+
+    # A checkout brings no local record, but dvc.lock's md5 vouches for the file it committed.
+    shutil.rmtree(layout.root / ".prefshift" / "outputs")
+    out = {
+        "path": "reports/metrics/naive.json",
+        "hash": "md5",
+        "md5": hashlib.md5(path.read_bytes()).hexdigest(),
+    }
+    lock = {"schema": "2.0", "stages": {"evaluate@naive": {"cmd": "x", "outs": [out]}}}
+    (layout.root / "dvc.lock").write_text(json.dumps(lock))
+    assert promote.run(params, layout)["decisions"][0]["status"] == "FAIL"  # read: AOG -3 fails
+    path.write_text(path.read_text().replace('"mean_aog": -3.0', '"mean_aog": 9.0'))
+    with pytest.raises(OutputSetError, match="neither the sha256 recorded"):
+        promote.run(params, layout)

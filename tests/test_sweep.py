@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -70,6 +72,36 @@ def test_names_are_readable_and_ref_safe():
 def test_bad_grids_are_refused(specs, message):
     with pytest.raises(PrefshiftError, match=message):  # key errors come from config's -S parser
         parse_grid(specs)
+
+
+@pytest.mark.parametrize(
+    "specs",
+    [
+        ["anchor.lambda=1,1"],
+        ["anchor.lambda=1,1.0"],
+        ["anchor.lambda=1e-4,0.0001"],
+        [
+            "anchor.lambda=0.5,2",
+            "seed=3",
+            "anchor={lambda: 2}",
+        ],  # two axes set one param: both points are one
+        ["methods=[naive],['naive']"],
+    ],
+)
+def test_grid_points_that_are_one_experiment_are_refused_before_anything_is_queued(tmp_path, specs):
+    """Before, `-S anchor.lambda=1,1` queued two experiments of one name (and 1,1.0 two identical runs)."""
+    from prefshift import sweep
+
+    shutil.copy2(REPO / "params.yaml", tmp_path / "params.yaml")
+    with pytest.raises(SweepError, match="give the same params: list each value once") as err:
+        sweep.run(tmp_path, specs)  # no git, DVC or queue here: refused before any of them is used
+    assert "nothing was queued" in str(err.value)
+
+
+def test_distinct_points_pass_the_duplicate_check():
+    from prefshift.sweep import check_distinct
+
+    check_distinct(REPO / "params.yaml", grid_points(parse_grid(["anchor.lambda=1e-4,1e-2,1", "seed=1,2"])))
 
 
 def test_copy_paths_carries_untracked_uncached_outputs_but_no_cached_ones(tmp_path):
@@ -276,3 +308,87 @@ def test_a_hung_exp_show_is_killed_and_retried(monkeypatch, tmp_path):
     monkeypatch.setattr(sweep_module.subprocess, "run", run)
     assert sweep_module.exp_show(tmp_path, pause_s=0) == []
     assert calls == [sweep_module.EXP_SHOW_TIMEOUT_S] * 2
+
+
+SLEEPER = """
+import os, pathlib, sys, time
+pids = pathlib.Path(sys.argv[1])
+pids.mkdir(exist_ok=True)
+(pids / str(os.getpid())).write_text(os.getcwd())
+time.sleep(900)
+"""
+
+
+def _git_dvc_project(root: Path, stage: dict, env: dict) -> None:
+    """params.yaml (the repository's), a one-stage dvc.yaml, committed, in a fresh git+DVC repo."""
+    shutil.copy2(REPO / "params.yaml", root / "params.yaml")
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"report": stage}}))
+    dvc = str(Path(sys.executable).parent / "dvc")
+    _run(["git", "init", "-q"], root, env)
+    _run([dvc, "init", "-q"], root, env)
+    _run(["git", "add", "-A"], root, env)
+    _run(["git", "commit", "-qm", "base"], root, env)
+
+
+def _gone(pid: int) -> bool:
+    """No such process, or only its zombie waiting to be reaped."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2] == "Z"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stopped_sweep_stops_its_queue_and_experiments_and_says_what_it_stopped(tmp_path, signum):
+    """Before, SIGTERM ended the sweep alone: its queue worker and the running experiment's stage
+    (here a sleeper standing in for a training) ran on."""
+    from prefshift.sweep import queue_processes
+
+    env = {**os.environ, **{f"GIT_{w}_{x}": "t" for w in ("AUTHOR", "COMMITTER") for x in ("NAME", "EMAIL")}}
+    root, pids = tmp_path / "project", tmp_path / "pids"
+    root.mkdir()
+    (root / "sleeper.py").write_text(SLEEPER)
+    stage = {
+        "cmd": f"{sys.executable} sleeper.py {pids}",
+        "deps": ["sleeper.py"],
+        "params": ["anchor.lambda"],
+    }
+    _git_dvc_project(root, {**stage, "metrics": [{"reports/metrics.json": {"cache": False}}]}, env)
+    sweep = subprocess.Popen(
+        [str(Path(sys.executable).parent / "prefshift"), "sweep", "-S", "anchor.lambda=0.5,2", "--no-report"],
+        cwd=root,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 600  # queueing and the worker's start take long on a loaded machine
+        while not (pids.is_dir() and any(pids.iterdir())):
+            assert sweep.poll() is None, sweep.communicate()
+            assert time.monotonic() < deadline, "the first experiment's stage never started"
+            time.sleep(0.2)
+        stage_pid = int(next(pids.iterdir()).name)
+        assert queue_processes(root), "the running experiment is one of the queue's processes"
+        sweep.send_signal(signum)
+        _, err = sweep.communicate(timeout=600)
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+            sweep.communicate()
+    assert sweep.returncode == 128 + signum, err
+    assert f"sweep: stopped by {signal.Signals(signum).name}; stopping what it started" in err
+    assert "`dvc queue stop --kill`: " in err
+    assert f"{stage_pid} (sleeper.py " in err  # the stage it ended (DVC had left it), by pid
+    assert _gone(stage_pid)
+    assert queue_processes(root) == {}  # no worker, no experiment, no stage left
+    status = subprocess.run(
+        [str(Path(sys.executable).parent / "dvc"), "queue", "status"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert "Queued" not in status and "Running" not in status, status  # a rerun is not refused as busy

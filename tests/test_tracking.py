@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -259,3 +261,85 @@ def test_ui_serves_the_project_database_and_refuses_a_remote_server(project, mon
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://tracking.example:5000")
     with pytest.raises(PrefshiftError, match=r"server http://tracking\.example:5000: open it in a browser"):
         ui.command(Layout(Path(".")), "127.0.0.1", 5123)
+
+
+STAGE_THAT_WAITS = """
+import sys, time
+from pathlib import Path
+from prefshift import tracking
+from prefshift.config import Params
+from prefshift.paths import Layout
+
+with tracking.stage_run(Params(), Layout(Path(".")), "train", "naive") as run:
+    print(run.run_id, flush=True)
+    time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_stage_stopped_by_a_signal_ends_its_run_killed_and_exits_by_it(project, signum):
+    """Before, SIGTERM's default action ended the process with the run RUNNING for good."""
+    root, _ = project
+    child = subprocess.Popen(
+        [sys.executable, "-c", STAGE_THAT_WAITS],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        run_id = child.stdout.readline().strip()  # printed once the run exists; '' if the child died
+        assert run_id, child.stderr.read()
+        assert _client(root).get_run(run_id).info.status == "RUNNING"
+        child.send_signal(signum)
+        assert child.wait(timeout=300) == 128 + signum
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    info = _client(root).get_run(run_id).info
+    assert (info.status, info.end_time is not None) == ("KILLED", True)
+    assert "marked KILLED" in child.stderr.read()
+
+
+def test_ctrl_c_ends_the_run_killed_and_an_error_failed(project, monkeypatch):
+    root, _ = project
+    monkeypatch.setenv(tracking.PIPELINE_ENV, "pr-stop")
+    with pytest.raises(KeyboardInterrupt), tracking.stage_run(Params(), Layout(Path(".")), "train") as run:
+        raise KeyboardInterrupt
+    assert _client(root).get_run(run.run_id).info.status == "KILLED"
+    with pytest.raises(OSError), tracking.stage_run(Params(), Layout(Path(".")), "train") as run:
+        raise OSError("disk full")
+    assert _client(root).get_run(run.run_id).info.status == "FAILED"
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handlers are the caller's again
+
+
+def test_a_copied_project_refuses_to_log_artifacts_into_the_original(project, monkeypatch, tmp_path):
+    """MLflow keeps the absolute artifact path of the database's first home; before, the copy's
+    runs wrote their artifacts into the original project."""
+    root, _ = project
+    with tracking.stage_run(Params(), Layout(Path(".")), "teacher") as run:
+        run.log_text("first home", "note.txt")
+    before = sorted((root / "mlartifacts").rglob("*"))
+    copy = tmp_path / "elsewhere" / "copy"
+    shutil.copytree(root, copy, symlinks=True)
+    monkeypatch.chdir(copy)
+    with (
+        pytest.raises(tracking.MovedDatabaseError) as err,
+        tracking.stage_run(Params(), Layout(Path(".")), "teacher"),
+    ):
+        pytest.fail("the stage must not start")
+    message = str(err.value)
+    assert f"keeps its artifacts in {root / 'mlartifacts'}, not in {copy / 'mlartifacts'}" in message
+    assert "move mlflow.db and mlartifacts/ aside" in message and "tracking.experiment" in message
+    assert sorted((root / "mlartifacts").rglob("*")) == before  # nothing written into the original
+
+    changed = Params()
+    changed.tracking.experiment = "copy"  # the fix the message gives: a new experiment lives here
+    with tracking.stage_run(changed, Layout(Path(".")), "teacher") as run:
+        run.log_text("second home", "note.txt")
+    artifact_uri = MlflowClient(f"sqlite:///{copy / 'mlflow.db'}").get_run(run.run_id).info.artifact_uri
+    assert tracking._local_path(artifact_uri).is_relative_to(copy / "mlartifacts")
+    monkeypatch.chdir(root)
+    with tracking.stage_run(Params(), Layout(Path(".")), "teacher"):  # the original still logs
+        pass

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from prefshift.atomic import STDOUT, check_output
-from prefshift.config import Params, check_method, load_params
+from prefshift.config import Params, check_listed, check_method, load_params
 from prefshift.console import error_text, messages
 from prefshift.errors import PrefshiftError, file_error_message
 from prefshift.paths import Layout
@@ -147,7 +147,9 @@ def targets(
 ):
     """Write what student M trains on (data/targets/<M>/): teacher q, gold, or SEAM's labels."""
     _call(check_method, method)
-    _call(_stage("stages.targets"), _params(params, set_), Layout(root), method)
+    loaded = _params(params, set_)
+    _call(check_listed, loaded, method)
+    _call(_stage("stages.targets"), loaded, Layout(root), method)
 
 
 @app.command()
@@ -159,7 +161,9 @@ def train(
 ):
     """Train one strong student (models/students/<method>/)."""
     _call(check_method, method)
-    _call(_stage("stages.train"), _params(params, set_), Layout(root), method)
+    loaded = _params(params, set_)
+    _call(check_listed, loaded, method)
+    _call(_stage("stages.train"), loaded, Layout(root), method)
 
 
 @app.command()
@@ -171,7 +175,9 @@ def evaluate(
 ):
     """Score ID and OOD splits with a student; write reports/metrics/<method>.json."""
     _call(check_method, method)
-    _call(_stage("stages.evaluate"), _params(params, set_), Layout(root), method)
+    loaded = _params(params, set_)
+    _call(check_listed, loaded, method)
+    _call(_stage("stages.evaluate"), loaded, Layout(root), method)
 
 
 @app.command("policy-samples")
@@ -207,7 +213,7 @@ def downstream(
         _call(_stage("stages.downstream", "run_all"), loaded, Layout(root))
         return
     if method != "teacher":
-        _call(check_method, method)
+        _call(check_listed, loaded, method)
     _call(_stage("stages.downstream"), loaded, Layout(root), method)
 
 

@@ -549,6 +549,19 @@ def check_method(name: str) -> str:
     return name
 
 
+def check_listed(params: Params, name: str) -> str:
+    """A known method that params `methods` lists: an unlisted one has no DVC stage, so what it
+    trained or evaluated would be outside dvc.lock and the report, silently stale."""
+    check_method(name)
+    if name not in params.methods:
+        listed = ", ".join(params.methods) or "none"
+        raise ConfigError(
+            f"method {name!r} is not listed in params `methods` ({listed}); add it to `methods` in "
+            f"params.yaml (or pass -S 'methods=[{', '.join([*params.methods, name])}]') and run again"
+        )
+    return name
+
+
 class DuplicateKeyError(yaml.YAMLError):
     """A mapping that names one key twice."""
 

@@ -11,10 +11,17 @@ follow. A journal that a kill left behind is rolled forward by the next writer o
 Every directory of a set also receives `output_set.json` (the command that wrote it, a version,
 and the sha256 of every file of the set), so a later stage can `verify` that the files it reads
 are the ones one run wrote together, and refuse a mix (a file copied in, or left by another run).
+A file output has no directory to hold a manifest: its sha256 is recorded under
+`<root>/.prefshift/outputs/` instead, and `verify_file` checks it (or dvc.lock's md5) before a
+later stage trusts the file (promote reads the metrics this way).
+
+Each output is written under its writer lock (`prefshift.locks`): a second process writing the same
+output fails at once instead of interleaving its renames with the first one's.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -26,6 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from prefshift import locks
 from prefshift.atomic import (
     check_output,
     clear_stale,
@@ -41,6 +51,7 @@ from prefshift.errors import PrefshiftError
 
 MANIFEST = "output_set.json"
 JOURNALS = Path(".prefshift") / "commits"
+RECORDS = Path(".prefshift") / "outputs"
 
 
 class OutputSetError(PrefshiftError):
@@ -111,7 +122,13 @@ class OutputSet:
             }
             for out in self.outputs
         ]
-        write_json(journal, {"command": self.command, "renames": renames})  # the commit point
+        records = {
+            _relative(out.target, self.root): files[_relative(out.target, self.root)]
+            for out in self.outputs
+            if not out.directory
+        }
+        plan = {"command": self.command, "renames": renames, "records": records}
+        write_json(journal, plan)  # the commit point
         _apply(self.root, journal)
 
 
@@ -135,6 +152,18 @@ def output_set(
     content hash keys caches; the manifests of the set's other directories still list its files.
     """
     root = _absolute(root)
+    with locks.hold(root, [*files, *directories, *bare], command):
+        yield from _staged(root, command, files, directories, manifest, bare)
+
+
+def _staged(
+    root: Path,
+    command: str,
+    files: Sequence[Path],
+    directories: Sequence[Path],
+    manifest: bool,
+    bare: Sequence[Path],
+) -> Iterator[OutputSet]:
     finish_interrupted(root)
     journal = root / JOURNALS / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', command)}.json"
     outputs = []
@@ -154,8 +183,7 @@ def output_set(
             yield writer
             for out in outputs:  # again before the commit point: a path may have changed meanwhile
                 refuse_unowned(out.target, out.directory)
-        (root / ".prefshift").mkdir(exist_ok=True)
-        (root / ".prefshift" / ".gitignore").write_text("*\n", encoding="utf-8")
+        locks.private_dir(root)
         writer._commit(journal)
     finally:
         if not journal.exists():  # once it exists, the staged outputs belong to the roll-forward
@@ -176,13 +204,26 @@ def _apply(root: Path, journal: Path) -> None:
             if work.exists():
                 os.replace(work, target)
             shutil.rmtree(staged, ignore_errors=True)
+    for target, sha in plan.get("records", {}).items():
+        write_json(_record_of(root, root / target), {"command": plan["command"], "sha256": sha})
     journal.unlink()
 
 
 def finish_interrupted(root: str | Path) -> None:
-    """Roll forward every commit a kill interrupted: its outputs were complete when it began."""
-    for journal in sorted((_absolute(root) / JOURNALS).glob("*.json")):
-        _apply(_absolute(root), journal)
+    """Roll forward every commit a kill interrupted: its outputs were complete when it began.
+
+    A journal whose outputs are still locked belongs to a live writer that is committing it now;
+    it is left to that writer (two processes renaming one set would race).
+    """
+    root = _absolute(root)
+    for journal in sorted((root / JOURNALS).glob("*.json")):
+        try:
+            plan = json.loads(journal.read_text(encoding="utf-8"))
+            with locks.hold(root, [root / r["target"] for r in plan["renames"]], plan["command"]):
+                if journal.exists():
+                    _apply(root, journal)
+        except (locks.LockedError, FileNotFoundError):
+            continue
 
 
 def _walk_files(top: Path) -> list[Path]:
@@ -230,3 +271,50 @@ def verify(root: str | Path, manifest_path: Path, reads: Sequence[Path], produce
                     f"wrote together, and a stage only reads one such set; run `{producer}` again"
                 )
     return manifest
+
+
+def _record_of(root: Path, target: Path) -> Path:
+    """Where the sha256 of a file output is recorded (a file has no directory to hold a manifest)."""
+    return root / RECORDS / f"{_relative(_absolute(target), root)}.json"
+
+
+def _dvc_lock_md5(root: Path, target: Path) -> str | None:
+    """The md5 dvc.lock records for `target` as some stage's output (DVC 3 hashing), else None."""
+    try:
+        lock = yaml.safe_load((root / "dvc.lock").read_text(encoding="utf-8")) or {}
+        outs = [out for stage in lock.get("stages", {}).values() for out in stage.get("outs", [])]
+    except (OSError, yaml.YAMLError, AttributeError, TypeError):
+        return None
+    wanted = _relative(_absolute(target), root)
+    for out in outs:
+        if isinstance(out, dict) and out.get("path") == wanted and out.get("hash") == "md5":
+            return out.get("md5")
+    return None
+
+
+def verify_file(root: str | Path, target: Path, producer: str) -> None:
+    """Refuse a file output unless its bytes are the ones a run of `producer` wrote.
+
+    Two records can vouch for it: the sha256 this project's output set recorded when it wrote the
+    file (`.prefshift/outputs/`, kept out of git like the journals), or the md5 that dvc.lock holds
+    for it, which travels with a commit, so a checkout, `dvc exp apply` or a fresh clone verifies
+    too. A file edited by hand matches neither and is refused by name.
+    """
+    root, target = _absolute(root), _absolute(target)
+    finish_interrupted(root)
+    if not target.is_file():
+        raise OutputSetError(f"{target} not found; run `{producer}`")
+    try:
+        record = json.loads(_record_of(root, target).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        record = {}
+    if isinstance(record, dict) and record.get("sha256") == file_sha256(target):
+        return
+    md5 = _dvc_lock_md5(root, target)
+    if md5 is not None and md5 == hashlib.md5(target.read_bytes()).hexdigest():
+        return
+    raise OutputSetError(
+        f"{target} is not the file `{producer}` wrote: neither the sha256 recorded when it was written "
+        "nor dvc.lock's md5 matches it (edited by hand, or copied from another run). Run "
+        f"`{producer}` (or `dvc repro`) again to get one that can be trusted"
+    )

@@ -288,9 +288,32 @@ def set_alias(client: Any, name: str, alias: str, version: str) -> str:
     return client.get_model_version_by_alias(name, alias).version
 
 
-def drop_alias(client: Any, name: str, alias: str) -> None:
-    if alias in client.get_registered_model(name).aliases:
-        client.delete_registered_model_alias(name, alias)
+def is_registered(client: Any, name: str) -> bool:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.get_registered_model(name)
+    except MlflowException as err:
+        if err.error_code == "RESOURCE_DOES_NOT_EXIST":
+            return False
+        raise
+    return True
+
+
+def drop_aliases_of(
+    client: Any, name: str, methods: set[str], keep: set[str] = frozenset()
+) -> list[tuple[str, str, str]]:
+    """Remove every alias but `keep` that names a version registered for one of `methods`
+    (its `method` tag), or that is `candidate-<method>`; return (alias, version, method) of each."""
+    removed = []
+    for alias, version in sorted(client.get_registered_model(name).aliases.items()):
+        method = client.get_model_version(name, version).tags.get("method")
+        if method not in methods:
+            method = next((m for m in methods if alias == f"candidate-{m}"), None)
+        if method is not None and alias not in keep:
+            client.delete_registered_model_alias(name, alias)
+            removed.append((alias, str(version), method))
+    return removed
 
 
 def resolve(client: Any, ref: ModelRef) -> Any:

@@ -22,6 +22,15 @@ log of any failed task, and checks that every experiment's row holds numeric WRG
 and mean NTS for each collected method before filing it. A failed experiment's row in
 `dvc exp show` shows the baseline's numbers, so only `success` rows count.
 
+Stopping. Grid points are compared by the params they resolve to before anything is queued:
+two points that are one experiment (`1,1.0`, or two axes setting one param) are refused. On
+Ctrl-C, SIGTERM or SIGHUP the sweep stops what it started before it exits (with 128 + the
+signal's number): `dvc queue stop --kill` for the project's queue workers and running
+experiments, then every process of the queue still alive (a killed experiment's stage outlives
+it), found in /proc and ended with SIGTERM (SIGKILL after a grace period), and the sweep's tasks
+still queued are removed. It prints each step. The queue is the project's: a worker that another
+command started in this project is stopped too.
+
 Results are read from the experiment commit (`git show <rev>:reports/metrics/<m>.json`) and
 written to reports/sweeps/ as the report expects them: the full metrics JSON (with the
 confidence intervals that `dvc exp show` drops, lists not being metrics to DVC) plus
@@ -32,12 +41,14 @@ under their own baseline commit), so the report's ablation tables keep them.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import math
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -50,6 +61,8 @@ from prefshift.atomic import write_json
 from prefshift.config import check_method, load_params, read_yaml, split_override
 from prefshift.errors import PrefshiftError
 from prefshift.paths import Layout
+from prefshift.signals import Terminated, exit_code, signals_as_exceptions, signals_ignored, stop_signal
+from prefshift.tracking import proc_info
 
 DEFAULT_METHODS = ("anchor_last", "anchor_mid")
 TARGET = "report"  # see the module docstring: one consistent pipeline state per experiment
@@ -63,6 +76,9 @@ once; later 120 s to the previous bound, in the test suite). A healthy call on t
 takes about a second (1.2 s on the embedded default's full pipeline), so 30 s leaves a 25x
 margin for a loaded machine, and a call slower than that is retried like a hung one."""
 WAIT_S = 24 * 3600.0  # a bound for a queue whose worker died; experiments keep running past it
+STOP_COMMAND_S = 120.0  # `dvc queue stop --kill` answers in about a second; bounded for a loaded machine
+STOP_SETTLE_S = 30.0  # the workers' own shutdown after `dvc queue stop --kill`: seconds on this machine
+STOP_GRACE_S = 30.0  # what a stage gets after SIGTERM to end its MLflow run and clean up, before SIGKILL
 GONE_POLLS = 3  # polls in a row without a task before it counts as removed, not between two states
 _REF_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 SELECTION_KEYS = frozenset({"methods"})
@@ -118,6 +134,35 @@ def parse_grid(specs: Sequence[str]) -> dict[str, list[str]]:
 def grid_points(grid: Mapping[str, Sequence[str]]) -> list[dict[str, str]]:
     keys = list(grid)
     return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(grid[k] for k in keys))]
+
+
+def _shown(point: Mapping[str, str]) -> str:
+    return " ".join(f"{key}={value}" for key, value in point.items())
+
+
+def check_distinct(params_path: Path, points: Sequence[Mapping[str, str]]) -> None:
+    """Load each point's params (a typo or a bad value fails here, before anything is queued) and
+    refuse two points that are one experiment.
+
+    Points are compared by the params they resolve to, not by their text: `1` and `1.0`, or `1e-4`
+    and `0.0001`, are one value once parsed, and two axes can set one param. Two experiments of one
+    name would also collide in DVC's queue, so distinct points whose names coincide are refused too.
+    """
+    by_params: dict[str, Mapping[str, str]] = {}
+    by_name: dict[str, Mapping[str, str]] = {}
+    for point in points:
+        params = load_params(params_path, [f"{k}={v}" for k, v in point.items()])
+        resolved = json.dumps(params.resolved(), sort_keys=True)
+        for seen, key, why in (
+            (by_params, resolved, "give the same params"),
+            (by_name, experiment_name(point), "get the same experiment name"),
+        ):
+            if key in seen:
+                raise SweepError(
+                    f"grid points {_shown(seen[key])!r} and {_shown(point)!r} {why}: list each value once "
+                    "(values are compared as parsed, so 1 and 1.0 are one value); nothing was queued"
+                )
+            seen[key] = point
 
 
 def experiment_name(point: Mapping[str, str]) -> str:
@@ -449,6 +494,149 @@ def wait_for_queue(
         time.sleep(poll_s)
 
 
+def _cwd(pid: int) -> Path | None:
+    try:
+        return Path(os.readlink(f"/proc/{pid}/cwd").removesuffix(" (deleted)"))
+    except OSError:
+        return None
+
+
+def _is_queue_daemon(argv: Sequence[str]) -> bool:
+    """`dvc queue start` (which stays as the workers' parent) or `dvc exp queue-worker`."""
+    words = [Path(a).name for a in argv[:4]]
+    return "dvc" in words and ("queue-worker" in argv or ("queue" in argv and "start" in argv))
+
+
+def queue_processes(root: Path) -> dict[int, tuple[str, str]]:
+    """pid → (start time, command line) of every process this project's DVC queue runs.
+
+    Read from /proc: the queue's daemons (`dvc queue start`, `dvc exp queue-worker`, working in
+    the project root), every process working in an executor's copy under .dvc/tmp/exps (the
+    experiments and their stages, also once DVC deleted that copy), and all their descendants.
+    A shell that merely sits in the project root is none of these.
+    """
+    root = root.resolve()
+    executors = root / ".dvc" / "tmp" / "exps"
+    table = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (info := proc_info(int(entry.name))) is not None:
+            table[int(entry.name)] = info
+    found = {
+        pid
+        for pid, (_, _, argv) in table.items()
+        if (cwd := _cwd(pid)) is not None
+        and (cwd.is_relative_to(executors) or (cwd == root and _is_queue_daemon(argv)))
+    }
+    while grown := {pid for pid, (parent, _, _) in table.items() if parent in found} - found:
+        found |= grown
+    found.discard(os.getpid())
+    return {pid: (table[pid][1], _shown_command(table[pid][2])) for pid in sorted(found) if not _zombie(pid)}
+
+
+def _shown_command(argv: Sequence[str]) -> str:
+    """A command line as a person reads it: `dvc exp exec-run ...`, not the interpreter's path."""
+    if len(argv) > 1 and Path(argv[0]).name.startswith("python"):
+        argv = [Path(argv[1]).name, *argv[2:]]
+    return " ".join(argv)[:100]
+
+
+def _alive(pid: int, started: str) -> bool:
+    info = proc_info(pid)
+    return info is not None and info[1] == started and not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2] == "Z"
+
+
+def _signal_and_wait(processes: Mapping[int, tuple[str, str]], sig: int, wait_s: float) -> list[int]:
+    """Send `sig` to each process still alive (the same pid and start time: never a reused pid);
+    return the ones still alive after up to `wait_s` seconds."""
+    alive = [pid for pid, (started, _) in processes.items() if _alive(pid, started)]
+    for pid in alive:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+    deadline = time.monotonic() + wait_s
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.2)
+        alive = [pid for pid in alive if _alive(pid, processes[pid][0])]
+    return alive
+
+
+def _end_processes(processes: Mapping[int, tuple[str, str]], grace_s: float) -> list[int]:
+    """SIGTERM, then SIGKILL for what outlives `grace_s`; return the pids that needed the SIGKILL."""
+    stubborn = _signal_and_wait(processes, signal.SIGTERM, grace_s)
+    _signal_and_wait({pid: processes[pid] for pid in stubborn}, signal.SIGKILL, grace_s)
+    return stubborn
+
+
+def _dvc_quiet(root: Path, args: Sequence[str]) -> tuple[int, str]:
+    """(exit status, what it said) of a dvc command whose failure is reported, not raised:
+    stopping carries on past it."""
+    command, env = _dvc_command(args)
+    shown = f"`dvc {' '.join(args)}`"
+    try:
+        done = subprocess.run(
+            command, cwd=root, env=env, capture_output=True, text=True, timeout=STOP_COMMAND_S
+        )
+    except subprocess.TimeoutExpired:
+        return -1, f"{shown} did not answer within {STOP_COMMAND_S:.0f} s"
+    said = " ".join((done.stdout + done.stderr).split())
+    return done.returncode, f"{shown}: {said or 'done'}" + (
+        f" (exit {done.returncode})" if done.returncode else ""
+    )
+
+
+def _listed(processes: Mapping[int, tuple[str, str]]) -> str:
+    return ", ".join(f"{pid} ({command})" for pid, (_, command) in processes.items())
+
+
+def _after_workers_stop(root: Path, wait_s: float = STOP_SETTLE_S) -> dict[int, tuple[str, str]]:
+    """The queue's processes once its workers exited by themselves (`dvc queue stop` returns while
+    they are still stopping), or once `wait_s` passed: a worker cut short may leave a task marked
+    running."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = queue_processes(root)
+        if time.monotonic() > deadline or not any(_is_queue_daemon(c.split()) for _, c in left.values()):
+            return left
+        time.sleep(0.5)
+
+
+def stop_queue(root: Path, names: Sequence[str], grace_s: float = STOP_GRACE_S) -> list[str]:
+    """Stop this project's queue and everything it runs; return what was done, line by line.
+
+    `dvc queue stop --kill` stops the workers and interrupts the running experiments, but the
+    stage commands of a killed experiment live on (seen: a training process, orphaned), so every
+    process of the queue still alive after it is ended here (`queue_processes`). The sweep's tasks
+    are then killed (a task DVC still counts as running) and removed from the queue, so it holds
+    nothing of the sweep and a new sweep of the same points is not refused as a duplicate.
+    """
+    before = queue_processes(root)
+    lines = [_dvc_quiet(root, ["queue", "stop", "--kill"])[1]]
+    left = _after_workers_stop(root)
+    if gone := {pid: info for pid, info in before.items() if pid not in left}:
+        lines.append(f"stopped with the queue: {_listed(gone)}")
+    if left:
+        forced = _end_processes(left, grace_s)
+        lines.append(f"left running by DVC, ended here: {_listed(left)}")
+        if forced:
+            lines.append(f"(SIGKILL after {grace_s:.0f} s for {', '.join(map(str, forced))})")
+    if not before and not left:
+        lines.append("no queue process was running")
+    code, said = _dvc_quiet(root, ["queue", "kill", *names])
+    if code == 0:
+        lines.append(said)
+    lines.append(_dvc_quiet(root, ["queue", "remove", *names])[1])
+    if still := queue_processes(root):
+        lines.append(f"still running, stop them by hand: {_listed(still)}")
+    return lines
+
+
 def collect(root: Path, experiment: Mapping[str, Any], methods: Sequence[str], layout: Layout) -> list[Path]:
     """Write reports/sweeps/<method>__<key>=<value>.json for each method from the experiment commit."""
     rev = experiment["rev"]
@@ -484,10 +672,8 @@ def run(
         raise SweepError(f"--methods {','.join(methods)!r}: name each method to collect once, e.g. naive")
     if jobs < 1:
         raise SweepError(f"--jobs {jobs}: run at least one experiment at a time")
-    grid = parse_grid(specs)
-    points = grid_points(grid)
-    for point in points:  # a typo or a bad value fails here, before any experiment is queued
-        load_params(root / "params.yaml", [f"{k}={v}" for k, v in point.items()])
+    points = grid_points(parse_grid(specs))
+    check_distinct(root / "params.yaml", points)
     copies, skipped = copy_paths(root)
     if skipped:
         sys.stderr.write(
@@ -503,9 +689,18 @@ def run(
             "and `dvc exp diff` has no baseline to compare with until you commit it, before sweeping:\n"
             f"  {commit_command(uncommitted)}\n"
         )
-    tasks = queue_points(root, points, copies)
-    start_queue(root, jobs)
-    rows, logs = wait_for_queue(root, tasks, poll_s, wait_s)
+    try:
+        with signals_as_exceptions():
+            tasks = queue_points(root, points, copies)
+            start_queue(root, jobs)
+            rows, logs = wait_for_queue(root, tasks, poll_s, wait_s)
+    except (Terminated, KeyboardInterrupt) as stop:
+        signum = stop_signal(stop)
+        with signals_ignored():
+            sys.stderr.write(f"sweep: stopped by {signal.Signals(signum).name}; stopping what it started\n")
+            for line in stop_queue(root, [experiment_name(p) for p in points]):
+                sys.stderr.write(f"  {line}\n")
+        raise SystemExit(exit_code(signum)) from stop
     states = {row["task_id"]: row["state"] for row in rows}
     failed = [name for name, task in tasks.items() if states[task] != "success"]
     if failed:

@@ -25,6 +25,11 @@ Unusable databases. A sqlite URI whose file cannot be written (a read-only locat
 directory that does not exist, a path that is a directory) stops the command at once,
 naming the path: MLflow itself retries opening it for about 105 s before failing.
 
+Moved projects. MLflow stores an experiment's artifact location as an absolute path, so a
+project copied or moved with its mlflow.db would keep writing artifacts into the original
+directory. A stage refuses to log to such a database before any work and says how to fix it
+(`check_artifact_location`).
+
 Outages. An http(s) server that does not answer at start stops the stage before any
 work, naming the URI, unless `tracking.required` is false: then the run is recorded in
 `<root>/.prefshift/offline.db` (self-gitignored, not a DVC output). A server lost mid-run
@@ -61,7 +66,9 @@ import yaml
 from prefshift.config import Params
 from prefshift.errors import PrefshiftError
 from prefshift.host import compute_tags
+from prefshift.locks import private_dir
 from prefshift.paths import Layout
+from prefshift.signals import Terminated, exit_code, signals_as_exceptions, stop_signal
 
 # MLflow's usage telemetry phones home (never reachable offline) from a thread that edits
 # os.environ; a user who wants it sets the variable themselves.
@@ -75,6 +82,7 @@ MAX_PARAM_CHARS = 6000
 REMOTE_URI_TAG = "prefshift.remote_uri"
 REMOTE_RUN_TAG = "prefshift.remote_run_id"
 OFFLINE_DB = "offline.db"
+ARTIFACTS_DIR = "mlartifacts"
 # MLflow's client retries a dead server for minutes by default; with these a stage falls
 # back to the offline database after ~10 s instead. Applied only where the user set nothing.
 HTTP_DEFAULTS = {
@@ -106,10 +114,7 @@ def tracking_uri(layout: Layout) -> str:
 
 def offline_uri(root: Path) -> str:
     """Where runs go when the server is down and params.tracking.required is false."""
-    directory = root / ".prefshift"
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / ".gitignore").write_text("*\n", encoding="utf-8")
-    return f"sqlite:///{(directory / OFFLINE_DB).as_posix()}"
+    return f"sqlite:///{(private_dir(root) / OFFLINE_DB).as_posix()}"
 
 
 def is_offline(uri: str) -> bool:
@@ -235,7 +240,7 @@ def params_hash(params: Params) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _proc_parent(pid: int) -> tuple[int, str, list[str]] | None:
+def proc_info(pid: int) -> tuple[int, str, list[str]] | None:
     """(parent pid, start time, argv) of a process from /proc, None where unavailable."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -252,7 +257,7 @@ def _dvc_invocation() -> str | None:
         return None
     pid = os.getppid()
     for _ in range(12):
-        info = _proc_parent(pid)
+        info = proc_info(pid)
         if info is None or pid <= 1:
             return None
         parent, started, argv = info
@@ -398,6 +403,8 @@ class StageRun:
         self.journal: list[tuple[str, tuple, dict]] = []
         try:
             self._start(uri, {})
+        except MovedDatabaseError:
+            raise  # not an outage: an offline fallback would hide it
         except Exception as err:
             if params.tracking.required or is_offline(uri):
                 raise TrackingError(f"cannot use MLflow tracking at {public_uri(uri)}: {err}") from err
@@ -508,15 +515,51 @@ def open_client(layout: Layout):
     return client_for(uri)
 
 
+class MovedDatabaseError(TrackingError):
+    """A sqlite database whose experiment stores its artifacts beside another copy of it."""
+
+
+def _local_path(location: str) -> Path | None:
+    parts = urllib.parse.urlsplit(location)
+    if parts.scheme == "file":
+        return Path(urllib.parse.unquote(parts.path))
+    return Path(location) if not parts.scheme and location.startswith("/") else None
+
+
+def check_artifact_location(experiment: Any, uri: str) -> None:
+    """Refuse an experiment whose artifacts are not in the `mlartifacts` beside its sqlite database.
+
+    MLflow records an experiment's artifact location as an absolute path when the experiment is
+    created, and every run's artifact path after it. A project copied or moved with its
+    mlflow.db keeps those paths, so its runs would go on writing models and configs into the
+    original directory (or fail there, once it is gone), silently. Only the layout this module
+    creates (`<db dir>/mlartifacts`) is checked; other locations were chosen by someone on purpose.
+    """
+    database = sqlite_path(uri)
+    stored = _local_path(experiment.artifact_location or "")
+    if database is None or stored is None or stored.name != ARTIFACTS_DIR:
+        return
+    expected = database.resolve().parent / ARTIFACTS_DIR
+    if stored == expected or stored.resolve() == expected:
+        return
+    raise MovedDatabaseError(
+        f"{database}: experiment {experiment.name!r} keeps its artifacts in {stored}, not in {expected}: "
+        f"this database was copied or moved from {stored.parent}, and runs logged here would write into "
+        f"that directory. Start this copy's tracking afresh (move {database.name} and {ARTIFACTS_DIR}/ "
+        "aside), or log to a new experiment (a new `tracking.experiment` in params.yaml)"
+    )
+
+
 def ensure_experiment(client: Any, name: str, uri: str) -> str:
     from mlflow.exceptions import MlflowException
 
     found = client.get_experiment_by_name(name)
     if found is not None:
+        check_artifact_location(found, uri)
         return found.experiment_id
     location = None
     if uri.startswith("sqlite:///"):
-        location = Path(uri[len("sqlite:///") :]).parent.joinpath("mlartifacts").resolve().as_uri()
+        location = sqlite_path(uri).resolve().parent.joinpath(ARTIFACTS_DIR).as_uri()
     try:
         return client.create_experiment(name, artifact_location=location)
     except MlflowException:  # created concurrently by another stage
@@ -571,23 +614,36 @@ def run_tags(
     }
 
 
+def end_status(error: BaseException) -> str:
+    """KILLED for a run stopped from outside (a signal, Ctrl-C), FAILED for one that went wrong."""
+    stopped = any(e is not None and stop_signal(e) is not None for e in (error, error.__cause__))
+    return "KILLED" if stopped else "FAILED"
+
+
 @contextmanager
 def stage_run(params: Params, layout: Layout, stage: str, method: str | None = None) -> Iterator[StageRun]:
-    """An MLflow run for one stage, child of the pipeline run; FAILED if the body raises.
+    """An MLflow run for one stage, child of the pipeline run; never left RUNNING.
 
     Logs the resolved config (as params and as `config/params.yaml`) and the lineage tags
-    before the body runs, so an unreachable server fails before any training.
+    before the body runs, so an unreachable server fails before any training. A body that
+    raises ends the run FAILED; SIGTERM, SIGHUP and Ctrl-C end it KILLED. After a signal the
+    process exits with 128 + its number, as the signal's default action would have reported it
+    to the caller (DVC, a shell), once the run is ended and every cleanup has run.
     """
     uri = resolve_uri(params, layout)
     if uri.startswith(("http://", "https://")):
         for name, value in HTTP_DEFAULTS.items():
             os.environ.setdefault(name, value)
-    run = StageRun(params, layout, stage, method, uri)
-    run.log_params(flatten(params.resolved()))
-    run.log_text(yaml.safe_dump(params.resolved(), sort_keys=False), "config/params.yaml")
-    try:
-        yield run
-    except BaseException:
-        run.finish("FAILED")
-        raise
-    run.finish("FINISHED")
+    with signals_as_exceptions():
+        run = StageRun(params, layout, stage, method, uri)
+        try:
+            run.log_params(flatten(params.resolved()))
+            run.log_text(yaml.safe_dump(params.resolved(), sort_keys=False), "config/params.yaml")
+            yield run
+        except BaseException as error:
+            run.finish(end_status(error))
+            if isinstance(error, Terminated):
+                print(f"{run.run_name}: {error}; MLflow run {run.run_id} marked KILLED", file=sys.stderr)
+                raise SystemExit(exit_code(error.signum)) from error
+            raise
+        run.finish("FINISHED")

@@ -6,12 +6,14 @@ that starts but shows nothing useful fails the check.
 
 from __future__ import annotations
 
+import errno
 import html
 import json
 import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -51,6 +53,31 @@ def command(
     ]
 
 
+def check_port_free(host: str, port: int) -> None:
+    """Refuse a port another process listens on, before MLflow starts.
+
+    MLflow's server on a busy port logs the failure, keeps its front process alive for
+    about 50 s and then exits 0, after we had printed a URL that shows someone else's
+    service. SO_REUSEADDR makes the probe ignore connections in TIME_WAIT, as the server's
+    own bind does, so only a live listener counts.
+    """
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as err:
+        raise PrefshiftError(f"--host {host}: cannot resolve it ({err.strerror})") from None
+    family, kind, proto, _, address = addresses[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as err:
+            why = "another process listens there" if err.errno == errno.EADDRINUSE else err.strerror
+            raise PrefshiftError(
+                f"port {port} on {host} is not available ({why}): stop that process, or pass another "
+                "--port (or --host)"
+            ) from None
+
+
 def serve(layout: Layout, host: str = "127.0.0.1", port: int = 5000, backend: str | None = None) -> int:
     """Run the UI in the foreground until Ctrl-C; returns its exit status.
 
@@ -58,6 +85,7 @@ def serve(layout: Layout, host: str = "127.0.0.1", port: int = 5000, backend: st
     use it and it starts several worker processes.
     """
     cmd = command(layout, host, port, backend)
+    check_port_free(host, port)
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     print(f"MLflow UI on http://{host}:{port} (backend {cmd[5]}); Ctrl-C stops it.", file=sys.stderr)
     try:
@@ -149,6 +177,7 @@ def check(
     uri = tracking_uri(layout)
     experiment_id, runs = _evaluate_runs(uri, experiment)
     cmd = command(layout, "127.0.0.1", port, workers=1)  # one browser: 12 s to start instead of 19
+    check_port_free("127.0.0.1", port)
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     server = subprocess.Popen(
         cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True

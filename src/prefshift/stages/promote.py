@@ -8,9 +8,17 @@ gold labels, so it is a reference, not a weak-to-strong student.
 
 Aliases: `champion` on the passing student with the highest mean NTS (ties: method
 name order), `candidate-<method>` on every other passing student (an MLflow alias
-names one version, so each candidate needs its own). A method that fails now loses
-its candidate alias; an existing champion is only replaced, never removed, so a
-failed pipeline run does not leave downstream users without a model.
+names one version, so each candidate needs its own). The latest gate is the project's
+verdict on a method: every alias (the champion's too) on a version registered for a
+method that fails now is removed, so a stricter re-run never leaves a failed model
+named as a candidate or the champion. Methods that were not trained keep theirs:
+there is nothing new to judge them by.
+
+Only models that exist are judged: a listed method with neither a student nor metrics
+is reported as not trained, and the ceiling, when it exists, as the reference it is.
+The metrics are read only once their bytes are verified as the ones `prefshift
+evaluate` wrote (`output_set.verify_file`): a hand-edited `mean_aog` is refused, not
+promoted.
 
 reports/promotion.json records every decision and reason, which version each model
 has, and the aliases as read back from the registry.
@@ -26,9 +34,11 @@ from typing import Any
 from prefshift.atomic import write_json
 from prefshift.config import Params
 from prefshift.errors import PrefshiftError
+from prefshift.output_set import verify_file
 from prefshift.paths import Layout
 
 CHAMPION = "champion"
+PASS, FAIL, NOT_TRAINED, REFERENCE = "PASS", "FAIL", "not trained", "reference"
 
 
 class PromoteError(PrefshiftError):
@@ -47,20 +57,32 @@ def _number(metrics: dict[str, Any], dotted: str, path: Path) -> float:
 
 
 def gate(params: Params, layout: Layout, method: str) -> dict[str, Any]:
-    """{"method", "passed", "reasons", and the numbers the gate used} for one method."""
+    """{"method", "status", "passed", "reasons", and the numbers the gate used} for one method.
+
+    status: PASS or FAIL for a student with metrics (FAIL too when one of the two is missing),
+    "not trained" when it has neither, "reference" for the ceiling, which is never promoted.
+    """
     path = layout.metrics(method)
+    student_dir = layout.student_dir(method)
     decision: dict[str, Any] = {
         "method": method,
+        "status": FAIL,
         "passed": False,
         "reasons": [],
         "gate": params.promote.model_dump(),
     }
+    if not path.exists() and not student_dir.exists():
+        decision["status"] = NOT_TRAINED
+        decision["reasons"].append(f"neither {student_dir} nor {path} exists; `dvc repro` trains it")
+        return decision
     if method == "ceiling":
+        decision["status"] = REFERENCE
         decision["reasons"].append("ceiling is trained on gold labels; it is a reference, never promoted")
         return decision
     if not path.exists():
         decision["reasons"].append(f"{path} not found; run `prefshift evaluate --method {method}`")
         return decision
+    verify_file(layout.root, path, f"prefshift evaluate --method {method}")
     try:
         metrics = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
@@ -88,11 +110,11 @@ def gate(params: Params, layout: Layout, method: str) -> dict[str, Any]:
         )
     if not mean_aog > params.promote.min_mean_aog:
         decision["reasons"].append(f"mean AOG {mean_aog:.2f} <= {params.promote.min_mean_aog:g}")
-    student_dir = layout.student_dir(method)
     if not student_dir.is_dir():
         decision["reasons"].append(f"{student_dir} not found; run `prefshift train --method {method}`")
     decision["passed"] = not decision["reasons"]
     if decision["passed"]:
+        decision["status"] = PASS
         decision["reasons"].append("passed the gate")
     return decision
 
@@ -117,8 +139,24 @@ def version_tags(decision: dict[str, Any], git: dict[str, str], pipeline_id: str
 
 
 def _print_decisions(decisions: list[dict[str, Any]]) -> None:
+    """One line per model that exists; the listed methods never trained share one line."""
     for d in decisions:
-        print(f"promote: {d['method']}: {'PASS' if d['passed'] else 'FAIL'} - {'; '.join(d['reasons'])}")
+        if d["status"] != NOT_TRAINED:
+            print(f"promote: {d['method']}: {d['status']} - {'; '.join(d['reasons'])}")
+    untrained = [d["method"] for d in decisions if d["status"] == NOT_TRAINED]
+    if untrained:
+        print(f"promote: not trained (nothing to judge): {', '.join(untrained)}")
+
+
+def _drop_failed_aliases(client: Any, name: str, decisions: list[dict[str, Any]], kept: set[str]) -> list:
+    """Remove the aliases on versions of methods that fail the gate now, except the ones just set."""
+    from prefshift import registry
+
+    failed = {d["method"] for d in decisions if d["status"] == FAIL}
+    removed = registry.drop_aliases_of(client, name, failed, keep=kept)
+    for alias, version, method in removed:
+        print(f"promote: removed alias {alias!r} from version {version} ({method}): it fails the gate now")
+    return [{"alias": a, "version": v, "method": m} for a, v, m in removed]
 
 
 def run(params: Params, layout: Layout) -> dict[str, Any]:
@@ -136,6 +174,8 @@ def run(params: Params, layout: Layout) -> dict[str, Any]:
         )
     if not passing:
         result["summary"] = "nothing promoted: no student passed the gate (reasons per method above)"
+        if any(d["status"] == FAIL for d in decisions):
+            result["removed_aliases"] = _unpromote(params, layout, decisions)
         print(f"promote: {result['summary']}")
         write_json(layout.promotion, result)
         return result
@@ -164,9 +204,8 @@ def run(params: Params, layout: Layout) -> dict[str, Any]:
             )
             if holder != version.version:
                 print(f"promote: alias {alias!r} was moved to version {holder} by a concurrent promotion")
-        for decision in decisions:
-            if not decision["passed"]:
-                registry.drop_alias(logger.client, name, f"candidate-{decision['method']}")
+        kept = {p["alias"] for p in result["promoted"]}
+        result["removed_aliases"] = _drop_failed_aliases(logger.client, name, decisions, kept)
         result["aliases"] = dict(sorted(logger.client.get_registered_model(name).aliases.items()))
         champion = result["promoted"][0]
         result["summary"] = f"champion: {champion['method']} (version {champion['alias_holder']})"
@@ -175,3 +214,16 @@ def run(params: Params, layout: Layout) -> dict[str, Any]:
     print(f"promote: {result['summary']}")
     write_json(layout.promotion, result)
     return result
+
+
+def _unpromote(params: Params, layout: Layout, decisions: list[dict[str, Any]]) -> list:
+    """With nothing passing, only aliases go: removed from versions of the methods that fail now."""
+    from prefshift import registry, tracking
+
+    name = params.tracking.registered_model
+    with tracking.stage_run(params, layout, "promote") as logger:
+        if not registry.is_registered(logger.client, name):
+            return []
+        removed = _drop_failed_aliases(logger.client, name, decisions, set())
+        logger.log_dict({"decisions": decisions, "removed_aliases": removed}, "promotion.json")
+    return removed

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from prefshift import locks
 from prefshift.config import Params
 from prefshift.data.schema import read_pairs
 from prefshift.paths import Layout
@@ -12,14 +13,16 @@ from prefshift.train import fit
 def run(params: Params, layout: Layout) -> dict:
     check_base(layout, "weak")
     pairs = read_pairs(layout.split("teacher_train"))
-    return fit(
-        params,
-        layout,
-        name="teacher",
-        method="teacher",
-        base_dir=layout.base_model("weak"),
-        pairs=pairs,
-        targets=[p.gold for p in pairs],
-        cfg=params.teacher,
-        out_dir=layout.teacher_dir,
-    )
+    outputs = [layout.teacher_dir, layout.checkpoint_dir("teacher")]  # see stages/train.py
+    with locks.hold_in_main_process(layout.root, outputs, "prefshift teacher"):
+        return fit(
+            params,
+            layout,
+            name="teacher",
+            method="teacher",
+            base_dir=layout.base_model("weak"),
+            pairs=pairs,
+            targets=[p.gold for p in pairs],
+            cfg=params.teacher,
+            out_dir=layout.teacher_dir,
+        )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from prefshift import locks
 from prefshift.config import Params, check_method
 from prefshift.data.schema import Pair, read_pairs
 from prefshift.paths import Layout
@@ -30,18 +31,22 @@ def _targets(layout: Layout, method: str, pairs: Sequence[Pair]) -> list[float]:
 
 
 def run(params: Params, layout: Layout, method: str) -> dict:
+    """Train under the writer lock of the student's directories: a second `train --method M` in this
+    project would share the resumable checkpoint and interleave its saves with this one's."""
     check_method(method)
     check_base(layout, "strong")
     pairs = read_pairs(layout.split("student_train"))
     targets = _targets(layout, method, pairs)
-    return fit(
-        params,
-        layout,
-        name=method,
-        method=method,
-        base_dir=layout.base_model("strong"),
-        pairs=pairs,
-        targets=targets,
-        cfg=params.student,
-        out_dir=layout.student_dir(method),
-    )
+    outputs = [layout.student_dir(method), layout.checkpoint_dir(method)]
+    with locks.hold_in_main_process(layout.root, outputs, f"prefshift train --method {method}"):
+        return fit(
+            params,
+            layout,
+            name=method,
+            method=method,
+            base_dir=layout.base_model("strong"),
+            pairs=pairs,
+            targets=targets,
+            cfg=params.student,
+            out_dir=layout.student_dir(method),
+        )

@@ -1,0 +1,172 @@
+"""Clean lifecycles (issue 30, item 7): writers lock their outputs, unlisted methods and busy ports are
+refused, and nothing a command starts outlives it. Real processes throughout; the sweep's real DVC
+queue is in test_sweep.py and MLflow's run states in test_tracking.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from prefshift import locks
+from prefshift.cli import app
+from prefshift.paths import Layout
+from tiny_project import copy_project, pipeline_root, tiny_params, write_params
+
+PREFSHIFT = str(Path(sys.executable).parent / "prefshift")
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+BOUND_S = 600.0
+"""Generous: a tiny training takes seconds alone, but this machine may be shared and loaded."""
+
+
+@pytest.fixture
+def project(tmp_path_factory, tmp_path) -> Layout:
+    return copy_project(pipeline_root(tmp_path_factory), tmp_path / "project")
+
+
+def _prefshift(layout: Layout, *args: str, **kwargs) -> subprocess.Popen:
+    cmd = [PREFSHIFT, *args, "--root", str(layout.root), "--params", str(layout.root / "params.yaml")]
+    return subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def _wait_for_holder(lock: Path, proc: subprocess.Popen) -> None:
+    """Poll until `proc` has recorded itself in `lock` (it holds it then), or fail with its output."""
+    deadline = time.monotonic() + BOUND_S
+    while time.monotonic() < deadline:
+        try:
+            if json.loads(lock.read_text())["pid"] == proc.pid:
+                return
+        except (OSError, ValueError, KeyError):
+            pass
+        if proc.poll() is not None:
+            pytest.fail(f"the first writer ended before it held {lock}: {proc.communicate()}")
+        time.sleep(0.05)
+    pytest.fail(f"{proc.args} did not take {lock} within {BOUND_S:.0f} s")
+
+
+def _finish(proc: subprocess.Popen) -> tuple[int, str]:
+    try:
+        _, err = proc.communicate(timeout=BOUND_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return proc.returncode, err
+
+
+def test_a_second_training_of_one_student_fails_at_once_naming_the_first(project):
+    """Before, both ran and shared models/checkpoints/naive; one run was left holding half a checkpoint."""
+    lock = locks.lock_file(project.root, project.student_dir("naive"))
+    first = _prefshift(project, "train", "--method", "naive")
+    try:
+        _wait_for_holder(lock, first)
+        first.send_signal(signal.SIGSTOP)  # holds the lock for as long as the second needs, under any load
+        code, err = _finish(_prefshift(project, "train", "--method", "naive"))
+        assert code == 2, err
+        named = err.split("error: ", 1)[-1].split(" is being written by ")[0]
+        assert named in (str(project.student_dir("naive")), str(project.checkpoint_dir("naive"))), err
+        assert f"is being written by process {first.pid} (`prefshift train --method naive`" in err
+        assert "Traceback" not in err
+    finally:
+        first.send_signal(signal.SIGCONT)
+    code, err = _finish(first)
+    assert code == 0, err  # the first writer was not disturbed
+    assert (project.student_dir("naive") / "model.safetensors").is_file()
+    assert not project.checkpoint_dir("naive").exists()  # its checkpoint was its own to remove
+    assert ".prefshift" not in {p.name for p in project.student_dir("naive").parents}
+
+
+HOLD_METRICS = """
+import sys, time
+from pathlib import Path
+from prefshift.output_set import output_set
+from prefshift.paths import Layout
+layout = Layout(Path(sys.argv[1]))
+with output_set(layout.root, "prefshift evaluate --method naive", files=[layout.metrics("naive")]):
+    print("holding", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_every_output_set_is_locked_and_a_killed_holder_leaves_no_lock(project):
+    """A stage that writes through an output set (here: evaluate's metrics) is refused while another
+    process writes that output; SIGKILL of the holder frees it, with nothing to clean up by hand."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_METRICS, str(project.root)], env=ENV, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        code, err = _finish(_prefshift(project, "evaluate", "--method", "naive"))
+        assert code == 2, err
+        assert f"{project.metrics('naive')} is being written by process {holder.pid}" in err
+    finally:
+        holder.kill()
+        holder.wait()
+    code, err = _finish(_prefshift(project, "evaluate", "--method", "naive"))
+    assert code == 0, err
+    assert json.loads(project.metrics("naive").read_text())["method"] == "naive"
+
+
+def test_locks_nest_within_one_process_and_live_outside_the_outputs(tmp_path):
+    output = tmp_path / "models" / "students" / "naive"
+    with locks.hold(tmp_path, [output], "outer"), locks.hold(tmp_path, [output], "inner"):
+        assert locks.lock_file(tmp_path, output) == tmp_path / ".prefshift/locks/models/students/naive.lock"
+    assert (tmp_path / ".prefshift" / ".gitignore").read_text() == "*\n"
+    assert not output.exists()
+    with locks.hold(tmp_path, [output]):  # released: free again
+        pass
+
+
+@pytest.mark.parametrize("command", ["train", "evaluate", "targets", "downstream"])
+def test_a_method_params_do_not_list_is_refused(tmp_path, command):
+    """Before, `train --method ceiling` trained a student no DVC stage owns when methods left it out."""
+    params = write_params(tmp_path, tiny_params(methods=["naive", "anchor_last"]))
+    result = CliRunner().invoke(app, [command, "-m", "ceiling", "-p", str(params), "--root", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert "method 'ceiling' is not listed in params `methods` (naive, anchor_last)" in result.stderr
+    assert "add it to `methods` in params.yaml" in result.stderr
+    assert "methods=[naive, anchor_last, ceiling]" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]  # nothing was started
+
+
+def test_ui_on_a_busy_port_fails_at_once_naming_it(tmp_path):
+    """Before: the URL was printed, then MLflow exited 0 about 50 s later."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        started = time.monotonic()
+        done = subprocess.run(
+            [PREFSHIFT, "ui", "--port", str(port), "--root", str(tmp_path)],
+            cwd=tmp_path,
+            env=ENV,
+            capture_output=True,
+            text=True,
+            timeout=BOUND_S,
+        )
+    assert done.returncode == 2, done.stderr
+    assert f"port {port} on 127.0.0.1 is not available (another process listens there)" in done.stderr
+    assert "pass another --port" in done.stderr
+    assert "MLflow UI on" not in done.stderr  # no URL of someone else's service
+    assert time.monotonic() - started < 60  # no server was started (mlflow's own start takes longer)
+
+
+def test_ui_on_an_address_of_no_local_interface_fails_at_once_naming_it(tmp_path):
+    done = subprocess.run(
+        [PREFSHIFT, "ui", "--host", "192.0.2.1", "--port", "5000", "--root", str(tmp_path)],  # TEST-NET-1
+        cwd=tmp_path,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=BOUND_S,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "port 5000 on 192.0.2.1 is not available (Cannot assign requested address)" in done.stderr
