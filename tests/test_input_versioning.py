@@ -20,7 +20,6 @@ from typer.testing import CliRunner
 from e2e_project import REPO, environment, ran_stages, run
 from prefshift.bench.pipeline import copy_project_sources
 from prefshift.cli import app
-from prefshift.errors import PrefshiftError
 from prefshift.paths import Layout
 from prefshift.stages import inputs
 from prefshift.stages.inputs import CONSUMERS, STAT_CACHE_NAME, inputs_file
@@ -184,16 +183,17 @@ def test_a_fifo_named_as_data_is_recorded_not_read(project):
     assert test_split == {"path": "raw/mine_test.jsonl", "not_a_file_or_directory": True}
 
 
-def test_a_pattern_with_an_unknown_field_is_refused_naming_the_key(project, make_params):
-    root, _ = project
-    bad = {**MINE, "path": "raw/{split}_{x}.jsonl"}
-    params = make_params(data={"source": "mine", "targets": ["syn_help_chat"], "sources": {"mine": bad}})
-    named = r"data\.sources\.mine\.path: 'raw/\{split\}_\{x\}\.jsonl'.*KeyError"
-    with pytest.raises(PrefshiftError, match=named):
-        inputs.run(params, Layout(root))
-    (root / "params.yaml").write_text(yaml.safe_dump(params.resolved(), sort_keys=False), encoding="utf-8")
+def test_a_pattern_with_an_unknown_field_is_refused_naming_the_key(project):
+    """Refused where params are read, before `inputs` (or any stage) opens a file: one line naming
+    the key, through the CLI as exit 2."""
+    root, params = project
+    raw = params.resolved()
+    raw["data"]["sources"]["mine"] = {**MINE, "path": "raw/{split}_{x}.jsonl"}
+    (root / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
     result = CliRunner().invoke(app, ["inputs", "-p", str(root / "params.yaml"), "--root", str(root)])
-    assert result.exit_code == 2 and "data.sources.mine.path" in result.output
+    assert result.exit_code == 2
+    assert "data.sources.mine.path" in result.output and "{x}" in result.output
+    assert not (root / "data" / "inputs").exists()
 
 
 def test_the_stat_cache_reads_a_file_again_only_when_its_stat_changes(project):

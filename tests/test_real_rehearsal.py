@@ -20,7 +20,7 @@ import pytest
 
 from e2e_project import REPO, environment, ran_stages, run
 from mlflow_support import seed_database
-from prefshift.bench.pipeline import copy_tracked
+from prefshift.bench.pipeline import copy_project_sources
 from rlhf_families import bert_tokenizer
 from tiny_models import base_dir
 
@@ -105,7 +105,7 @@ def rehearse(tmp_path: Path, tmp_path_factory, strong: str, extra: list[str]) ->
     strong_dir = strong_dir or base_dir(tmp_path / "models", seed=1)
     root = tmp_path / "project"
     root.mkdir()
-    copy_tracked(REPO, root)
+    copy_project_sources(REPO, root)
     seed_database(tmp_path_factory, root / "mlflow.db")
     env = {**environment(root), "HF_HOME": str(tmp_path / "empty-hf-home")}  # no cached policy LM
     for cache in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_CACHE"):  # all would point elsewhere

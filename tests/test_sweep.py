@@ -339,6 +339,10 @@ def _gone(pid: int) -> bool:
     return stat[stat.rindex(")") + 2] == "Z"
 
 
+def _take_ctrl_c() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_stopped_sweep_stops_its_queue_and_experiments_and_says_what_it_stopped(tmp_path, signum):
@@ -363,6 +367,9 @@ def test_a_stopped_sweep_stops_its_queue_and_experiments_and_says_what_it_stoppe
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # A job started in the background of a non-interactive shell (as a CI script may start the
+        # suite) inherits SIGINT ignored, and Python keeps it so; a user's sweep takes Ctrl-C.
+        preexec_fn=_take_ctrl_c,
     )
     try:
         deadline = time.monotonic() + 600  # queueing and the worker's start take long on a loaded machine

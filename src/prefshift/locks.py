@@ -24,7 +24,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from pathlib import Path
 
-from prefshift.errors import PrefshiftError
+from prefshift.atomic import WriteFailed
+from prefshift.errors import PrefshiftError, os_error_cause
 
 PRIVATE = ".prefshift"
 LOCKS = Path(PRIVATE) / "locks"
@@ -78,7 +79,17 @@ def _hold_one(root: Path, output: Path, command: str) -> Iterator[None]:
 
 
 def _acquire(root: Path, path: Path, output: Path, command: str) -> int:
-    """An open descriptor of `path` holding its exclusive flock, with this writer recorded in it."""
+    """An open descriptor of `path` holding its exclusive flock, with this writer recorded in it.
+
+    The lock lives on the output's own disk, so a full or read-only disk fails here first: that is
+    reported as a failure to write the output, which is what it will be."""
+    try:
+        return _locked_descriptor(root, path, output, command)
+    except OSError as err:
+        raise WriteFailed([output], os_error_cause(err)) from None
+
+
+def _locked_descriptor(root: Path, path: Path, output: Path, command: str) -> int:
     private_dir(root)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)

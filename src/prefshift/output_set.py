@@ -152,6 +152,9 @@ def output_set(
     content hash keys caches; the manifests of the set's other directories still list its files.
     """
     root = _absolute(root)
+    # Before the lock and the work: no link or device, and a writable disk with room.
+    for target, directory in [(f, False) for f in files] + [(d, True) for d in (*directories, *bare)]:
+        check_output(_absolute(target), directory)
     with locks.hold(root, [*files, *directories, *bare], command):
         yield from _staged(root, command, files, directories, manifest, bare)
 
@@ -171,7 +174,6 @@ def _staged(
         members = [(f, False, False) for f in files] + [(d, True, False) for d in directories]
         for target, directory, is_bare in members + [(d, True, True) for d in bare]:
             target = _absolute(target)
-            check_output(target, directory)  # before the stage's work: no link or device; writable
             target.parent.mkdir(parents=True, exist_ok=True)
             clear_stale(target)
             if directory:

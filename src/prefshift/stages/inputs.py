@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from prefshift.atomic import write_json
-from prefshift.config import Params
+from prefshift.config import Params, is_split_pattern
 from prefshift.console import messages
 from prefshift.errors import PrefshiftError
 from prefshift.paths import Layout
@@ -115,17 +115,6 @@ def local_record(path: Path, hashes: FileHashes, shown: str | None = None) -> di
     return {"path": shown, "files": {name: hashes.md5(p) for name, p in zip(names, files, strict=True)}}
 
 
-def pattern_path(pattern: str, split: str, where: str) -> Path:
-    """A `{split}` path pattern for one split; any other field is refused, naming the key."""
-    try:
-        return Path(pattern.format(split=split))
-    except (KeyError, IndexError, ValueError) as err:
-        raise PrefshiftError(
-            f"{where}: {pattern!r} is not a valid path pattern ({type(err).__name__}: {err}); "
-            "the only field is {split}"
-        ) from None
-
-
 def dataset_record(name: str, splits: Iterable[str], params: Params, hashes: FileHashes) -> dict[str, Any]:
     """One dataset prepare reads: its local files per split, or its hub id and revision."""
     from prefshift.data.adapters import get_adapter
@@ -133,11 +122,12 @@ def dataset_record(name: str, splits: Iterable[str], params: Params, hashes: Fil
     adapter = get_adapter(name, params)
     source = params.data.sources.get(name)
     if source is not None and source.path:
-        where = f"data.sources.{name}.path"
-        if "{split}" in source.path:  # as prefshift.data.adapters.base.split_files reads it
+        # Read as prefshift.data.adapters.base.split_files reads it; params were checked to hold no
+        # field but {split} when they were loaded.
+        if is_split_pattern(source.path):
             return {
                 "splits": {
-                    split: local_record(pattern_path(source.path, adapter.splits[split], where), hashes)
+                    split: local_record(Path(source.path.format(split=adapter.splits[split])), hashes)
                     for split in splits
                     if split in adapter.splits
                 }
