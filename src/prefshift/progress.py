@@ -61,6 +61,12 @@ def lines_to(stream: IO[str]) -> Iterator[None]:
         _redirect.pop()
 
 
+def _main_process() -> bool:
+    """False in every process but the first of a multi-process launch (torchrun and `accelerate
+    launch` set RANK), so N processes training one model print one set of lines."""
+    return os.environ.get("RANK", "0").strip() in ("", "0")
+
+
 def duration(seconds: float) -> str:
     """`12s`, `4m05s`, `1h02m`: short enough for a log line, exact enough to plan by."""
     total = max(0, round(seconds))
@@ -99,7 +105,7 @@ class ProgressReporter:
         self.start = self.done = start
         self.items = 0
         self.values: dict[str, float] = {}
-        self.enabled = enabled and total > 0
+        self.enabled = enabled and total > 0 and _main_process()
         self.period_s = every_s() if period_s is None else period_s
         self.clock = clock
         self.began = self.last_line = clock()

@@ -39,7 +39,7 @@ from prefshift.models.reward import (
 )
 from prefshift.output_set import output_set
 from prefshift.paths import Layout
-from prefshift.progress import ProgressReporter
+from prefshift.progress import ProgressReporter, track
 from prefshift.reference_manifest import (
     FINGERPRINT,
     MANIFEST,
@@ -177,9 +177,8 @@ def build_reference(
             hidden_fn(model), layers, cache=True, max_bytes=anchor.cache_max_gb * 1e9, spill_dir=spill_dir
         )
         lengths = [it.length for it in items]
-        reference.fill(
-            collate([items[i] for i in b], pad_id) for b in sorted_batches(lengths, cfg.batch_size)
-        )
+        batches = (collate([items[i] for i in b], pad_id) for b in sorted_batches(lengths, cfg.batch_size))
+        reference.fill(track(batches, "reference (in-run cache)", len(items), size=_pairs_in))
         reference.compute = None
         reference.route = "in-run cache"
         return reference
@@ -192,6 +191,11 @@ def build_reference(
     reference.module = ref_model
     reference.route = "frozen copy"
     return reference
+
+
+def _pairs_in(batch: dict) -> int:
+    """Pairs in a collated batch: its rows are every chosen response, then every rejected one."""
+    return len(batch["keys"]) // 2
 
 
 def rank_batches(
@@ -268,7 +272,7 @@ def _in_run_mean_squares(
     over every process's share of the training data, so all processes weigh the anchor alike."""
     order = sorted_batches([it.length for it in own], batch_size)
     batches = (collate([own[i] for i in b], pad_id) for b in order)
-    totals, count = reference.square_sums(batches)
+    totals, count = reference.square_sums(track(batches, "reference mean squares", len(own), size=_pairs_in))
     summed = accelerator.reduce(torch.cat([totals, torch.tensor([float(count)], dtype=torch.float64)]), "sum")
     summed = summed.cpu()
     if not summed[-1] > 0:
