@@ -406,9 +406,10 @@ def train_reward_model(
     unwrapped = accelerator.unwrap_model(model)
     window_loss, window_acc, window_n = window
     extra: dict[str, float] = {}
-    for kind, rows in (("train", log.steps), ("drift", log.drift), ("drift_mse", log.drift_mse)):
+    record = on_record or _ignore
+    for series, rows in (("train", log.steps), ("drift", log.drift), ("drift_mse", log.drift_mse)):
         for row in rows:  # a resumed run's observer still sees the whole history
-            _notify(on_record, kind, row)
+            record(series, row)
     report = ProgressReporter(
         f"train {name}",
         total_steps,
@@ -469,10 +470,10 @@ def train_reward_model(
                         **extra,
                     }
                     log.steps.append(row)
-                    _notify(on_record, "train", row)
+                    record("train", row)
                     window_loss, window_acc, window_n = 0.0, 0.0, 0
                 if step % cfg.drift_every == 0:
-                    _add_drift(log, measure_drift(unwrapped, probe, probe_ref, step), on_record)
+                    _add_drift(log, measure_drift(unwrapped, probe, probe_ref, step), record)
                 at_epoch_end = bi == len(batches) - 1
                 due = step % cfg.checkpoint_every == 0 if cfg.checkpoint_every else at_epoch_end
                 if checkpoint_dir is not None and due:
@@ -488,7 +489,7 @@ def train_reward_model(
                     _save_checkpoint(accelerator, checkpoint_dir, {**state, **asdict(log)})
                     last_ckpt = checkpoint_dir / "last"
     if not log.drift or log.drift[-1]["step"] != step:
-        _add_drift(log, measure_drift(unwrapped, probe, probe_ref, step), on_record)
+        _add_drift(log, measure_drift(unwrapped, probe, probe_ref, step), record)
     result = {
         "name": name,
         "objective": objective.name,
@@ -511,15 +512,14 @@ def train_reward_model(
     return unwrapped, result
 
 
-def _notify(on_record: Observer | None, kind: str, row: dict) -> None:
-    if on_record is not None:
-        on_record(kind, row)
+def _ignore(series: str, row: dict) -> None:
+    """The observer when nobody watches."""
 
 
-def _add_drift(log: RunLog, rows: tuple[dict, dict], on_record: Observer | None) -> None:
+def _add_drift(log: RunLog, rows: tuple[dict, dict], record: Observer) -> None:
     log.add_drift(rows)
-    _notify(on_record, "drift", rows[0])
-    _notify(on_record, "drift_mse", rows[1])
+    record("drift", rows[0])
+    record("drift_mse", rows[1])
 
 
 def _save(
