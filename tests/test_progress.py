@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
+import subprocess
 import sys
 import time
 import uuid
@@ -256,6 +258,35 @@ def test_teacher_metrics_reach_mlflow_during_training_not_after(tmp_path, monkey
     written = json.loads(layout.train_log("teacher").read_text())
     history = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "train/loss")}
     assert history == pytest.approx({s["step"]: s["loss"] for s in written["steps"]})
+
+
+@pytest.mark.slow
+def test_a_stage_command_fills_its_log_file_while_it_trains(tmp_path):
+    """`prefshift teacher > log` as a queue worker or cluster job runs it: no terminal, stdout a
+    block-buffered file, a line every 0.2 s. A snapshot of the log that holds a mid-run line but
+    not the last one proves the lines arrive while training runs (the old rich bar wrote nothing
+    into a file until the end)."""
+    layout = _teacher_project(tmp_path / "project")
+    settings = {
+        "data": {"source": "toy", "targets": ["toy_ood"]},
+        "teacher": {"batch_size": 1, "epochs": 4, "log_every": 8},
+    }
+    (layout.root / "params.yaml").write_text(json.dumps(settings))
+    log_path = tmp_path / "teacher.log"
+    env = {**os.environ, EVERY_ENV: "0.2"}
+    command = [sys.executable, "-m", "prefshift", "teacher", "--root", str(layout.root)]
+    mid_run = None
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(command, cwd=layout.root, stdout=log, stderr=subprocess.STDOUT, env=env)
+        while proc.poll() is None:
+            lines = [m for m in map(TRAIN_LINE.match, _lines(log_path.read_text(), "train teacher")) if m]
+            if mid_run is None and lines and all(m["step"] != m["total"] for m in lines):
+                mid_run = lines[-1]
+            time.sleep(0.02)
+    text = log_path.read_text()
+    assert proc.returncode == 0, text
+    assert mid_run is not None, f"no progress line reached the log before training ended:\n{text}"
+    assert TRAIN_LINE.match(_lines(text, "train teacher")[-1])["step"] == "32"
 
 
 # --- the other long loops ---------------------------------------------------------------------
