@@ -108,7 +108,7 @@ def test_nothing_is_printed_for_an_empty_loop_or_by_a_non_first_process(monkeypa
     assert out.getvalue() == ""
 
 
-def test_lines_go_to_stdout_flushed_by_default(capfd, every_update):
+def test_lines_go_to_stdout_by_default(capfd, every_update):
     list(track([[1], [2, 3]], "to stdout", 3))
     captured = capfd.readouterr()
     assert len(_lines(captured.out, "to stdout")) == 3 and captured.err == ""
