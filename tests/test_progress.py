@@ -322,6 +322,18 @@ def test_score_command_keeps_stdout_for_the_rewards(tmp_path, every_update):
     assert _lines(result.stderr, "score responses")[-1].startswith("score responses: 5/5 responses")
 
 
+def test_a_pyfunc_prediction_prints_no_progress(tmp_path, capfd, every_update):
+    """`predict` answers a request or a notebook call: its caller's output stays its own."""
+    import pandas as pd
+
+    from prefshift.registry import RewardScorer
+
+    scorer = RewardScorer()
+    scorer.model, scorer.tokenizer, scorer.params = reward_model().eval(), tokenizer(), Params()
+    rewards = scorer.predict(None, pd.DataFrame({"prompt": ["hi", "how?"], "response": ["hello", "so"]}))
+    assert len(rewards) == 2 and capfd.readouterr().out == ""
+
+
 def test_the_reference_passes_print_their_lines(tmp_path, capsys, every_update):
     from prefshift.stages.reference import compute_reference
     from prefshift.train import build_reference

@@ -32,7 +32,7 @@ EVERY_ENV = "PREFSHIFT_PROGRESS_EVERY_S"
 DEFAULT_EVERY_S = 15.0
 
 T = TypeVar("T")
-_redirect: list[IO[str]] = []
+_redirect: list[IO[str] | None] = []
 
 
 def every_s() -> float:
@@ -52,8 +52,9 @@ def every_s() -> float:
 
 
 @contextmanager
-def lines_to(stream: IO[str]) -> Iterator[None]:
-    """Send progress lines to `stream` instead of stdout, e.g. while stdout carries a command's data."""
+def lines_to(stream: IO[str] | None) -> Iterator[None]:
+    """Send progress lines to `stream` instead of stdout, e.g. while stdout carries a command's data;
+    None drops them (a library call such as a pyfunc `predict` is not a long-running stage)."""
     _redirect.append(stream)
     try:
         yield
@@ -159,7 +160,8 @@ class ProgressReporter:
 
     def _emit(self, text: str) -> None:
         stream = _redirect[-1] if _redirect else sys.stdout
-        print(text, file=stream, flush=True)
+        if stream is not None:
+            print(text, file=stream, flush=True)
         self.last_line = self.clock()
         self.lines += 1
 

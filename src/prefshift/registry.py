@@ -107,6 +107,7 @@ class RewardScorer(mlflow.pyfunc.PythonModel):
         import pandas as pd
 
         from prefshift.downstream import as_messages, score_rows
+        from prefshift.progress import lines_to
 
         columns = set(model_input.columns)
         if {"chosen", "rejected"} <= columns:
@@ -126,7 +127,8 @@ class RewardScorer(mlflow.pyfunc.PythonModel):
             {"prompt": as_messages(_plain(r["prompt"]), f"row {i}"), **{s: r[s] for s in sides}}
             for i, r in enumerate(records)
         ]
-        scored = score_rows(self.model, self.tokenizer, kind, rows, self.params)["rows"]
+        with lines_to(None):  # a request, not a stage: no progress lines in the caller's output
+            scored = score_rows(self.model, self.tokenizer, kind, rows, self.params)["rows"]
         values = {key: [float("nan")] * len(rows) for key in outputs}
         for item in scored:
             for key in outputs:
