@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -18,6 +19,7 @@ from prefshift.config import Params, check_listed, check_method, load_params
 from prefshift.console import error_text, messages
 from prefshift.errors import PrefshiftError, file_error_message
 from prefshift.paths import Layout
+from prefshift.progress import lines_to
 
 app = typer.Typer(
     add_completion=False,
@@ -269,7 +271,10 @@ def score(
         local_model = [] if model.startswith("models:/") else [Path(model)]
         _call(check_output, out, inputs=[input_, params, *local_model])
     loaded = _params(params, set_)
-    result = _call(_stage("downstream", "score_command"), model, input_, out, loaded, Layout(root), normalize)
+    with lines_to(sys.stderr):  # stdout carries the rewards
+        result = _call(
+            _stage("downstream", "score_command"), model, input_, out, loaded, Layout(root), normalize
+        )
     if out is None:
         for row in result["rows"]:
             typer.echo(json.dumps(row, sort_keys=True, allow_nan=False))

@@ -93,14 +93,17 @@ def score_heldout(
     frames = {}
     for split in ["id_test", *params.data.targets, *also]:
         counter = SkipCounter()
-        frames[split] = score_pairs(model, tokenizer, read_pairs(layout.split(split)), params, skips=counter)
+        frames[split] = score_pairs(
+            model, tokenizer, read_pairs(layout.split(split)), params, counter, f"score {name} {split}"
+        )
         truncation[split] = frames[split].attrs.pop("truncation")  # its own file, not the parquet's metadata
         write_scores(out.path(layout.scores(name, split)), frames[split], version)
         skips[split] = counter.as_dict()
     for dataset in [params.data.source, *params.data.targets]:
         path = layout.split_groups(dataset)
         if path.exists():
-            frame = score_groups(model, tokenizer, read_groups(path), params)
+            label = f"score {name} groups/{dataset}"
+            frame = score_groups(model, tokenizer, read_groups(path), params, label)
             truncation[f"groups/{dataset}"] = frame.attrs.pop("truncation")
             write_scores(out.path(layout.group_scores(name, dataset)), frame, version)
             skips[f"groups/{dataset}"] = frame.attrs["skips"]

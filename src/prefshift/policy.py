@@ -24,6 +24,7 @@ from prefshift.config import DownstreamConfig
 from prefshift.data.encode import render
 from prefshift.data.schema import content_hash
 from prefshift.errors import PrefshiftError
+from prefshift.progress import ProgressReporter
 from prefshift.seam import GenerationCache
 
 SAMPLER_VERSION = "policy-v1"
@@ -131,7 +132,7 @@ class PolicySampler:
         )
         device = next(self.model.parameters()).device
         out: list[list[str]] = []
-        with torch.inference_mode():
+        with torch.inference_mode(), ProgressReporter("policy samples", len(texts), "prompts") as report:
             for start in range(0, len(texts), cfg.generation_batch_size):
                 chunk = range(start, min(len(texts), start + cfg.generation_batch_size))
                 rows = [self._input_ids(texts[i]) for i in chunk for _ in range(n)]
@@ -150,6 +151,7 @@ class PolicySampler:
                     self.tokenizer.decode(r, skip_special_tokens=True).strip() for r in result[:, width:]
                 ]
                 out += [decoded[k * n : (k + 1) * n] for k in range(len(chunk))]
+                report.update(len(out))
         return out
 
 

@@ -142,6 +142,7 @@ class RewardScorer(mlflow.pyfunc.PythonModel):
         import pandas as pd
 
         from prefshift.downstream import OUTPUTS, check_row, row_kind, score_rows
+        from prefshift.progress import lines_to
 
         columns = set(model_input.columns)
         if not {"response", "chosen", "rejected"} & columns:
@@ -155,7 +156,8 @@ class RewardScorer(mlflow.pyfunc.PythonModel):
             for i, record in enumerate(model_input.to_dict("records"))
         ]
         _check_request_size(rows)
-        result = score_rows(self.model, self.tokenizer, kind, rows, self.params)
+        with lines_to(None):  # a request, not a stage: no progress lines in the caller's output
+            result = score_rows(self.model, self.tokenizer, kind, rows, self.params)
         if result["skipped"]:
             kept = {item["row"] for item in result["rows"]}
             lost = [i for i in range(len(rows)) if i not in kept]

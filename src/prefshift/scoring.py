@@ -18,6 +18,7 @@ from prefshift.data.encode import Encoder, TruncationCount, collate, pad_sequenc
 from prefshift.data.schema import Group, Pair, RowError, SkipCounter
 from prefshift.errors import PrefshiftError
 from prefshift.models.reward import RewardModel, load_reward_model
+from prefshift.progress import track
 
 PAIR_COLUMNS = ["pair_id", "delta", "gold", "len_chosen", "len_rejected", "reward_chosen", "reward_rejected"]
 
@@ -52,7 +53,12 @@ def _rewards(model: RewardModel, batch: dict) -> torch.Tensor:
 
 
 def score_pairs(
-    model: RewardModel, tokenizer, pairs: Sequence[Pair], params: Params, skips: SkipCounter | None = None
+    model: RewardModel,
+    tokenizer,
+    pairs: Sequence[Pair],
+    params: Params,
+    skips: SkipCounter | None = None,
+    label: str = "score pairs",
 ) -> pd.DataFrame:
     """Δ = r(chosen) - r(rejected) per pair, with both rewards; len_* are response token counts
     before truncation.
@@ -60,14 +66,16 @@ def score_pairs(
     Pairs whose response does not survive truncation are left out and counted in `skips`;
     `attrs["truncation"]` counts the pairs truncation cut (`TruncationCount`). A pair whose two
     sides encode to the same tokens is an exact tie (Δ = 0, one reward for both): two rows of a
-    batch can differ in the last bits, and a tie must not count as a win.
+    batch can differ in the last bits, and a tie must not count as a win. `label` names the pass
+    in its progress lines.
     """
     skips = skips if skips is not None else SkipCounter()
     truncation = TruncationCount()
     items = Encoder(tokenizer, params.encode).encode_pairs(pairs, skips=skips, truncation=truncation)
     rows = []
     with torch.inference_mode():
-        for idx in sorted_batches([it.length for it in items], params.evaluate.batch_size):
+        batches = sorted_batches([it.length for it in items], params.evaluate.batch_size)
+        for idx in track(batches, label, len(items)):
             chunk = [items[i] for i in idx]
             rewards = _rewards(model, collate(chunk, tokenizer.pad_token_id))
             chosen, rejected = rewards[: len(chunk)], rewards[len(chunk) :]
@@ -104,7 +112,9 @@ def rewards_mean_std(frame: pd.DataFrame) -> dict[str, float]:
     return stats
 
 
-def score_groups(model: RewardModel, tokenizer, groups: Sequence[Group], params: Params) -> pd.DataFrame:
+def score_groups(
+    model: RewardModel, tokenizer, groups: Sequence[Group], params: Params, label: str = "score responses"
+) -> pd.DataFrame:
     """One reward per response of each group (group_id, rewards: list[float]), same order as given.
 
     Responses of a group that encode to the same tokens get the same reward (the first one's),
@@ -127,7 +137,8 @@ def score_groups(model: RewardModel, tokenizer, groups: Sequence[Group], params:
     flat = [(g, j, seq) for g, (_, seqs) in enumerate(records) for j, seq in enumerate(seqs)]
     rewards: dict[tuple[int, int], float] = {}
     with torch.inference_mode():
-        for idx in sorted_batches([len(seq.input_ids) for _, _, seq in flat], params.evaluate.batch_size):
+        batches = sorted_batches([len(seq.input_ids) for _, _, seq in flat], params.evaluate.batch_size)
+        for idx in track(batches, label, len(flat), "responses"):
             batch = pad_sequences([flat[i][2] for i in idx], tokenizer.pad_token_id)
             for i, value in zip(idx, _rewards(model, batch).tolist(), strict=True):
                 rewards[flat[i][:2]] = value
@@ -149,7 +160,9 @@ def _first_same(seqs: Sequence, j: int) -> int:
     return next(i for i in range(j + 1) if seqs[i].input_ids == seqs[j].input_ids)
 
 
-def score_samples(model: RewardModel, tokenizer, samples: pd.DataFrame, params: Params) -> pd.DataFrame:
+def score_samples(
+    model: RewardModel, tokenizer, samples: pd.DataFrame, params: Params, label: str = "score samples"
+) -> pd.DataFrame:
     """One reward per policy sample (unit, sample, reward), through `score_groups` (one group per prompt).
 
     A prompt any of whose samples is truncated away is left out whole (and counted in
@@ -168,7 +181,7 @@ def score_samples(model: RewardModel, tokenizer, samples: pd.DataFrame, params: 
         )
         for unit, rows in samples.groupby("unit", sort=False)
     ]
-    scored = score_groups(model, tokenizer, groups, params)
+    scored = score_groups(model, tokenizer, groups, params, label)
     frame = scored.explode("rewards").rename(columns={"group_id": "unit", "rewards": "reward"})
     frame["sample"] = frame.groupby("unit").cumcount()
     frame = frame[["unit", "sample", "reward"]].astype({"reward": float}).reset_index(drop=True)

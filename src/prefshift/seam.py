@@ -48,6 +48,7 @@ import torch
 from prefshift.atomic import atomic_path
 from prefshift.config import Params, SeamConfig
 from prefshift.data.schema import Pair, SchemaError, content_hash
+from prefshift.progress import ProgressReporter
 
 TEMPLATE_VERSION = "seam-v1"
 TEMPLATE = (
@@ -242,7 +243,7 @@ class PrincipleGenerator:
         out: list[str] = [""] * len(texts)
         device = next(self.model.parameters()).device
         size = self.cfg.generation_batch_size
-        with torch.inference_mode():
+        with torch.inference_mode(), ProgressReporter("seam principles", len(order), "prompts") as report:
             for start in range(0, len(order), size):
                 idx = order[start : start + size]
                 batch = self.tokenizer.pad({"input_ids": [encoded[i] for i in idx]}, return_tensors="pt")
@@ -255,6 +256,7 @@ class PrincipleGenerator:
                 width = batch["input_ids"].shape[1]
                 for i, row in zip(idx, result[:, width:], strict=True):
                     out[i] = self.tokenizer.decode(row, skip_special_tokens=True)
+                report.update(start + len(idx))
         return out
 
 

@@ -14,7 +14,7 @@ import resource
 import shutil
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -39,6 +39,7 @@ from prefshift.models.reward import (
 )
 from prefshift.output_set import output_set
 from prefshift.paths import Layout
+from prefshift.progress import ProgressReporter, track
 from prefshift.reference_manifest import (
     FINGERPRINT,
     MANIFEST,
@@ -50,6 +51,9 @@ from prefshift.reference_manifest import (
 from prefshift.reference_store import StoredReference
 
 STATE_FILE = "trainer_state.json"
+
+Observer = Callable[[str, dict], None]
+"""Called with (series, row) as a row joins the training log; see `train_reward_model`."""
 
 
 class TrainingError(PrefshiftError):
@@ -173,9 +177,8 @@ def build_reference(
             hidden_fn(model), layers, cache=True, max_bytes=anchor.cache_max_gb * 1e9, spill_dir=spill_dir
         )
         lengths = [it.length for it in items]
-        reference.fill(
-            collate([items[i] for i in b], pad_id) for b in sorted_batches(lengths, cfg.batch_size)
-        )
+        batches = (collate([items[i] for i in b], pad_id) for b in sorted_batches(lengths, cfg.batch_size))
+        reference.fill(track(batches, "reference (in-run cache)", len(items), size=_pairs_in))
         reference.compute = None
         reference.route = "in-run cache"
         return reference
@@ -188,6 +191,11 @@ def build_reference(
     reference.module = ref_model
     reference.route = "frozen copy"
     return reference
+
+
+def _pairs_in(batch: dict) -> int:
+    """Pairs in a collated batch: its rows are every chosen response, then every rejected one."""
+    return len(batch["keys"]) // 2
 
 
 def rank_batches(
@@ -264,7 +272,7 @@ def _in_run_mean_squares(
     over every process's share of the training data, so all processes weigh the anchor alike."""
     order = sorted_batches([it.length for it in own], batch_size)
     batches = (collate([own[i] for i in b], pad_id) for b in order)
-    totals, count = reference.square_sums(batches)
+    totals, count = reference.square_sums(track(batches, "reference mean squares", len(own), size=_pairs_in))
     summed = accelerator.reduce(torch.cat([totals, torch.tensor([float(count)], dtype=torch.float64)]), "sum")
     summed = summed.cpu()
     if not summed[-1] > 0:
@@ -321,11 +329,15 @@ def train_reward_model(
     checkpoint_dir: Path | None = None,
     reference: ReferenceStates | None = None,
     progress: bool = True,
+    on_record: Observer | None = None,
 ) -> tuple[RewardModel, dict]:
     """Train `model` in place on `items` (targets inside them); returns (model, log dict).
 
     `reference` is built from the starting weights when the objective needs one; pass
-    your own only to inspect it afterwards (tests).
+    your own only to inspect it afterwards (tests). `progress` prints plain progress lines
+    (prefshift.progress). `on_record(series, row)` sees each row as it joins the log ("train"
+    every log_every steps, "drift" and "drift_mse" every drift_every), so a caller can publish
+    metrics while the run goes on; on resume it first sees the rows restored from the checkpoint.
     """
     from accelerate import Accelerator
     from transformers import get_scheduler
@@ -394,9 +406,20 @@ def train_reward_model(
     unwrapped = accelerator.unwrap_model(model)
     window_loss, window_acc, window_n = window
     extra: dict[str, float] = {}
-    bar = _progress(progress and accelerator.is_main_process)
-    with bar as prog:
-        task = prog.add_task(name, total=total_steps, completed=step, loss=float("nan"), acc=float("nan"))
+    record = on_record or _ignore
+    for series, rows in (("train", log.steps), ("drift", log.drift), ("drift_mse", log.drift_mse)):
+        for row in rows:  # a resumed run's observer still sees the whole history
+            record(series, row)
+    report = ProgressReporter(
+        f"train {name}",
+        total_steps,
+        "steps",
+        rate_unit="pairs",
+        start=step,
+        enabled=progress and accelerator.is_main_process,
+    )
+    pairs_done = 0
+    with report:
         for epoch in range(start_epoch, cfg.epochs):
             batches = schedule[epoch]
             for bi, idx in enumerate(batches):
@@ -431,25 +454,26 @@ def train_reward_model(
                 window_loss += batch_loss
                 window_acc += batch_acc
                 window_n += 1
+                pairs_done += len(idx) * world
                 if not accelerator.sync_gradients:
                     continue
                 scheduler.step()
                 step += 1
-                prog.update(task, completed=step, loss=window_loss / window_n, acc=window_acc / window_n)
+                report.update(step, items=pairs_done, loss=window_loss / window_n, acc=window_acc / window_n)
                 if step % cfg.log_every == 0 or step == total_steps:
-                    log.steps.append(
-                        {
-                            "step": step,
-                            "epoch": epoch,
-                            "loss": window_loss / window_n,
-                            "acc": window_acc / window_n,
-                            "lr": scheduler.get_last_lr()[0],
-                            **extra,
-                        }
-                    )
+                    row = {
+                        "step": step,
+                        "epoch": epoch,
+                        "loss": window_loss / window_n,
+                        "acc": window_acc / window_n,
+                        "lr": scheduler.get_last_lr()[0],
+                        **extra,
+                    }
+                    log.steps.append(row)
+                    record("train", row)
                     window_loss, window_acc, window_n = 0.0, 0.0, 0
                 if step % cfg.drift_every == 0:
-                    log.add_drift(measure_drift(unwrapped, probe, probe_ref, step))
+                    _add_drift(log, measure_drift(unwrapped, probe, probe_ref, step), record)
                 at_epoch_end = bi == len(batches) - 1
                 due = step % cfg.checkpoint_every == 0 if cfg.checkpoint_every else at_epoch_end
                 if checkpoint_dir is not None and due:
@@ -465,7 +489,7 @@ def train_reward_model(
                     _save_checkpoint(accelerator, checkpoint_dir, {**state, **asdict(log)})
                     last_ckpt = checkpoint_dir / "last"
     if not log.drift or log.drift[-1]["step"] != step:
-        log.add_drift(measure_drift(unwrapped, probe, probe_ref, step))
+        _add_drift(log, measure_drift(unwrapped, probe, probe_ref, step), record)
     result = {
         "name": name,
         "objective": objective.name,
@@ -488,29 +512,14 @@ def train_reward_model(
     return unwrapped, result
 
 
-def _progress(enabled: bool):
-    if not enabled:
-        return _NullProgress()
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    return Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("loss {task.fields[loss]:.4f} acc {task.fields[acc]:.3f}"),
-        TimeRemainingColumn(),
-    )
+def _ignore(series: str, row: dict) -> None:
+    """The observer when nobody watches."""
 
 
-class _NullProgress(nullcontext):
-    def __enter__(self):
-        return self
-
-    def add_task(self, *args, **kwargs) -> int:
-        return 0
-
-    def update(self, *args, **kwargs) -> None:
-        return None
+def _add_drift(log: RunLog, rows: tuple[dict, dict], record: Observer) -> None:
+    log.add_drift(rows)
+    record("drift", rows[0])
+    record("drift_mse", rows[1])
 
 
 def _save(
@@ -585,6 +594,16 @@ def shared_reference(
     return reference, params.anchor
 
 
+def _publish(run) -> Observer:
+    """Log each training-log row to the stage's MLflow run as it is written (`train/loss` at its
+    step, `drift/layer_2`...), so a long run's curves fill in while it trains, not at its end."""
+
+    def record(series: str, row: dict) -> None:
+        run.log_history([row], prefix=f"{series}/")
+
+    return record
+
+
 def fit(
     params: Params,
     layout: Layout,
@@ -632,6 +651,7 @@ def fit(
             anchor=anchor,
             checkpoint_dir=ckpt,
             reference=reference,
+            on_record=None if run is None else _publish(run),
         )
         log["skips"] = skips.as_dict()
         state.wait_for_everyone()
@@ -639,9 +659,6 @@ def fit(
             return log
         _save(model, tokenizer, log, params, layout, name=name, method=method, out_dir=out_dir)
         shutil.rmtree(ckpt, ignore_errors=True)
-        run.log_history(log["steps"], prefix="train/")
-        run.log_history(log["drift"], prefix="drift/")
-        run.log_history(log["drift_mse"], prefix="drift_mse/")
         run.log_metrics({"wall_s": log["wall_s"], "peak_rss_mb": log["peak_rss_mb"], "skips": log["skips"]})
         final = log["drift"][-1]
         run.log_metrics({"final_drift_mean_cosine": _mean_layers(final)})

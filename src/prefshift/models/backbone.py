@@ -20,6 +20,7 @@ from prefshift.config import LMSpec
 from prefshift.data.synthetic import MARKERS
 from prefshift.models.reward import ModelLoadError, hub_offline, quiet_transformers
 from prefshift.models.validate import check_loadable, looks_local
+from prefshift.progress import ProgressReporter
 
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>")
 RESERVED_TOKENS = MARKERS
@@ -75,8 +76,11 @@ def _token_stream(texts: Sequence[str], tokenizer) -> torch.Tensor:
     return torch.tensor(ids, dtype=torch.long)
 
 
-def pretrain_lm(spec: LMSpec, tokenizer, texts: Sequence[str], seed: int, max_positions: int):
+def pretrain_lm(
+    spec: LMSpec, tokenizer, texts: Sequence[str], seed: int, max_positions: int, label: str = "lm"
+):
     """Next-token pretraining on random windows of the concatenated corpus; returns (model, stats).
+    `label` names the model in the progress lines.
 
     The stats are saved with the model, so they hold reproducible values only: a wall time there
     made two identical runs write different model directories, and everything keyed on their
@@ -98,7 +102,8 @@ def pretrain_lm(spec: LMSpec, tokenizer, texts: Sequence[str], seed: int, max_po
     )
     model.train()
     loss_value = float("nan")
-    for _ in range(steps):
+    report = ProgressReporter(f"pretrain {label}", steps, "steps", rate_unit="sequences")
+    for step in range(1, steps + 1):
         offsets = torch.randint(0, len(stream) - seq, (spec.pretrain_batch_size,), generator=gen)
         batch = torch.stack([stream[o : o + seq] for o in offsets.tolist()])
         loss = model(input_ids=batch, labels=batch).loss
@@ -108,6 +113,8 @@ def pretrain_lm(spec: LMSpec, tokenizer, texts: Sequence[str], seed: int, max_po
         opt.step()
         sched.step()
         loss_value = loss.item()
+        report.update(step, items=step * spec.pretrain_batch_size, loss=loss_value)
+    report.finish()
     share_reserved_embedding(model, tokenizer)
     params = sum(p.numel() for p in model.parameters())
     return model, {"final_loss": loss_value, "params": params, "steps": steps}

@@ -39,7 +39,9 @@ def run(params: Params, layout: Layout) -> dict:
             if which in tiny:
                 max_positions = max(params.encode.max_length, spec.pretrain_seq_len) * 2
                 started = time.perf_counter()
-                model, stats = pretrain_lm(spec, tokenizer, corpus, params.seed + offset, max_positions)
+                model, stats = pretrain_lm(
+                    spec, tokenizer, corpus, params.seed + offset, max_positions, which
+                )
                 source = {"name_or_path": "tiny", "spec": spec.model_dump(), "pretrain": stats}
                 save_backbone(model, tokenizer, out, source)
                 console.print(

@@ -27,18 +27,26 @@ from prefshift.methods.layers import anchor_layers
 from prefshift.models.reward import RewardModel, load_reward_model, reading_states
 from prefshift.paths import Layout
 from prefshift.probe import PROBES, ProbeError, fit_probe, length_labels
+from prefshift.progress import track
 
 console = messages()
 
 
 def sequence_states(
-    model: RewardModel, seqs: Sequence[EncodedSeq], pad_id: int, batch_size: int, layers: Sequence[int]
+    model: RewardModel,
+    seqs: Sequence[EncodedSeq],
+    pad_id: int,
+    batch_size: int,
+    layers: Sequence[int],
+    label: str = "probe states",
 ) -> dict[int, np.ndarray]:
-    """layer → [len(seqs), H] reward-position states, in the order of `seqs`."""
+    """layer → [len(seqs), H] reward-position states, in the order of `seqs`; `label` names the
+    pass in its progress lines."""
     out = {layer: np.zeros((len(seqs), model.config.get_text_config().hidden_size)) for layer in layers}
     device = next(model.parameters()).device
     with torch.inference_mode():
-        for idx in sorted_batches([len(s.input_ids) for s in seqs], batch_size):
+        batches = sorted_batches([len(s.input_ids) for s in seqs], batch_size)
+        for idx in track(batches, label, len(seqs), "sequences"):
             batch = pad_sequences([seqs[i] for i in idx], pad_id)
             states = reading_states(
                 model, batch["input_ids"].to(device), batch["attention_mask"].to(device), layers
@@ -106,7 +114,12 @@ def run(params: Params, layout: Layout) -> dict[str, Any]:
             continue
         states = {
             split: sequence_states(
-                model, sets[split][name][0], tokenizer.pad_token_id, params.evaluate.batch_size, layers
+                model,
+                sets[split][name][0],
+                tokenizer.pad_token_id,
+                params.evaluate.batch_size,
+                layers,
+                f"probe {name} {split}",
             )
             for split in (fit_split, test_split)
         }

@@ -27,6 +27,7 @@ from prefshift.methods import reference_layers, reference_request
 from prefshift.methods.anchor import select_response
 from prefshift.models.reward import RewardModel, load_reward_model
 from prefshift.paths import Layout
+from prefshift.progress import track
 from prefshift.reference_store import ReferenceWriter, stored_bytes
 
 console = messages()
@@ -44,7 +45,7 @@ def compute_reference(
     """One gradient-free pass over `items`, stopping at the deepest of `layers`; then call `finish`."""
     writer = ReferenceWriter(directory, layers, model.config.get_text_config().hidden_size, store=store)
     forward = hidden_upto(model, max(layers))
-    for idx in sorted_batches([it.length for it in items], batch_size):
+    for idx in track(sorted_batches([it.length for it in items], batch_size), "reference", len(items)):
         batch = collate([items[i] for i in idx], pad_id)
         states = forward(batch["input_ids"], batch["attention_mask"])
         mask = batch["response_mask"].to(states[layers[-1]].device)
