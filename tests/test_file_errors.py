@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -41,13 +42,16 @@ pytest_plugins = ["disk_support"]  # the small_disk fixture
 
 DEEP = 100_000  # levels: far past Python's recursion limit (1000)
 FULL = "the disk is full: free some space, then run again"
+PROGRESS = re.compile(r"^[^:]+: \d+/\d+ ")  # prefshift.progress's periodic lines
 
 
 def _one_line_error(result, *expected: str) -> str:
-    """The command failed with exit 2 and exactly one `error:` line holding every `expected` text."""
+    """The command failed with exit 2 and exactly one `error:` line holding every `expected` text.
+
+    Progress lines of work done before the failure (`score responses: 600/600 ...`) may precede it."""
     assert result.exit_code == 2, (result.exit_code, result.output, result.exception)
     assert "Traceback" not in result.output
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    lines = [line for line in result.stderr.splitlines() if line.strip() and not PROGRESS.match(line)]
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     for text in expected:
         assert text in lines[0], (text, lines[0])
