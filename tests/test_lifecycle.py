@@ -170,3 +170,45 @@ def test_ui_on_an_address_of_no_local_interface_fails_at_once_naming_it(tmp_path
     )
     assert done.returncode == 2, done.stderr
     assert "port 5000 on 192.0.2.1 is not available (Cannot assign requested address)" in done.stderr
+
+
+HOLD_DIRECTORY = """
+import sys, time
+from pathlib import Path
+from prefshift import locks
+with locks.hold(Path(sys.argv[1]), [Path(sys.argv[2])], "another writer"):
+    print("holding", flush=True)
+    time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize(
+    ("stage", "output"),
+    [
+        (["split"], lambda layout: layout.splits_dir),
+        (["plan"], lambda layout: layout.plan_dir),
+        (["reference"], lambda layout: layout.reference_dir),
+        (["targets", "--method", "naive"], lambda layout: layout.targets_dir("naive")),
+    ],
+    ids=["split", "plan", "reference", "targets"],
+)
+def test_stages_that_replace_a_directory_whole_take_its_lock(project, stage, output):
+    """The stages outside output sets (one directory, one rename) are refused while another process
+    writes their directory, and leave it as it was; before, both writers ran and the last rename won."""
+    directory = output(project)
+    before = sorted(p.relative_to(directory) for p in directory.rglob("*"))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_DIRECTORY, str(project.root), str(directory)],
+        env=ENV,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        code, err = _finish(_prefshift(project, *stage))
+        assert code == 2, err
+        assert f"{directory} is being written by process {holder.pid}" in err and "Traceback" not in err
+    finally:
+        holder.kill()
+        holder.wait()
+    assert sorted(p.relative_to(directory) for p in directory.rglob("*")) == before

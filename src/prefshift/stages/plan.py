@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 
+from prefshift import locks
 from prefshift.atomic import atomic_path
 from prefshift.config import Params
 from prefshift.methods import reference_request, target_settings, train_settings
@@ -24,7 +25,10 @@ def _dump(data: dict) -> str:
 
 
 def run(params: Params, layout: Layout) -> dict:
-    with atomic_path(layout.plan_dir, directory=True) as tmp:
+    with (
+        locks.hold(layout.root, [layout.plan_dir], "prefshift plan"),
+        atomic_path(layout.plan_dir, directory=True) as tmp,
+    ):
         for kind in ("train", "targets"):
             (tmp / kind).mkdir()
         for method in params.methods:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from prefshift import locks
 from prefshift.anchor_cache import hidden_upto
 from prefshift.atomic import atomic_path
 from prefshift.config import Params
@@ -90,7 +91,10 @@ def _unread(params: Params, layout: Layout, tmp: Path, reason: str) -> dict:
 
 def run(params: Params, layout: Layout) -> dict:
     request = reference_request(params)
-    with atomic_path(layout.reference_dir, directory=True) as tmp:
+    with (
+        locks.hold(layout.root, [layout.reference_dir], "prefshift reference"),
+        atomic_path(layout.reference_dir, directory=True) as tmp,
+    ):
         reason = unread_reason(params)
         if reason:
             return _unread(params, layout, tmp, reason)

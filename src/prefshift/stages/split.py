@@ -16,6 +16,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from prefshift import locks
 from prefshift.atomic import atomic_path, write_json
 from prefshift.config import Params
 from prefshift.data.schema import Pair, read_groups, read_pairs, write_groups, write_pairs
@@ -57,7 +58,10 @@ def run(params: Params, layout: Layout) -> None:
         params.seed,
     )
     entries: dict[str, dict[str, Any]] = {}
-    with atomic_path(layout.splits_dir, directory=True) as tmp:
+    with (
+        locks.hold(layout.root, [layout.splits_dir], "prefshift split"),
+        atomic_path(layout.splits_dir, directory=True) as tmp,
+    ):
         for name, pairs in built.splits.items():
             entries[name] = _write(layout, tmp, _split_path(layout, name), pairs, write_pairs)
         for dataset in (data.source, *data.targets):

@@ -15,6 +15,7 @@ import shutil
 
 import pandas as pd
 
+from prefshift import locks
 from prefshift.atomic import atomic_path
 from prefshift.config import ConfigError, LMSpec, Params, cannot_generate, check_method
 from prefshift.data.schema import read_pairs
@@ -51,7 +52,10 @@ def run(params: Params, layout: Layout, method: str) -> dict:
     source = label_source(method)
     if source == "seam":
         return _seam(params, layout)
-    with atomic_path(layout.targets_dir(method), directory=True) as tmp:
+    with (
+        locks.hold(layout.root, [layout.targets_dir(method)], f"prefshift targets --method {method}"),
+        atomic_path(layout.targets_dir(method), directory=True) as tmp,
+    ):
         target = tmp / layout.targets(method).name
         if source == "weak":  # one label run's labels, of these splits, before copying them
             labels_dir = layout.weak_labels.parent
