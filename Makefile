@@ -1,5 +1,5 @@
-# The two commands users need: `make repro` (whole pipeline) and `make test` (ruff, the strict
-# docs build, the test suite).
+# The two commands users need: `make repro` (whole pipeline) and `make test` (ruff, the import
+# layers (lint-imports), the strict docs build, the test suite).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
@@ -29,7 +29,7 @@ repro: $(STAMP)
 	@echo "Model:   $(VENV)/bin/prefshift pull models:/prefshift-reward@champion --out rm/   (see reports/promotion.json)"
 
 test: $(STAMP)
-	. $(VENV)/bin/activate && HF_HUB_OFFLINE=1 ruff check src tests bench && scripts/check_docs.sh && HF_HUB_OFFLINE=1 python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=25
+	. $(VENV)/bin/activate && HF_HUB_OFFLINE=1 ruff check src tests bench && lint-imports && scripts/check_docs.sh && HF_HUB_OFFLINE=1 python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=25
 
 clean-venv:
 	rm -rf $(VENV)

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from prefshift.config import Params, parse_params
-from prefshift.paths import Layout
+from prefshift.config.params import Params, parse_params
+from prefshift.core.paths import Layout
 
 FIXTURES = Path(__file__).parent / "fixtures"
 LONGEST_FIRST = ("test_pipeline_e2e.py",)

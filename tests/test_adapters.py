@@ -13,12 +13,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from prefshift.config import ConfigError
+from prefshift.config.params import SYNTHETIC_DATASETS, ConfigError
+from prefshift.core.errors import PrefshiftError
 from prefshift.data.adapters import ADAPTERS, SourceUnavailable, dataset_names, get_adapter, print_catalogue
 from prefshift.data.adapters.hh_rlhf import parse_turns
 from prefshift.data.schema import RowError, SchemaError, SkipCounter
-from prefshift.data.synthetic import SYNTHETIC_DATASETS
-from prefshift.errors import PrefshiftError
 
 SOURCE_DIRS = {
     "helpsteer3": "helpsteer3",

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import torch
 
-from prefshift.anchor_cache import ReferenceStates, hidden_fn
-from prefshift.config import AnchorConfig, Params, TrainConfig
+from prefshift.config.params import AnchorConfig, Params, TrainConfig
 from prefshift.data.encode import collate
+from prefshift.engine.anchor_cache import ReferenceStates, hidden_fn
+from prefshift.engine.train import build_reference, train_reward_model
 from prefshift.methods import build_objective
 from prefshift.methods.base import BatchOut
-from prefshift.train import build_reference, train_reward_model
 from tiny_models import items, reward_model, tokenizer
 
 CFG = TrainConfig(batch_size=4, epochs=2, lr=5e-3, warmup_frac=0.0, log_every=1, drift_every=2, probe_size=4)

@@ -25,12 +25,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from prefshift.atomic import atomic_path, recover_interrupted_swap, write_json
+from prefshift.core.atomic import atomic_path, recover_interrupted_swap, write_json
+from prefshift.core.paths import Layout
 from prefshift.data.schema import read_pairs
 from prefshift.data.splits import file_sha256
 from prefshift.models.reward import load_reward_model
-from prefshift.output_set import manifest_of, verify
-from prefshift.paths import Layout
+from prefshift.pipeline.output_set import manifest_of, verify
 from tiny_project import copy_project, pipeline_root
 
 PREFSHIFT = str(Path(sys.executable).parent / "prefshift")

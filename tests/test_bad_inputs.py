@@ -19,19 +19,27 @@ import yaml
 from typer.testing import CliRunner
 
 from prefshift.cli import app
-from prefshift.config import AnchorConfig, ConfigError, EncodeConfig, LMSpec, Params, TrainConfig, load_params
+from prefshift.config.params import (
+    AnchorConfig,
+    ConfigError,
+    EncodeConfig,
+    LMSpec,
+    Params,
+    TrainConfig,
+    load_params,
+)
+from prefshift.core.errors import PrefshiftError
+from prefshift.core.paths import Layout
 from prefshift.data.adapters import get_adapter
 from prefshift.data.encode import Encoder
 from prefshift.data.schema import SchemaError, SkipCounter, make_pair
 from prefshift.data.splits import SplitError, assert_disjoint, build_splits
-from prefshift.errors import PrefshiftError
+from prefshift.engine.train import TrainingError, train_reward_model
 from prefshift.methods import build_objective
 from prefshift.methods.layers import AnchorError, anchor_layers
 from prefshift.models.reward import ModelLoadError, load_reward_model
-from prefshift.paths import Layout
-from prefshift.stages import prepare
-from prefshift.stages.label import StaleLabelsError, read_labels
-from prefshift.train import TrainingError, train_reward_model
+from prefshift.pipeline.stages import prepare
+from prefshift.pipeline.stages.label import StaleLabelsError, read_labels
 from tiny_models import base_dir, items, pairs, reward_model, tokenizer
 
 GOOD = {"prompt": "how do I open the door?", "chosen": "turn the handle, then push", "rejected": "no idea"}
@@ -355,7 +363,7 @@ def test_overlap_between_source_and_target_is_removed_and_counted(tmp_path):
     _jsonl(
         Path(raw["data"]["sources"]["theirs"]["path"]), [train[0], *[_row(prompt=f"t{i}") for i in range(3)]]
     )
-    from prefshift.stages import split
+    from prefshift.pipeline.stages import split
 
     params, layout = load_params(_params_file(tmp_path, raw)), Layout(tmp_path)
     prepare.run(params, layout)
@@ -430,7 +438,7 @@ def test_every_torch_load_in_the_package_is_weights_only():
 
 
 def test_remote_code_is_off_by_default_and_tagged_when_on(tmp_path):
-    from prefshift import tracking
+    from prefshift.tracking import runs as tracking
 
     assert Params().backbone.trust_remote_code is False
     on = Params.model_validate({"backbone": {"trust_remote_code": True}})

@@ -18,13 +18,13 @@ from unittest.mock import ANY
 import pandas as pd
 import pytest
 
-from prefshift.atomic import swap_directory
-from prefshift.config import Params
+from prefshift.config.params import Params
+from prefshift.core.atomic import swap_directory
+from prefshift.core.paths import Layout
 from prefshift.data.adapters import get_adapter
 from prefshift.data.schema import SchemaError, SkipCounter
 from prefshift.models.reward import ModelLoadError, load_reward_model, save_reward_model
-from prefshift.output_set import OutputSetError, manifest_of, output_set, verify
-from prefshift.paths import Layout
+from prefshift.pipeline.output_set import OutputSetError, manifest_of, output_set, verify
 from test_bad_inputs import GOOD, _cli_error, _jsonl, _local_params, _params_file, _prepare_error, _row
 from tiny_models import base_dir, install_backbones, reward_model, tokenizer
 
@@ -96,8 +96,8 @@ def test_teacher_and_train_refuse_a_weak_and_strong_from_different_backbone_runs
 
 
 def test_evaluate_refuses_teacher_scores_that_one_teacher_run_did_not_write(tmp_path):
-    from prefshift.heldout_scores import write_scores
-    from prefshift.stages import evaluate
+    from prefshift.pipeline.heldout_scores import write_scores
+    from prefshift.pipeline.stages import evaluate
     from test_report import TARGETS, _params, _splits
 
     layout = Layout(tmp_path)
@@ -108,9 +108,7 @@ def test_evaluate_refuses_teacher_scores_that_one_teacher_run_did_not_write(tmp_
     with output_set(tmp_path, "prefshift teacher", directories=[layout.scores_dir("teacher")]) as out:
         for split in ("id_test", *TARGETS):
             write_scores(out.path(layout.scores("teacher", split)), frame, "v1")
-    write_scores(
-        layout.scores("teacher", TARGETS[1]), frame.assign(delta=[2.0]), "v1"
-    )  # another run's
+    write_scores(layout.scores("teacher", TARGETS[1]), frame.assign(delta=[2.0]), "v1")  # another run's
     with pytest.raises(OutputSetError, match=f"{layout.scores('teacher', TARGETS[1])} differs from the file"):
         evaluate.run(_params(), layout, "naive")
 
@@ -131,7 +129,7 @@ def _write_set(root: Path, targets: list[Path], text: str) -> None:
 
 def test_an_interrupted_commit_is_finished_by_the_next_reader(tmp_path, monkeypatch):
     """Ctrl-C between the renames of a commit: its journal makes the next reader complete it."""
-    import prefshift.output_set as module
+    import prefshift.pipeline.output_set as module
 
     first, second = tmp_path / "a", tmp_path / "b"
     _write_set(tmp_path, [first, second], "old")

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from typer.testing import CliRunner
 
 from prefshift.cli import app
-from prefshift.config import ConfigError, Params, parse_params
+from prefshift.config.params import ConfigError, Params, parse_params
 from test_bad_inputs import GOOD, _cli_error, _jsonl, _params_file
 
 REPO = Path(__file__).resolve().parents[1]
@@ -226,7 +226,7 @@ def test_sweep_parses_its_grid_values_with_the_same_parser(tmp_path):
 
 
 def test_a_quoted_value_with_braces_is_accepted():
-    from prefshift.config import apply_overrides
+    from prefshift.config.params import apply_overrides
 
     raw = apply_overrides({}, ['data.sources={a: {path: "x_{split}.jsonl"}}'])
     assert raw == {"data": {"sources": {"a": {"path": "x_{split}.jsonl"}}}}
@@ -270,8 +270,8 @@ def test_a_tracking_database_in_a_read_only_location_fails_fast(tmp_path, monkey
 
 def test_a_writing_stage_checks_its_tracking_database_first(tmp_path, monkeypatch):
     """`check_sqlite` runs before MLflow opens the database for every stage's run."""
-    from prefshift import tracking
-    from prefshift.paths import Layout
+    from prefshift.core.paths import Layout
+    from prefshift.tracking import runs as tracking
 
     db = tmp_path / "missing" / "mlflow.db"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{db}")

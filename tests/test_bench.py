@@ -128,7 +128,7 @@ def test_work_counter_counts_training_forwards_and_sees_the_arithmetic():
 
 
 def test_profile_table_ranks_operators_and_times_the_labelled_forwards():
-    from prefshift.bench.profile import operator_table, profiled
+    from prefshift.bench.operators import operator_table, profiled
 
     data = items(2)
     batch = collate(data, tokenizer().pad_token_id)

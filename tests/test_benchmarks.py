@@ -14,11 +14,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from prefshift import benchmarks as rules
-from prefshift.benchmark_targets import benchmark_metrics, headline, summary_section
+from prefshift.core.errors import PrefshiftError
 from prefshift.data.adapters import dataset_names, get_adapter
 from prefshift.data.schema import SkipCounter, read_groups, write_groups
-from prefshift.errors import PrefshiftError
+from prefshift.science import benchmarks as rules
+from prefshift.science.benchmark_targets import benchmark_metrics, headline, summary_section
 
 FILES = {
     "rewardbench": "benchmarks/rewardbench/filtered-00000-of-00001.parquet",

@@ -38,8 +38,18 @@ def official_chat(scores_path, pairs):
 def test_rewardbench_chat_target_reports_its_official_score_and_gains(
     tmp_path_factory, fixtures_dir, monkeypatch
 ):
-    from prefshift import tracking
-    from prefshift.stages import evaluate, label, plan, prepare, report, split, targets, teacher, train
+    from prefshift.pipeline.stages import (
+        evaluate,
+        label,
+        plan,
+        prepare,
+        report,
+        split,
+        targets,
+        teacher,
+        train,
+    )
+    from prefshift.tracking import runs as tracking
 
     layout = copy_project(pipeline_root(tmp_path_factory), tmp_path_factory.mktemp("bench-project"))
     for path in (layout.student_dir("naive"), layout.checkpoint_dir("naive")):

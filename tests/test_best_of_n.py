@@ -8,10 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from prefshift import best_of_n
-from prefshift.config import SyntheticConfig
+from prefshift.config.params import SyntheticConfig
 from prefshift.data.synthetic import generate_pairs, rule_score
-from prefshift.metrics import MetricsError
+from prefshift.science import best_of_n
+from prefshift.science.metrics import MetricsError
 
 
 def test_pick_weights_are_the_chance_each_rank_is_the_subset_maximum():

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from mlflow_support import free_port, stop_group, wait_for_http
-from prefshift.config import EncodeConfig, Params
+from prefshift.config.params import EncodeConfig, Params
 from prefshift.data import encode
 from prefshift.data.encode import CHARS_PER_TOKEN, Encoder, bound_prompt, bound_response
-from prefshift.scoring import load_for_scoring
+from prefshift.engine.scoring import load_for_scoring
 from tiny_models import tokenizer
 
 MAX_LENGTH = 32
@@ -145,7 +145,7 @@ def test_a_dialogue_of_very_many_messages_is_bounded_and_keeps_its_role_order():
 
 def tiny_scorer(tmp_path: Path):
     """A RewardScorer loaded the way `load_context` does, on the registry tests' tiny model."""
-    from prefshift.registry import RewardScorer
+    from prefshift.tracking.registry import RewardScorer
     from test_registry import tiny_reward_model
 
     scorer = RewardScorer()
@@ -158,7 +158,7 @@ def test_the_served_model_refuses_an_oversized_request_with_a_400(tmp_path):
     import pandas as pd
     from mlflow.exceptions import MlflowException
 
-    from prefshift.registry import MAX_REQUEST_CHARS
+    from prefshift.tracking.registry import MAX_REQUEST_CHARS
 
     scorer = tiny_scorer(tmp_path)
     big = pd.DataFrame({"prompt": ["what is prime?"], "response": ["two " * (MAX_REQUEST_CHARS // 4 + 1)]})
@@ -173,7 +173,7 @@ def test_the_served_model_refuses_an_oversized_request_with_a_400(tmp_path):
 def _save_pyfunc(tmp_path: Path) -> Path:
     import mlflow.pyfunc
 
-    from prefshift.registry import ARTIFACT_KEY, PIP_REQUIREMENTS, RewardScorer
+    from prefshift.tracking.registry import ARTIFACT_KEY, PIP_REQUIREMENTS, RewardScorer
     from test_registry import tiny_reward_model
 
     out = tmp_path / "pyfunc"

@@ -76,7 +76,7 @@ def test_the_copy_runs_uncommitted_edits_of_committed_sources_but_not_untracked_
     finally:
         module.write_bytes(original)
         (root / "src" / "prefshift" / "scratch.py").unlink()
-    assert copied["src/prefshift/errors.py"].endswith(b"# edited, not committed\n")
+    assert copied["src/prefshift/core/errors.py"].endswith(b"# edited, not committed\n")
     assert "src/prefshift/scratch.py" not in copied
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from prefshift import comparisons as cmp
+from prefshift.science import comparisons as cmp
 
 
 def test_paired_interval_matches_a_hand_computed_bootstrap():

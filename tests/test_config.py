@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from prefshift.config import ConfigError, Params, load_params, parse_params
+from prefshift.config.params import ConfigError, Params, load_params, parse_params
 
 
 @pytest.fixture

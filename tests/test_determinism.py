@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from mlflow_support import seed_database
-from prefshift.paths import Layout
+from prefshift.core.paths import Layout
 from tiny_project import pipeline_root, run_pipeline, tiny_params
 
 

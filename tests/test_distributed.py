@@ -1,7 +1,7 @@
 """Multi-process training through the real `accelerate launch` CLI: 2 CPU processes over gloo.
 
 Two processes with per-process batch B must train the same model as one process with
-batch 2B: the global batches are the same pairs (prefshift.train.rank_batches) and DDP
+batch 2B: the global batches are the same pairs (prefshift.engine.train.rank_batches) and DDP
 averages the two equal halves' gradients. The Bradley-Terry term is a mean over pairs,
 so it matches up to float summation order; ANCHOR's MSE is a mean over response
 tokens, and the mean of two halves' token means differs from the token mean of the
@@ -11,7 +11,7 @@ Each rank caches reference states only for its own pairs, and only the main proc
 opens an MLflow run and writes the model.
 
 Run as a script (`accelerate launch tests/test_distributed.py ROOT BATCH METHOD`), this
-file is the worker: it calls `prefshift.train.fit`, the function behind
+file is the worker: it calls `prefshift.engine.train.fit`, the function behind
 `prefshift train` and `prefshift teacher`.
 """
 
@@ -34,7 +34,7 @@ METHOD = "anchor_last"
 
 
 def _params(batch: int):
-    from prefshift.config import parse_params
+    from prefshift.config.params import parse_params
 
     student = {
         "batch_size": batch, "epochs": 1, "lr": 3e-3, "warmup_frac": 0.0, "log_every": 1,
@@ -55,8 +55,8 @@ def _targets() -> list[float]:
 def worker(root: Path, batch: int, method: str) -> None:
     sys.path.insert(0, str(HERE))
     import tiny_models
-    from prefshift.paths import Layout
-    from prefshift.train import fit
+    from prefshift.core.paths import Layout
+    from prefshift.engine.train import fit
 
     params = _params(batch)
     fit(
@@ -75,9 +75,9 @@ def worker(root: Path, batch: int, method: str) -> None:
 def _prepare(root: Path, factory) -> None:
     import tiny_models
     from mlflow_support import seed_database
-    from prefshift.atomic import write_json
+    from prefshift.core.atomic import write_json
+    from prefshift.core.paths import Layout
     from prefshift.data.schema import write_pairs
-    from prefshift.paths import Layout
 
     root.mkdir(parents=True)
     seed_database(factory, root / "mlflow.db")
@@ -133,7 +133,7 @@ def _train_runs(root: Path) -> list:
 
 def test_rank_batches_split_each_global_batch_into_disjoint_equal_step_shares():
     from prefshift.data.encode import length_grouped_batches
-    from prefshift.train import rank_batches
+    from prefshift.engine.train import rank_batches
 
     lengths = [5, 9, 2, 7, 7, 3, 8, 1, 4, 6, 2]  # 11 pairs, global batch 2 x 2 = 4: sizes 4, 4, 3
     shares = [rank_batches(lengths, 2, seed=7, rank=r, world=2) for r in (0, 1)]

@@ -9,7 +9,7 @@ import time
 import pandas as pd
 import pytest
 
-from prefshift.stages import downstream, gold_judge, plan, policy_samples, report, targets, train
+from prefshift.pipeline.stages import downstream, gold_judge, plan, policy_samples, report, targets, train
 from tiny_project import copy_project, pipeline_root, tiny_params
 
 K, N_MAX = 3, 4
@@ -96,10 +96,10 @@ def test_best_of_n_stages_end_to_end(tmp_path_factory, tmp_path):
 
 
 def test_missing_inputs_name_the_stage_to_run(tmp_path, make_params):
-    from prefshift.config import DownstreamConfig
-    from prefshift.errors import PrefshiftError
-    from prefshift.paths import Layout
-    from prefshift.policy import PolicySampler
+    from prefshift.config.params import DownstreamConfig
+    from prefshift.core.errors import PrefshiftError
+    from prefshift.core.paths import Layout
+    from prefshift.engine.policy import PolicySampler
 
     with pytest.raises(PrefshiftError, match="no-such-org/no-such-policy"):
         PolicySampler("no-such-org/no-such-policy", DownstreamConfig())

@@ -26,15 +26,16 @@ from typer.testing import CliRunner
 
 import rlhf_families
 from mlflow_support import free_port, seed_database, stop_group, wait_for_http
-from prefshift import registry, tracking
 from prefshift.cli import app
-from prefshift.config import Params, SyntheticConfig
+from prefshift.config.params import Params, SyntheticConfig
+from prefshift.core.paths import Layout
 from prefshift.data.encode import ensure_chat_template
 from prefshift.data.schema import make_pair
 from prefshift.data.synthetic import generate_pairs
+from prefshift.engine.scoring import load_for_scoring, reward_stats
 from prefshift.models.backbone import tiny_config
-from prefshift.paths import Layout
-from prefshift.scoring import load_for_scoring, reward_stats
+from prefshift.tracking import registry
+from prefshift.tracking import runs as tracking
 from tiny_models import SPEC, fresh_tokenizer
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from prefshift.config import EncodeConfig
+from prefshift.config.params import EncodeConfig
 from prefshift.data.encode import Encoder, collate, ensure_chat_template, length_grouped_batches, render
 from prefshift.data.schema import SkipCounter, make_pair
 from tiny_models import fresh_tokenizer, pairs, tokenizer

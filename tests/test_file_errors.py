@@ -29,12 +29,12 @@ from typer.testing import CliRunner
 
 from disk_support import fill, read_only
 from prefshift import cli
-from prefshift.atomic import OutputError, write_json
 from prefshift.cli import app
+from prefshift.core.atomic import OutputError, write_json
+from prefshift.core.errors import PrefshiftError
 from prefshift.data.adapters.base import split_files
-from prefshift.errors import PrefshiftError
 from prefshift.models.validate import check_model_dir
-from prefshift.output_set import output_set
+from prefshift.pipeline.output_set import output_set
 from test_bad_inputs import GOOD, _jsonl, _local_params, _params_file
 from test_registry import PAIRS, tiny_reward_model
 
@@ -42,7 +42,7 @@ pytest_plugins = ["disk_support"]  # the small_disk fixture
 
 DEEP = 100_000  # levels: far past Python's recursion limit (1000)
 FULL = "the disk is full: free some space, then run again"
-PROGRESS = re.compile(r"^[^:]+: \d+/\d+ ")  # prefshift.progress's periodic lines
+PROGRESS = re.compile(r"^[^:]+: \d+/\d+ ")  # prefshift.core.progress's periodic lines
 
 
 def _one_line_error(result, *expected: str) -> str:

@@ -14,11 +14,10 @@ import torch
 from mlflow.exceptions import MlflowException
 from typer.testing import CliRunner
 
-from prefshift import metrics
 from prefshift.cli import app
-from prefshift.config import Params
+from prefshift.config.params import Params
 from prefshift.data.schema import Group, Pair, RowError, make_pair
-from prefshift.downstream import (
+from prefshift.engine.rows import (
     NonFiniteError,
     NormalizationError,
     normalize,
@@ -26,14 +25,15 @@ from prefshift.downstream import (
     reward_norm,
     score_rows,
 )
-from prefshift.scoring import (
+from prefshift.engine.scoring import (
     NonFiniteRewardError,
     load_for_scoring,
     rewards_mean_std,
     score_groups,
     score_pairs,
 )
-from prefshift.stages import report
+from prefshift.pipeline.stages import report
+from prefshift.science import metrics
 from test_bounded_inputs import tiny_scorer
 from test_registry import tiny_reward_model
 

@@ -20,9 +20,9 @@ from typer.testing import CliRunner
 from e2e_project import REPO, environment, ran_stages, run
 from prefshift.bench.pipeline import copy_project_sources
 from prefshift.cli import app
-from prefshift.paths import Layout
-from prefshift.stages import inputs
-from prefshift.stages.inputs import CONSUMERS, STAT_CACHE_NAME, inputs_file
+from prefshift.core.paths import Layout
+from prefshift.pipeline.stages import inputs
+from prefshift.pipeline.stages.inputs import CONSUMERS, STAT_CACHE_NAME, inputs_file
 
 MINE = {"adapter": "local", "path": "raw/mine_{split}.jsonl", "category": "helpful"}
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from prefshift import locks
 from prefshift.cli import app
-from prefshift.paths import Layout
+from prefshift.core import locks
+from prefshift.core.paths import Layout
 from tiny_project import copy_project, pipeline_root, tiny_params, write_params
 
 PREFSHIFT = str(Path(sys.executable).parent / "prefshift")
@@ -87,8 +87,8 @@ def test_a_second_training_of_one_student_fails_at_once_naming_the_first(project
 HOLD_METRICS = """
 import sys, time
 from pathlib import Path
-from prefshift.output_set import output_set
-from prefshift.paths import Layout
+from prefshift.pipeline.output_set import output_set
+from prefshift.core.paths import Layout
 layout = Layout(Path(sys.argv[1]))
 with output_set(layout.root, "prefshift evaluate --method naive", files=[layout.metrics("naive")]):
     print("holding", flush=True)
@@ -175,7 +175,7 @@ def test_ui_on_an_address_of_no_local_interface_fails_at_once_naming_it(tmp_path
 HOLD_DIRECTORY = """
 import sys, time
 from pathlib import Path
-from prefshift import locks
+from prefshift.core import locks
 with locks.hold(Path(sys.argv[1]), [Path(sys.argv[2])], "another writer"):
     print("holding", flush=True)
     time.sleep(600)

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from prefshift.config import ConfigError, Params
+from prefshift.config.params import ConfigError, Params
 from prefshift.methods import build_objective, label_source
 from prefshift.methods.anchor import AnchorObjective, anchor_mse, select_response
 from prefshift.methods.base import BatchOut, soft_bt_loss

@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from prefshift import diagnostics, metrics
-from prefshift.config import Params
+from prefshift.config.params import Params
 from prefshift.data.schema import Group
-from prefshift.stages.evaluate import EvaluateError, compute_metrics
+from prefshift.pipeline.stages.evaluate import EvaluateError, compute_metrics
+from prefshift.science import diagnostics, metrics
 
 TARGETS = ["syn_help_instruct", "syn_help_chat"]
 

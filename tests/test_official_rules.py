@@ -25,7 +25,8 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from prefshift import benchmarks as rules
+from prefshift.data import benchmark_tables as tables
+from prefshift.science import benchmarks as rules
 
 OFFICIAL_VERSION = "0.1.4"
 
@@ -64,8 +65,8 @@ def official() -> ModuleType:
 
 
 def test_prefshift_weights_and_sections_are_the_official_constants(official):
-    assert rules.REWARDBENCH_EXAMPLE_COUNTS == official.EXAMPLE_COUNTS
-    assert {k: list(v) for k, v in rules.REWARDBENCH_SECTIONS.items()} == official.SUBSET_MAPPING
+    assert tables.REWARDBENCH_EXAMPLE_COUNTS == official.EXAMPLE_COUNTS
+    assert {k: list(v) for k, v in tables.REWARDBENCH_SECTIONS.items()} == official.SUBSET_MAPPING
     # The case issue 30 found: the xstest weights were swapped.
     assert official.EXAMPLE_COUNTS["xstest-should-refuse"] == 154
     assert official.EXAMPLE_COUNTS["xstest-should-respond"] == 250

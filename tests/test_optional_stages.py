@@ -12,10 +12,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from prefshift.config import ConfigError, Params, parse_params
-from prefshift.paths import Layout
-from prefshift.stages import downstream, gold_judge, policy_samples, probe, reference, report
-from prefshift.stages.report_probe import probe_section
+from prefshift.config.params import ConfigError, Params, parse_params
+from prefshift.core.paths import Layout
+from prefshift.pipeline.stages import downstream, gold_judge, policy_samples, probe, reference, report
+from prefshift.pipeline.stages.report_probe import probe_section
 from tiny_models import base_dir
 
 OFFLINE_POLICY = "no-such-org/no-such-policy"
@@ -78,7 +78,7 @@ def test_an_encoder_strong_base_with_a_null_policy_skips_under_auto_and_is_refus
 
 
 def test_skipped_best_of_n_writes_every_declared_output_and_the_report_reads_the_reason(tmp_path, capsys):
-    from prefshift.stages import report_downstream
+    from prefshift.pipeline.stages import report_downstream
 
     layout = _layout(tmp_path, base_dir(tmp_path / "models"))
     params = _params(downstream={"policy": OFFLINE_POLICY})
@@ -157,7 +157,7 @@ def test_report_with_both_optional_stages_skipped_names_them_and_why(tmp_path, c
 
 
 def test_evaluate_closing_line_names_the_file_and_headline_numbers():
-    from prefshift.stages.evaluate import closing_line
+    from prefshift.pipeline.stages.evaluate import closing_line
 
     doc = {"id": {"acc": 81.23}, "mean_acc_ood": 60.06, "wrg": 1.26, "mean_aog": -4.04}
     line = closing_line("naive", Path("reports/metrics/naive.json"), doc)
@@ -170,8 +170,8 @@ def test_evaluate_closing_line_names_the_file_and_headline_numbers():
 def test_reference_reads_nothing_when_anchor_students_run_a_frozen_forward(tmp_path):
     """anchor.cache false with normalize none (the GPU presets): no weights load, a manifest says why,
     and the anchor methods' targets still fingerprint it."""
-    from prefshift.reference_manifest import read_manifest
-    from prefshift.stages.targets import anchor_fingerprint
+    from prefshift.engine.reference_manifest import read_manifest
+    from prefshift.pipeline.stages.targets import anchor_fingerprint
 
     layout = _layout(tmp_path, _bert_dir(tmp_path / "models"))  # config only: loading weights would fail
     params = _params(methods=["naive", "anchor_mid"], anchor={"cache": False, "normalize": "none"})

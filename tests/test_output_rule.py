@@ -23,13 +23,14 @@ import pytest
 from typer.testing import CliRunner
 
 from mlflow_support import seed_database
-from prefshift import registry, tracking
-from prefshift.atomic import OutputError, atomic_path, check_output, write_text
 from prefshift.cli import app
-from prefshift.config import Params
-from prefshift.output_set import output_set
-from prefshift.paths import Layout
-from prefshift.stages import promote
+from prefshift.config.params import Params
+from prefshift.core.atomic import OutputError, atomic_path, check_output, write_text
+from prefshift.core.paths import Layout
+from prefshift.pipeline.output_set import output_set
+from prefshift.pipeline.stages import promote
+from prefshift.tracking import registry
+from prefshift.tracking import runs as tracking
 from test_registry import PAIRS, tiny_reward_model, write_metrics
 
 pytest_plugins = ["disk_support"]  # the small_disk fixture

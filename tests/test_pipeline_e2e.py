@@ -23,7 +23,7 @@ import yaml
 from e2e_project import SMALL, STUDENTS, copy_reproduced, project, reproduced
 from e2e_project import ran_stages as _ran_stages
 from e2e_project import run as _run
-from prefshift.sweep import experiment_rows
+from prefshift.pipeline.sweep import experiment_rows
 
 
 @pytest.fixture(scope="session")
@@ -114,9 +114,9 @@ def test_champion_pulls_into_plain_transformers_with_identical_rewards(pipeline,
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from prefshift.config import load_params
+    from prefshift.config.params import load_params
     from prefshift.data.schema import read_pairs
-    from prefshift.scoring import load_for_scoring, score_pairs
+    from prefshift.engine.scoring import load_for_scoring, score_pairs
 
     root, env = pipeline["root"], pipeline["env"]
     promotion = json.loads((root / "reports" / "promotion.json").read_text())

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from prefshift import presets
 from prefshift.cli import app
-from prefshift.config import ConfigError, load_params
+from prefshift.config.params import ConfigError, load_params
 
 # owner/name on the Hugging Face hub: letters, digits, '-', '_', '.'; no leading/trailing '-' or '.'.
 HUB_ID = re.compile(r"^[A-Za-z0-9](?:[\w.-]*[A-Za-z0-9])?/[A-Za-z0-9](?:[\w.-]*[A-Za-z0-9])?$")
@@ -226,7 +226,7 @@ def test_header_without_overrides_describes_the_preset_itself():
 def test_laptop_presets_read_the_stored_reference_and_probe_a_sample(name):
     """Two anchor students on one unchanged base: the stored reference saves a frozen forward per
     step in each; the probe, a diagnostic, reads 200 pairs per split."""
-    from prefshift.stages.reference import unread_reason
+    from prefshift.pipeline.stages.reference import unread_reason
 
     _, params = presets.resolve(name)
     assert params.anchor.cache is True and unread_reason(params) is None
@@ -236,7 +236,7 @@ def test_laptop_presets_read_the_stored_reference_and_probe_a_sample(name):
 
 @pytest.mark.parametrize("name", GPU)
 def test_gpu_presets_compute_no_reference_their_lora_students_would_ignore(name):
-    from prefshift.stages.reference import unread_reason
+    from prefshift.pipeline.stages.reference import unread_reason
 
     _, params = presets.resolve(name)
     assert "anchor.cache is false and anchor.normalize is none" in unread_reason(params)

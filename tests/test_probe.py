@@ -7,11 +7,11 @@ import json
 import numpy as np
 import pytest
 
-from prefshift.config import Params
+from prefshift.config.params import Params
 from prefshift.data.encode import EncodedPair, EncodedSeq
-from prefshift.probe import ProbeError, fit_probe, length_labels
-from prefshift.stages import probe as probe_stage
-from prefshift.stages import report_probe
+from prefshift.pipeline.stages import probe as probe_stage
+from prefshift.pipeline.stages import report_probe
+from prefshift.science.probe import ProbeError, fit_probe, length_labels
 from tiny_project import copy_project, pipeline_root, tiny_params
 
 X_FIT = np.array([[-2.0], [-1.0], [1.0], [2.0]])

@@ -18,18 +18,18 @@ import torch
 from mlflow import MlflowClient
 from typer.testing import CliRunner
 
-from prefshift.atomic import write_json
 from prefshift.cli import app
-from prefshift.config import EncodeConfig, LMSpec, Params, SeamConfig, TrainConfig
+from prefshift.config.params import EncodeConfig, LMSpec, Params, SeamConfig, TrainConfig
+from prefshift.core.atomic import write_json
+from prefshift.core.errors import PrefshiftError
+from prefshift.core.paths import Layout
+from prefshift.core.progress import EVERY_ENV, ProgressReporter, duration, lines_to, track
 from prefshift.data.encode import Encoder
 from prefshift.data.schema import write_pairs
-from prefshift.errors import PrefshiftError
+from prefshift.engine.train import train_reward_model
 from prefshift.methods import build_objective
 from prefshift.methods.base import Objective
 from prefshift.models.reward import save_reward_model
-from prefshift.paths import Layout
-from prefshift.progress import EVERY_ENV, ProgressReporter, duration, lines_to, track
-from prefshift.train import train_reward_model
 from tiny_models import TEXTS, base_dir, install_backbones, items, pairs, reward_model, tokenizer
 
 CFG = TrainConfig(batch_size=4, epochs=2, lr=5e-3, warmup_frac=0.25, log_every=1, drift_every=2, probe_size=4)
@@ -227,8 +227,8 @@ def _teacher_project(root) -> Layout:
 def test_teacher_metrics_reach_mlflow_during_training_not_after(tmp_path, monkeypatch, every_update):
     """Real sqlite MLflow: every train/ and drift/ point is in the run, each logged before the
     trained model was saved (the old code logged the whole history after saving)."""
-    import prefshift.train as train_module
-    from prefshift.stages import teacher
+    import prefshift.engine.train as train_module
+    from prefshift.pipeline.stages import teacher
 
     layout = _teacher_project(tmp_path)
     experiment = f"progress-{uuid.uuid4().hex[:8]}"
@@ -294,7 +294,7 @@ def test_a_stage_command_fills_its_log_file_while_it_trains(tmp_path):
 
 def test_scoring_prints_its_lines(capsys, every_update):
     from prefshift.data.schema import Group
-    from prefshift.scoring import score_groups, score_pairs
+    from prefshift.engine.scoring import score_groups, score_pairs
 
     model = reward_model().eval()
     score_pairs(model, tokenizer(), pairs(10), Params(), label="score id_test")
@@ -326,7 +326,7 @@ def test_a_pyfunc_prediction_prints_no_progress(tmp_path, capfd, every_update):
     """`predict` answers a request or a notebook call: its caller's output stays its own."""
     import pandas as pd
 
-    from prefshift.registry import RewardScorer
+    from prefshift.tracking.registry import RewardScorer
 
     scorer = RewardScorer()
     scorer.model, scorer.tokenizer, scorer.params = reward_model().eval(), tokenizer(), Params()
@@ -335,8 +335,8 @@ def test_a_pyfunc_prediction_prints_no_progress(tmp_path, capfd, every_update):
 
 
 def test_the_reference_passes_print_their_lines(tmp_path, capsys, every_update):
-    from prefshift.stages.reference import compute_reference
-    from prefshift.train import build_reference
+    from prefshift.engine.train import build_reference
+    from prefshift.pipeline.stages.reference import compute_reference
 
     data = items(6)
     compute_reference(reward_model().eval(), data, (1, 2), tmp_path, 4, tokenizer().pad_token_id).finish()
@@ -350,9 +350,9 @@ def test_the_reference_passes_print_their_lines(tmp_path, capsys, every_update):
 
 
 def test_generation_prints_its_lines(tmp_path, capsys, every_update):
-    from prefshift.config import DownstreamConfig
-    from prefshift.policy import PolicySampler
-    from prefshift.seam import PrincipleGenerator
+    from prefshift.config.params import DownstreamConfig
+    from prefshift.engine.policy import PolicySampler
+    from prefshift.engine.seam import PrincipleGenerator
 
     lm = base_dir(tmp_path)
     texts = [f"user: how do I fix the door {i}?" for i in range(3)]
@@ -367,7 +367,7 @@ def test_generation_prints_its_lines(tmp_path, capsys, every_update):
 
 
 def test_probe_states_print_their_lines(capsys, every_update):
-    from prefshift.stages.probe import sequence_states
+    from prefshift.pipeline.stages.probe import sequence_states
 
     encoder = Encoder(tokenizer(), EncodeConfig(max_length=64))
     seqs = encoder.encode_many([(p.prompt, p.chosen) for p in pairs(5)])

@@ -8,15 +8,15 @@ import json
 import pytest
 import torch
 
-from prefshift.anchor_cache import hidden_fn, hidden_upto
-from prefshift.config import ConfigError, LMSpec, Params, TrainConfig, parse_params
+from prefshift.config.params import ConfigError, LMSpec, Params, TrainConfig, parse_params
 from prefshift.data.encode import collate
+from prefshift.engine.anchor_cache import hidden_fn, hidden_upto
+from prefshift.engine.reference_manifest import ReferenceMismatchError
+from prefshift.engine.reference_store import ReferenceWriter, StoredReference, stored_bytes
+from prefshift.engine.train import train_reward_model
 from prefshift.methods import build_objective, reference_layers, reference_request
 from prefshift.methods.anchor import AnchorObjective, select_response
 from prefshift.methods.base import BatchOut
-from prefshift.reference_manifest import ReferenceMismatchError
-from prefshift.reference_store import ReferenceWriter, StoredReference, stored_bytes
-from prefshift.train import train_reward_model
 from tiny_models import items, reward_model, tokenizer
 
 DEEP = LMSpec(hidden_size=32, num_layers=4, num_heads=2, intermediate_size=64, pretrain_steps=0)
@@ -67,7 +67,7 @@ def test_stored_states_round_trip_in_half_precision_with_their_mean_square(tmp_p
 def test_states_spread_over_shards_come_back_in_batch_order(tmp_path, monkeypatch):
     """A batch whose sequences live in different shards is gathered shard by shard and laid out
     in the batch's own order (what a length-grouped batch of a large reference looks like)."""
-    import prefshift.reference_store as store
+    import prefshift.engine.reference_store as store
 
     monkeypatch.setattr(store, "SHARD_BYTES", 1)  # every sequence in its own shard
     model = reward_model(seed=1)
@@ -215,9 +215,9 @@ def test_seam_with_an_encoder_strong_model_is_refused_when_params_are_read(tmp_p
 
 
 def test_without_an_anchor_method_the_reference_stage_loads_no_model_and_stores_nothing(tmp_path):
-    from prefshift.paths import Layout
-    from prefshift.reference_manifest import read_manifest
-    from prefshift.stages.reference import run
+    from prefshift.core.paths import Layout
+    from prefshift.engine.reference_manifest import read_manifest
+    from prefshift.pipeline.stages.reference import run
 
     layout = Layout(root=tmp_path)  # no strong base on disk: loading it would fail
     params = parse_params({"methods": ["naive", "confidence", "ceiling"]}, "test params")

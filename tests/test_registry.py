@@ -15,16 +15,17 @@ from mlflow import MlflowClient
 from typer.testing import CliRunner
 
 from mlflow_support import free_port, running_server, seed_database
-from prefshift import registry, tracking
 from prefshift.cli import app
-from prefshift.config import EncodeConfig, Params
+from prefshift.config.params import EncodeConfig, Params
+from prefshift.core.paths import Layout
 from prefshift.data.encode import Encoder
-from prefshift.downstream import score_rows
+from prefshift.engine.rows import score_rows
+from prefshift.engine.scoring import load_for_scoring
 from prefshift.models.reward import save_reward_model
-from prefshift.output_set import OutputSetError, output_set
-from prefshift.paths import Layout
-from prefshift.scoring import load_for_scoring
-from prefshift.stages import promote
+from prefshift.pipeline.output_set import OutputSetError, output_set
+from prefshift.pipeline.stages import promote
+from prefshift.tracking import registry
+from prefshift.tracking import runs as tracking
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

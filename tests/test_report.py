@@ -11,13 +11,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from prefshift.config import Params
+from prefshift.config.params import Params
+from prefshift.core.errors import PrefshiftError
+from prefshift.core.paths import Layout
 from prefshift.data.schema import make_pair, write_pairs
-from prefshift.errors import PrefshiftError
-from prefshift.heldout_scores import write_scores
-from prefshift.output_set import output_set
-from prefshift.paths import Layout
-from prefshift.stages import evaluate, report
+from prefshift.pipeline.heldout_scores import write_scores
+from prefshift.pipeline.output_set import output_set
+from prefshift.pipeline.stages import evaluate, report
 
 FIXTURES = Path(__file__).parent / "fixtures" / "metrics"
 TARGETS = ["syn_help_instruct", "syn_help_chat"]
@@ -93,7 +93,7 @@ def test_report_renders_every_method_and_target(layout: Layout):
 
 def test_a_seed_sweep_that_also_narrows_methods_is_still_a_seed_replicate(layout: Layout):
     """`-S seed=1 -S methods=[naive,anchor_last]` trains two students the same way as the full list."""
-    from prefshift.stages import report_comparisons
+    from prefshift.pipeline.stages import report_comparisons
 
     for name in ("naive-seed1.json", "anchor_last-seed1.json"):
         path = layout.sweeps_dir / name
@@ -126,7 +126,7 @@ def test_seed_replicates_bring_their_own_split_but_one_per_seed(layout: Layout):
 
 
 def test_paired_comparisons_agree_with_the_metrics_files_and_the_seed_replicates(layout: Layout):
-    from prefshift.stages import report_comparisons
+    from prefshift.pipeline.stages import report_comparisons
 
     metrics = report.load_metrics(_params(), layout)
     rows = report_comparisons.compare(_params(), layout, metrics, report.load_sweeps(layout))

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from prefshift.atomic import recover_interrupted_swap
-from prefshift.paths import Layout
-from prefshift.train import STATE_FILE
+from prefshift.core.atomic import recover_interrupted_swap
+from prefshift.core.paths import Layout
+from prefshift.engine.train import STATE_FILE
 from tiny_project import copy_project, pipeline_root, tiny_params, write_params
 
 METHOD = "anchor_last"

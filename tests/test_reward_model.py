@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from prefshift.config import LMSpec
+from prefshift.config.params import LMSpec
 from prefshift.models.backbone import SOURCE_FILE, pretrain_lm, resolve_pretrained
 from prefshift.models.reward import (
     ModelLoadError,

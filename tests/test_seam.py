@@ -10,13 +10,12 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from prefshift.atomic import write_json
-from prefshift.config import Params, SeamConfig
+from prefshift.config.params import Params, SeamConfig
+from prefshift.core.atomic import write_json
+from prefshift.core.paths import Layout
 from prefshift.data.schema import make_pair, read_pairs, write_pairs
-from prefshift.models.reward import load_reward_model, save_reward_model
-from prefshift.paths import Layout
-from prefshift.scoring import score_pairs
-from prefshift.seam import (
+from prefshift.engine.scoring import score_pairs
+from prefshift.engine.seam import (
     DEFAULT_PRINCIPLES,
     PREAMBLE,
     TEMPLATE_VERSION,
@@ -29,8 +28,9 @@ from prefshift.seam import (
     parse_principles,
     principles_for,
 )
-from prefshift.stages import seam_label
-from prefshift.stages.label import read_labels
+from prefshift.models.reward import load_reward_model, save_reward_model
+from prefshift.pipeline.stages import seam_label
+from prefshift.pipeline.stages.label import read_labels
 from tiny_models import base_dir, install_backbones, reward_model, tokenizer
 
 WELL_FORMED = """Sure! Here are the questions:
@@ -237,7 +237,7 @@ def test_generation_is_bounded_and_deterministic(tmp_path):
 
 @pytest.mark.slow
 def test_train_seam_reads_the_seam_labels(tmp_path):
-    from prefshift.stages import train
+    from prefshift.pipeline.stages import train
 
     layout = _project(tmp_path)
     params = Params.model_validate(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from prefshift.config import parse_params
+from prefshift.config.params import parse_params
 from prefshift.data.adapters import get_adapter
 from prefshift.data.schema import RowError, SkipCounter
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from prefshift.config import ConfigError, DataConfig
+from prefshift.config.params import ConfigError, DataConfig
 from prefshift.data.schema import make_pair, pair_content_hash, read_groups, read_pairs
 from prefshift.data.splits import (
     SplitError,
@@ -17,7 +17,7 @@ from prefshift.data.splits import (
     load_manifest,
     seeded_order,
 )
-from prefshift.stages import prepare, split
+from prefshift.pipeline.stages import prepare, split
 
 
 def pairs(dataset, start, stop):
@@ -167,7 +167,7 @@ def test_prepare_and_split_on_the_synthetic_suite(small_params, tmp_layout):
 
 
 def test_split_is_reproducible_and_seeded(small_params, tmp_path):
-    from prefshift.paths import Layout
+    from prefshift.core.paths import Layout
 
     runs = {}
     for name, seed in (("a", 0), ("b", 0), ("c", 1)):

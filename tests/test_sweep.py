@@ -18,17 +18,16 @@ import yaml
 
 from e2e_project import REPO
 from e2e_project import run as _run
-from prefshift.errors import PrefshiftError
-from prefshift.sweep import (
+from prefshift.core.errors import PrefshiftError
+from prefshift.pipeline.sweep import (
     SweepError,
-    ablation_keys,
     experiment_name,
     experiment_rows,
     grid_points,
     parse_grid,
-    replicate_seed,
     sweep_filename,
 )
+from prefshift.pipeline.sweep_points import ablation_keys, replicate_seed
 
 
 def test_grid_keeps_list_values_whole_and_crosses_axes():
@@ -90,7 +89,7 @@ def test_bad_grids_are_refused(specs, message):
 )
 def test_grid_points_that_are_one_experiment_are_refused_before_anything_is_queued(tmp_path, specs):
     """Before, `-S anchor.lambda=1,1` queued two experiments of one name (and 1,1.0 two identical runs)."""
-    from prefshift import sweep
+    from prefshift.pipeline import sweep
 
     shutil.copy2(REPO / "params.yaml", tmp_path / "params.yaml")
     with pytest.raises(SweepError, match="give the same params: list each value once") as err:
@@ -99,13 +98,13 @@ def test_grid_points_that_are_one_experiment_are_refused_before_anything_is_queu
 
 
 def test_distinct_points_pass_the_duplicate_check():
-    from prefshift.sweep import check_distinct
+    from prefshift.pipeline.sweep import check_distinct
 
     check_distinct(REPO / "params.yaml", grid_points(parse_grid(["anchor.lambda=1e-4,1e-2,1", "seed=1,2"])))
 
 
 def test_copy_paths_carries_untracked_uncached_outputs_but_no_cached_ones(tmp_path):
-    from prefshift.sweep import copy_paths
+    from prefshift.pipeline.sweep import copy_paths
 
     env = {**os.environ, **{f"GIT_{w}_{x}": "t" for w in ("AUTHOR", "COMMITTER") for x in ("NAME", "EMAIL")}}
     stages = {
@@ -180,8 +179,8 @@ def test_experiment_rows_read_queue_state_task_and_metrics_from_exp_show_json():
 
 
 def test_only_successful_experiments_with_every_headline_number_pass():
-    from prefshift.paths import Layout
-    from prefshift.sweep import check_experiments, missing_numbers
+    from prefshift.core.paths import Layout
+    from prefshift.pipeline.sweep import check_experiments, missing_numbers
 
     layout = Layout(Path("/project"))
     good = _row("a")
@@ -210,7 +209,7 @@ def test_only_successful_experiments_with_every_headline_number_pass():
 
 
 def test_uncommitted_baseline_names_lock_and_metrics_not_in_head_with_the_command(tmp_path):
-    from prefshift.sweep import commit_command, uncommitted_baseline
+    from prefshift.pipeline.sweep import commit_command, uncommitted_baseline
 
     env = {**os.environ, **{f"GIT_{w}_{x}": "t" for w in ("AUTHOR", "COMMITTER") for x in ("NAME", "EMAIL")}}
     stages = {
@@ -252,7 +251,7 @@ pathlib.Path("reports/metrics.json").write_text(json.dumps({"anchor_last": headl
 @pytest.mark.slow
 def test_a_failed_experiment_fails_the_sweep_with_its_queue_log(tmp_path, monkeypatch):
     """A real queue on a one-stage project: the failing point's log is in the error, the other is kept."""
-    from prefshift import sweep
+    from prefshift.pipeline import sweep
 
     for who in ("AUTHOR", "COMMITTER"):
         monkeypatch.setenv(f"GIT_{who}_NAME", "t")
@@ -295,7 +294,7 @@ def test_a_failed_experiment_fails_the_sweep_with_its_queue_log(tmp_path, monkey
 
 
 def test_a_hung_exp_show_is_killed_and_retried(monkeypatch, tmp_path):
-    import prefshift.sweep as sweep_module
+    import prefshift.pipeline.sweep as sweep_module
 
     calls = []
 
@@ -348,7 +347,7 @@ def _take_ctrl_c() -> None:
 def test_a_stopped_sweep_stops_its_queue_and_experiments_and_says_what_it_stopped(tmp_path, signum):
     """Before, SIGTERM ended the sweep alone: its queue worker and the running experiment's stage
     (here a sleeper standing in for a training) ran on."""
-    from prefshift.sweep import queue_processes
+    from prefshift.pipeline.sweep import queue_processes
 
     env = {**os.environ, **{f"GIT_{w}_{x}": "t" for w in ("AUTHOR", "COMMITTER") for x in ("NAME", "EMAIL")}}
     root, pids = tmp_path / "project", tmp_path / "pids"

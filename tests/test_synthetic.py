@@ -17,7 +17,7 @@ import torch
 from scipy import sparse
 from scipy.optimize import minimize
 
-from prefshift.config import ConfigError, SyntheticConfig
+from prefshift.config.params import ConfigError, SyntheticConfig
 from prefshift.data import synthetic
 from prefshift.data import synthetic_vocab as vocab
 from prefshift.data.schema import make_pair
@@ -132,7 +132,7 @@ def test_deterministic_and_seed_dependent():
 
 def test_same_output_in_a_process_with_another_hash_seed():
     code = (
-        "import hashlib, json; from prefshift.config import SyntheticConfig; "
+        "import hashlib, json; from prefshift.config.params import SyntheticConfig; "
         "from prefshift.data import synthetic as s; "
         f"cfg = SyntheticConfig(**{SMALL.model_dump()!r}); "
         "rows = [s.generate_pairs('syn_harm_forum', 'train', cfg), s.generate_groups('syn_help_chat', cfg), "
@@ -506,7 +506,7 @@ def test_twin_form_marks_every_response_with_one_of_two_twins():
 
 
 def test_pretrained_backbones_cannot_tell_the_twins_apart():
-    from prefshift.config import LMSpec
+    from prefshift.config.params import LMSpec
     from prefshift.data.synthetic import MARKERS
     from prefshift.models.backbone import pretrain_lm, train_tokenizer
 

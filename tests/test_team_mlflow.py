@@ -17,7 +17,7 @@ import pytest
 from mlflow import MlflowClient
 
 from mlflow_support import free_port, running_server
-from prefshift import tracking
+from prefshift.tracking import runs as tracking
 from tiny_project import copy_project, pipeline_root, tiny_params
 
 STAGES = ("train", "evaluate", "promote")
@@ -26,7 +26,7 @@ STAGES = ("train", "evaluate", "promote")
 @pytest.fixture(scope="module")
 def team(tmp_path_factory):
     """(uri, server dir, params, layout, promote result) once the three stages ran against the server."""
-    from prefshift.stages import evaluate, promote, train
+    from prefshift.pipeline.stages import evaluate, promote, train
 
     source = pipeline_root(tmp_path_factory)
     server_dir = tmp_path_factory.mktemp("team-server")

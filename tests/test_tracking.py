@@ -14,10 +14,10 @@ import pytest
 from mlflow import MlflowClient
 
 from mlflow_support import free_port, running_server, seed_database
-from prefshift import tracking
-from prefshift.config import Params
-from prefshift.errors import PrefshiftError
-from prefshift.paths import Layout
+from prefshift.config.params import Params
+from prefshift.core.errors import PrefshiftError
+from prefshift.core.paths import Layout
+from prefshift.tracking import runs as tracking
 
 FAKE_TOKEN = "hf_FAKEtoken1234567890abcdef"
 
@@ -181,8 +181,9 @@ def test_stages_of_one_dvc_repro_share_a_pipeline_id_and_the_next_repro_gets_ano
     root, _ = project
     subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], cwd=root, check=True)
     write_id = (
-        "from pathlib import Path; from prefshift.config import Params; from prefshift.paths import Layout; "
-        "from prefshift.tracking import pipeline_run_id; "
+        "from pathlib import Path; from prefshift.config.params import Params; "
+        "from prefshift.core.paths import Layout; "
+        "from prefshift.tracking.runs import pipeline_run_id; "
         "Path('{out}').write_text(pipeline_run_id(Params(), Layout()))"
     )
     stages = {
@@ -209,7 +210,7 @@ def test_stages_of_one_dvc_repro_share_a_pipeline_id_and_the_next_repro_gets_ano
 
 @pytest.mark.slow
 def test_server_dropping_mid_run_loses_nothing_and_sync_uploads_the_run(project, monkeypatch, tmp_path):
-    from prefshift.sync import REPLACED_TAG, sync
+    from prefshift.tracking.sync import REPLACED_TAG, sync
 
     port = free_port()
     uri = f"http://127.0.0.1:{port}"
@@ -249,7 +250,7 @@ def test_server_dropping_mid_run_loses_nothing_and_sync_uploads_the_run(project,
 
 
 def test_ui_serves_the_project_database_and_refuses_a_remote_server(project, monkeypatch):
-    from prefshift import ui
+    from prefshift.tracking.runs import ui
 
     root, _ = project
     cmd = ui.command(Layout(Path(".")), "127.0.0.1", 5123)
@@ -266,9 +267,9 @@ def test_ui_serves_the_project_database_and_refuses_a_remote_server(project, mon
 STAGE_THAT_WAITS = """
 import sys, time
 from pathlib import Path
-from prefshift import tracking
-from prefshift.config import Params
-from prefshift.paths import Layout
+from prefshift.tracking import runs as tracking
+from prefshift.config.params import Params
+from prefshift.core.paths import Layout
 
 with tracking.stage_run(Params(), Layout(Path(".")), "train", "naive") as run:
     print(run.run_id, flush=True)

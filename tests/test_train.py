@@ -10,15 +10,15 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from prefshift.atomic import write_json
-from prefshift.config import LoraConfig, Params, TrainConfig
+from prefshift.config.params import LoraConfig, Params, TrainConfig
+from prefshift.core.atomic import write_json
 from prefshift.data.encode import length_grouped_batches
 from prefshift.data.schema import Group, read_pairs, write_groups, write_pairs
+from prefshift.engine.scoring import reward_stats
+from prefshift.engine.train import TrainingError, train_reward_model
 from prefshift.methods import build_objective
 from prefshift.methods.base import Objective
 from prefshift.models.reward import load_reward_model
-from prefshift.scoring import reward_stats
-from prefshift.train import TrainingError, train_reward_model
 from tiny_models import base_dir, install_backbones, items, pairs, reward_model, tokenizer
 
 CFG = TrainConfig(batch_size=4, epochs=2, lr=5e-3, warmup_frac=0.25, log_every=1, drift_every=2, probe_size=4)
@@ -117,7 +117,7 @@ def test_lora_trains_the_head_and_saves_a_plain_model(tmp_path):
 
 def _tiny_project(root):
     """A project root with splits, a manifest and tiny backbones, as earlier stages leave it."""
-    from prefshift.paths import Layout
+    from prefshift.core.paths import Layout
 
     layout = Layout(root)
     data = pairs(16)
@@ -136,7 +136,7 @@ def _tiny_project(root):
 
 @pytest.mark.slow
 def test_stages_teacher_label_train_end_to_end(tmp_path):
-    from prefshift.stages import label, plan, reference, targets, teacher, train
+    from prefshift.pipeline.stages import label, plan, reference, targets, teacher, train
 
     layout = _tiny_project(tmp_path)
     params = Params.model_validate(

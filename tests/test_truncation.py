@@ -8,13 +8,13 @@ import json
 
 import pytest
 
-from prefshift.config import EncodeConfig
+from prefshift.config.params import EncodeConfig
 from prefshift.data import encode
 from prefshift.data.encode import Encoder, TruncationCount
 from prefshift.data.schema import make_pair
-from prefshift.heldout_scores import read_truncation, truncation_path
-from prefshift.stages import report, teacher
-from prefshift.stages.report_truncation import truncation_section
+from prefshift.pipeline.heldout_scores import read_truncation, truncation_path
+from prefshift.pipeline.stages import report, teacher
+from prefshift.pipeline.stages.report_truncation import truncation_section
 from tiny_models import pairs, tokenizer
 from tiny_project import copy_project, pipeline_root, tiny_params
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from prefshift.config import EncodeConfig, LMSpec
+from prefshift.config.params import EncodeConfig, LMSpec
 from prefshift.data.encode import EncodedPair, Encoder
 from prefshift.data.schema import Pair, make_pair
 from prefshift.models.backbone import save_backbone, tiny_config, train_tokenizer
@@ -58,8 +58,8 @@ def base_dir(root: Path, seed: int = 0, spec: LMSpec = SPEC) -> Path:
 
 def install_backbones(layout, weak: Path, strong: Path) -> None:
     """models/base as `prefshift backbone` writes it (one output set), resolved from local directories."""
-    from prefshift.config import Params
-    from prefshift.stages import backbone
+    from prefshift.config.params import Params
+    from prefshift.pipeline.stages import backbone
 
     specs = {"weak": {"name_or_path": str(weak)}, "strong": {"name_or_path": str(strong)}}
     backbone.run(Params.model_validate({"backbone": specs}), layout)

@@ -13,8 +13,8 @@ from pathlib import Path
 import yaml
 
 from mlflow_support import seed_database
-from prefshift.config import Params, parse_params
-from prefshift.paths import Layout
+from prefshift.config.params import Params, parse_params
+from prefshift.core.paths import Layout
 
 LM = {"num_heads": 2, "pretrain_steps": 3, "pretrain_batch_size": 8, "pretrain_seq_len": 48}
 TINY = {
@@ -52,7 +52,7 @@ def write_params(root: Path, params: Params) -> Path:
 def run_pipeline(root: Path, params: Params) -> Layout:
     """prepare → split → backbone → teacher → label → plan → reference → targets of every
     listed method → train and evaluate naive, in-process."""
-    from prefshift.stages import (
+    from prefshift.pipeline.stages import (
         backbone,
         evaluate,
         label,

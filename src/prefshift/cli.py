@@ -14,12 +14,12 @@ from typing import Annotated, Any
 
 import typer
 
-from prefshift.atomic import STDOUT, check_output
-from prefshift.config import Params, check_listed, check_method, load_params
-from prefshift.console import error_text, messages
-from prefshift.errors import PrefshiftError, file_error_message
-from prefshift.paths import Layout
-from prefshift.progress import lines_to
+from prefshift.config.params import Params, check_listed, check_method, load_params
+from prefshift.core.atomic import STDOUT, check_output
+from prefshift.core.console import error_text, messages
+from prefshift.core.errors import PrefshiftError, file_error_message
+from prefshift.core.paths import Layout
+from prefshift.core.progress import lines_to
 
 app = typer.Typer(
     add_completion=False,
@@ -71,19 +71,19 @@ def _params(path: Path, overrides: list[str] | None) -> Params:
 @app.command()
 def inputs(params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")):
     """Version the local data and model files params name: data/inputs/*.json (DVC runs it always)."""
-    _call(_stage("stages.inputs"), _params(params, set_), Layout(root))
+    _call(_stage("pipeline.stages.inputs"), _params(params, set_), Layout(root))
 
 
 @app.command()
 def prepare(params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")):
     """Normalise the source and target datasets to the pair schema (data/pairs/)."""
-    _call(_stage("stages.prepare"), _params(params, set_), Layout(root))
+    _call(_stage("pipeline.stages.prepare"), _params(params, set_), Layout(root))
 
 
 @app.command()
 def split(params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")):
     """Build teacher_train / student_train / id_test / ood splits (data/splits/)."""
-    _call(_stage("stages.split"), _params(params, set_), Layout(root))
+    _call(_stage("pipeline.stages.split"), _params(params, set_), Layout(root))
 
 
 @app.command()
@@ -97,19 +97,19 @@ def backbone(
     params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")
 ):
     """Resolve (or pretrain, for the embedded default) the weak and strong backbones (models/base/)."""
-    _call(_stage("stages.backbone"), _params(params, set_), Layout(root))
+    _call(_stage("pipeline.stages.backbone"), _params(params, set_), Layout(root))
 
 
 @app.command()
 def teacher(params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")):
     """Train the weak teacher on the gold labels of teacher_train (models/teacher/)."""
-    _call(_stage("stages.teacher"), _params(params, set_), Layout(root))
+    _call(_stage("pipeline.stages.teacher"), _params(params, set_), Layout(root))
 
 
 @app.command()
 def label(params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")):
     """Soft labels q_i for student_train and the teacher's scores on every test split."""
-    _call(_stage("stages.label"), _params(params, set_), Layout(root))
+    _call(_stage("pipeline.stages.label"), _params(params, set_), Layout(root))
 
 
 @app.command("seam-label")
@@ -117,13 +117,13 @@ def seam_label(
     params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")
 ):
     """SEAM soft labels for student_train: strong-LM principles, teacher judgements (data/targets/seam/)."""
-    _call(_stage("stages.seam_label"), _params(params, set_), Layout(root))
+    _call(_stage("pipeline.stages.seam_label"), _params(params, set_), Layout(root))
 
 
 @app.command()
 def plan(params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")):
     """Write what each listed method reads (data/plan/), so DVC re-runs only the methods a change affects."""
-    _call(_stage("stages.plan"), _params(params, set_), Layout(root))
+    _call(_stage("pipeline.stages.plan"), _params(params, set_), Layout(root))
 
 
 @app.command()
@@ -131,13 +131,13 @@ def reference(
     params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")
 ):
     """Store the strong base's states at student_train's response tokens once, for every anchor run."""
-    _call(_stage("stages.reference"), _params(params, set_), Layout(root))
+    _call(_stage("pipeline.stages.reference"), _params(params, set_), Layout(root))
 
 
 @app.command()
 def probe(params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")):
     """Linear probes: which cues the frozen strong base exposes where the reward is read."""
-    _call(_stage("stages.probe"), _params(params, set_), Layout(root))
+    _call(_stage("pipeline.stages.probe"), _params(params, set_), Layout(root))
 
 
 @app.command()
@@ -151,7 +151,7 @@ def targets(
     _call(check_method, method)
     loaded = _params(params, set_)
     _call(check_listed, loaded, method)
-    _call(_stage("stages.targets"), loaded, Layout(root), method)
+    _call(_stage("pipeline.stages.targets"), loaded, Layout(root), method)
 
 
 @app.command()
@@ -165,7 +165,7 @@ def train(
     _call(check_method, method)
     loaded = _params(params, set_)
     _call(check_listed, loaded, method)
-    _call(_stage("stages.train"), loaded, Layout(root), method)
+    _call(_stage("pipeline.stages.train"), loaded, Layout(root), method)
 
 
 @app.command()
@@ -179,7 +179,7 @@ def evaluate(
     _call(check_method, method)
     loaded = _params(params, set_)
     _call(check_listed, loaded, method)
-    _call(_stage("stages.evaluate"), loaded, Layout(root), method)
+    _call(_stage("pipeline.stages.evaluate"), loaded, Layout(root), method)
 
 
 @app.command("policy-samples")
@@ -187,7 +187,7 @@ def policy_samples(
     params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")
 ):
     """Sample downstream.n_max completions per prompt from the policy LM (data/policy_samples/)."""
-    _call(_stage("stages.policy_samples"), _params(params, set_), Layout(root))
+    _call(_stage("pipeline.stages.policy_samples"), _params(params, set_), Layout(root))
 
 
 @app.command("gold-judge")
@@ -195,7 +195,7 @@ def gold_judge(
     params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")
 ):
     """Score every policy sample with the gold judge (and the synthetic gold rule): data/downstream/gold."""
-    _call(_stage("stages.gold_judge"), _params(params, set_), Layout(root))
+    _call(_stage("pipeline.stages.gold_judge"), _params(params, set_), Layout(root))
 
 
 @app.command()
@@ -212,23 +212,23 @@ def downstream(
     (reports/downstream/<M>.json)."""
     loaded = _params(params, set_)
     if method is None:
-        _call(_stage("stages.downstream", "run_all"), loaded, Layout(root))
+        _call(_stage("pipeline.stages.downstream", "run_all"), loaded, Layout(root))
         return
     if method != "teacher":
         _call(check_listed, loaded, method)
-    _call(_stage("stages.downstream"), loaded, Layout(root), method)
+    _call(_stage("pipeline.stages.downstream"), loaded, Layout(root), method)
 
 
 @app.command()
 def report(params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")):
     """Tables and figures across methods (reports/summary.md, reports/figures/, reports/metrics.json)."""
-    _call(_stage("stages.report"), _params(params, set_), Layout(root))
+    _call(_stage("pipeline.stages.report"), _params(params, set_), Layout(root))
 
 
 @app.command()
 def promote(params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")):
     """Register students that pass the gate; `champion` = best by mean NTS (reports/promotion.json)."""
-    _call(_stage("stages.promote"), _params(params, set_), Layout(root))
+    _call(_stage("pipeline.stages.promote"), _params(params, set_), Layout(root))
 
 
 @app.command()
@@ -246,7 +246,7 @@ def pull(
     root: RootOption = Path("."),
 ):
     """Download a registered reward model as a plain HF directory (content hash verified)."""
-    result = _call(_stage("registry", "pull_to"), uri, out, Layout(root), force)
+    result = _call(_stage("tracking.registry", "pull_to"), uri, out, Layout(root), force)
     err_console.print(f"pulled {result['name']} version {result['version']} to {result['out']}")
 
 
@@ -273,7 +273,7 @@ def score(
     loaded = _params(params, set_)
     with lines_to(sys.stderr):  # stdout carries the rewards
         result = _call(
-            _stage("downstream", "score_command"), model, input_, out, loaded, Layout(root), normalize
+            _stage("tracking.score", "score_command"), model, input_, out, loaded, Layout(root), normalize
         )
     if out is None:
         for row in result["rows"]:
@@ -304,11 +304,11 @@ def ui(
     if check:
         _call(check_output, screenshot)
         experiment = _params(params, None).tracking.experiment
-        result = _call(_stage("ui", "check"), Layout(root), experiment, screenshot, port)
+        result = _call(_stage("tracking.ui", "check"), Layout(root), experiment, screenshot, port)
         shown = f"{', '.join(result['runs'])} with {', '.join(result['metrics'])}"
         err_console.print(f"UI shows {shown}; screenshot {result['screenshot']}")
         return
-    raise typer.Exit(_call(_stage("ui", "serve"), Layout(root), host, port, backend))
+    raise typer.Exit(_call(_stage("tracking.ui", "serve"), Layout(root), host, port, backend))
 
 
 @app.command()
@@ -317,7 +317,7 @@ def sync(
     root: RootOption = Path("."),
 ):
     """Upload runs recorded offline (.prefshift/offline.db) while the tracking server was down."""
-    result = _call(_stage("sync", "sync"), Layout(root), to)
+    result = _call(_stage("tracking.sync", "sync"), Layout(root), to)
     err_console.print(f"synced {len(result['copied'])} run(s) from {result['source']} to {result['target']}")
 
 
@@ -401,9 +401,8 @@ def sweep(
     root: RootOption = Path("."),
 ):
     """Queue a params grid as DVC experiments (workspace untouched), file them in reports/sweeps/, report."""
-    result = _call(
-        _stage("sweep"), root, set_, [m.strip() for m in methods.split(",") if m.strip()], report, jobs
-    )
+    listed = [m.strip() for m in methods.split(",") if m.strip()]
+    result = _call(_stage("pipeline.sweep"), root, set_, listed, report, jobs)
     for experiment in result["experiments"]:
         err_console.print(f"{experiment['name']}: {', '.join(experiment['files'])}")
     if result["report"]:

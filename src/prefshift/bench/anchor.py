@@ -1,7 +1,7 @@
 """ANCHOR's cost: anchor_last against naive on the same run, by where its reference comes from.
 
 `anchor_shared` reads the states the pipeline's `reference` stage stores once
-(prefshift.reference_store); that one-off fill is timed on its own and amortised over
+(prefshift.engine.reference_store); that one-off fill is timed on its own and amortised over
 the anchor runs it serves (a 4-point λ sweep × 2 anchor variants). `anchor_cached` fills
 an in-run cache (what a run outside the pipeline does), `anchor_uncached` runs a frozen copy.
 
@@ -30,7 +30,7 @@ from prefshift.bench.common import (
     summary,
 )
 from prefshift.bench.training import measured, train_config
-from prefshift.config import AnchorConfig, LoraConfig, Params
+from prefshift.config.params import AnchorConfig, LoraConfig, Params
 
 VARIANTS = {
     "naive": ("naive", True, False),
@@ -60,7 +60,7 @@ def fill_reference(spec_name: str, work: Workload, tok_dir: Path, items, directo
     import time
 
     from prefshift.models.reward import RewardModel
-    from prefshift.stages.reference import compute_reference
+    from prefshift.pipeline.stages.reference import compute_reference
 
     tokenizer = load_tokenizer(tok_dir)
     model = RewardModel(hf_reward_model(MODELS[spec_name], tokenizer, work.max_length, work.seed)).eval()
@@ -74,10 +74,10 @@ def run_variant(
     spec_name: str, work: Workload, tok_dir: Path, items, epochs: int, variant: str, shared: str | None = None
 ) -> dict:
     """One training run of `variant`, in this (fresh) process, after a two-step warm-up run."""
+    from prefshift.engine.reference_store import StoredReference
+    from prefshift.engine.train import train_reward_model
     from prefshift.methods import build_objective
     from prefshift.models.reward import RewardModel
-    from prefshift.reference_store import StoredReference
-    from prefshift.train import train_reward_model
 
     method, cache, lora = VARIANTS[variant]
     tokenizer = load_tokenizer(tok_dir)

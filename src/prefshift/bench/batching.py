@@ -1,7 +1,7 @@
 """The two batching choices our trainer and scorer make, and what they are measured against.
 
-The ablations swap one function in the module that runs the loop (`prefshift.train` or
-`prefshift.scoring`) inside a benchmark's own process, so the rest of the loop is
+The ablations swap one function in the module that runs the loop (`prefshift.engine.train` or
+`prefshift.engine.scoring`) inside a benchmark's own process, so the rest of the loop is
 exactly the shipped one and only the batching differs.
 """
 

@@ -14,8 +14,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from prefshift.config import EncodeConfig, LMSpec, SyntheticConfig
-from prefshift.errors import PrefshiftError
+from prefshift.config.params import EncodeConfig, LMSpec, SyntheticConfig
+from prefshift.core.errors import PrefshiftError
 
 PRELOAD = [
     "torch",
@@ -25,8 +25,8 @@ PRELOAD = [
     "datasets",
     "peft",
     "trl",
-    "prefshift.train",
-    "prefshift.scoring",
+    "prefshift.engine.train",
+    "prefshift.engine.scoring",
 ]
 """Imported once by the fork server (a missing one, e.g. trl, is skipped), not by every run."""
 MODELS = {
@@ -64,7 +64,7 @@ def versions() -> dict[str, str | None]:
 def machine() -> dict[str, Any]:
     import os
 
-    from prefshift.host import cpu_model
+    from prefshift.core.host import cpu_model
 
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     return {

@@ -36,10 +36,10 @@ def bench_evaluation(tok_dir: Path, plan: dict[str, int], reps: int, log: Callab
 
 
 def _bench_model(tok_dir: Path, spec_name: str, pairs: int, reps: int, log: Callable[[str], None]) -> dict:
-    import prefshift.scoring as scoring
+    import prefshift.engine.scoring as scoring
     from prefshift.bench.batching import ablation
     from prefshift.bench.common import hf_reward_model
-    from prefshift.config import Params
+    from prefshift.config.params import Params
     from prefshift.models.reward import RewardModel
 
     tokenizer = load_tokenizer(tok_dir)

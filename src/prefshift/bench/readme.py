@@ -12,8 +12,8 @@ import argparse
 import json
 from pathlib import Path
 
-from prefshift.atomic import write_text
-from prefshift.errors import PrefshiftError
+from prefshift.core.atomic import write_text
+from prefshift.core.errors import PrefshiftError
 
 START = "<!-- bench-numbers:start (written by `prefshift bench --readme`; do not edit) -->"
 END = "<!-- bench-numbers:end -->"

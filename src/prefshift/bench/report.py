@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from prefshift.atomic import write_json, write_text
 from prefshift.bench import realistic
+from prefshift.core.atomic import write_json, write_text
 
 
 def _range(s: dict, fmt: str = "{:.2f}") -> str:

@@ -40,7 +40,7 @@ from prefshift.bench.common import (
     summary,
 )
 from prefshift.bench.work import WorkCounter, cpu_bf16_features, fingerprint
-from prefshift.config import TrainConfig
+from prefshift.config.params import TrainConfig
 
 LR = 5e-4
 WARMUP = 0.1
@@ -59,7 +59,7 @@ def measured(
     (real tokens/s among it) and the settings it observed; with `profile_top`, the run is
     profiled instead (its wall time then includes the profiler's cost) and the result
     carries its top operators by self CPU time."""
-    from prefshift.bench.profile import operator_table, profiled
+    from prefshift.bench.operators import operator_table, profiled
 
     before = reset_peak()
     with profiled(profile_top > 0) as prof:
@@ -93,7 +93,7 @@ def run_ours(
     precision: str = "fp32",
 ) -> dict:
     """Our trainer with the naive objective, in this (fresh) process."""
-    import prefshift.train as train_module
+    import prefshift.engine.train as train_module
     from prefshift.bench.batching import ablation
     from prefshift.methods.base import Objective
     from prefshift.models.reward import RewardModel

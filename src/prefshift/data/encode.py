@@ -28,9 +28,9 @@ from dataclasses import dataclass
 
 import torch
 
-from prefshift.config import EncodeConfig
+from prefshift.config.params import EncodeConfig
+from prefshift.core.errors import PrefshiftError
 from prefshift.data.schema import Pair, RowError, SkipCounter
-from prefshift.errors import PrefshiftError
 
 SIDES = ("chosen", "rejected")
 ENCODE_CHUNK = 512

@@ -18,8 +18,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from prefshift.atomic import atomic_path, write_json
-from prefshift.errors import PrefshiftError
+from prefshift.core.atomic import atomic_path, write_json
+from prefshift.core.errors import PrefshiftError
 
 ROLES = ("system", "user", "assistant")
 

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from prefshift.config import DataConfig
+from prefshift.config.params import DataConfig
+from prefshift.core.errors import PrefshiftError
+from prefshift.core.paths import Layout
 from prefshift.data.schema import Group, Pair, content_hash, pair_content_hash
-from prefshift.errors import PrefshiftError
-from prefshift.paths import Layout
 
 TRAIN_SPLITS = ("teacher_train", "student_train")
 T = TypeVar("T", Pair, Group)

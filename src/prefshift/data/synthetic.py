@@ -85,17 +85,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from prefshift.config import ConfigError, SyntheticConfig
+from prefshift.config.params import SYNTHETIC_DATASETS, ConfigError, SyntheticConfig
 from prefshift.data import synthetic_vocab as vocab
 
-SYNTHETIC_DATASETS: dict[str, str] = {
-    "syn_help_forum": "helpful",
-    "syn_help_instruct": "helpful",
-    "syn_help_chat": "helpful",
-    "syn_harm_forum": "harmless",
-    "syn_harm_instruct": "harmless",
-    "syn_harm_chat": "harmless",
-}
 SPLITS = ("train", "test")
 ROLES = ("source", "target", "clean")
 

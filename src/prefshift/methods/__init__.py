@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from prefshift.config import METHODS, Params, check_method
+from prefshift.config.params import METHODS, Params, check_method
 from prefshift.methods.layers import anchor_layers
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 L = L_w2s + λ · mean over the chosen layers, response tokens (prompt and padding
 excluded) and hidden dims of (h_student - h_ref)². The reference states come from
-the frozen starting checkpoint (see prefshift.anchor_cache and prefshift.reference_store).
+the frozen starting checkpoint (see prefshift.engine.anchor_cache and prefshift.engine.reference_store).
 With `normalize="reference"` each layer's MSE is divided by that layer's mean squared
 reference activation over response tokens (`scale`), which makes λ scale-free: λ = 1
 weighs a drift as large as the representation itself like one nat of w2s loss.

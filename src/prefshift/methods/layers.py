@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from prefshift.errors import PrefshiftError
+from prefshift.core.errors import PrefshiftError
 
 
 class AnchorError(PrefshiftError, ValueError):

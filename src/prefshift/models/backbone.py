@@ -15,12 +15,12 @@ from pathlib import Path
 
 import torch
 
-from prefshift.atomic import atomic_path
-from prefshift.config import LMSpec
+from prefshift.config.params import LMSpec
+from prefshift.core.atomic import atomic_path
+from prefshift.core.progress import ProgressReporter
 from prefshift.data.synthetic import MARKERS
 from prefshift.models.reward import ModelLoadError, hub_offline, quiet_transformers
 from prefshift.models.validate import check_loadable, looks_local
-from prefshift.progress import ProgressReporter
 
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>")
 RESERVED_TOKENS = MARKERS

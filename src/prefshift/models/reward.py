@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from prefshift.atomic import atomic_path
+from prefshift.core.atomic import atomic_path
 from prefshift.data.encode import chat_template, ensure_chat_template
 from prefshift.models.validate import (
     ModelLoadError,

@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from prefshift.errors import JSON_TOO_DEEP, PrefshiftError
+from prefshift.core.errors import JSON_TOO_DEEP, PrefshiftError
 
 TRAINED_HEAD_KEY = "prefshift_trained_reward_head"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "spiece.model")

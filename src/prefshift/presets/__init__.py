@@ -24,8 +24,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from prefshift.atomic import write_text
-from prefshift.config import (
+from prefshift.config.params import (
     ConfigError,
     DataConfig,
     LMSpec,
@@ -34,6 +33,7 @@ from prefshift.config import (
     parse_params,
     read_yaml,
 )
+from prefshift.core.atomic import write_text
 
 PARTIAL_PREFIX = "_"
 FILE_KEYS = ("description", "extends", "notes", "params")

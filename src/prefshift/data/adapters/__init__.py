@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from prefshift.config import ConfigError, Params
+from prefshift.config.params import ConfigError, Params
 from prefshift.data.adapters.base import Adapter, SourceUnavailable
 from prefshift.data.adapters.helpsteer3 import HELPSTEER3
 from prefshift.data.adapters.hh_rlhf import HH_HARMLESS, HH_HELPFUL

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prefshift.config import Params, is_split_pattern
+from prefshift.config.params import Params, is_split_pattern
+from prefshift.core.errors import JSON_TOO_DEEP, PrefshiftError
 from prefshift.data.schema import Group, Pair, RowError, SchemaError, SkipCounter, pair_content_hash
-from prefshift.errors import JSON_TOO_DEEP, PrefshiftError
 
 SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".parquet", ".csv")
 

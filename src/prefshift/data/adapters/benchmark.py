@@ -8,7 +8,7 @@ built-in (`data.sources.NAME.adapter: rewardbench_chat`), and so does
 `data.sources.rewardbench_chat.path` for a local copy in the benchmark's own format.
 
 The adapter knows its benchmark and section, so evaluation can score the target by the
-benchmark's own rule (prefshift.benchmarks) next to the usual pairwise accuracy. As for
+benchmark's own rule (prefshift.science.benchmarks) next to the usual pairwise accuracy. As for
 every source, a pair repeating the content of an earlier one is skipped and counted
 (`duplicate`), and the split stage drops pairs whose content a training split holds, so a
 section can score a few pairs fewer than the hub file has; skips.json says how many.
@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from prefshift.config import Params
+from prefshift.config.params import Params
 from prefshift.data.adapters.base import Adapter, Record, source_rows, value
 from prefshift.data.schema import Group, Pair, RowError, content_hash, make_pair
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from prefshift.config import Params
+from prefshift.config.params import Params
 from prefshift.data.adapters.base import Adapter, value
 from prefshift.data.schema import Pair, RowError, make_pair
 

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from prefshift.config import Params
+from prefshift.config.params import Params
 from prefshift.data.adapters.base import Adapter, value
 from prefshift.data.schema import Pair, RowError, make_pair
 

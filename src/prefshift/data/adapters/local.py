@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prefshift.config import Params
+from prefshift.config.params import Params
 from prefshift.data.adapters.base import Adapter, Record, read_records, split_files
 from prefshift.data.adapters.hh_rlhf import transcripts_to_pair
 from prefshift.data.schema import Pair, RowError, SchemaError, make_pair

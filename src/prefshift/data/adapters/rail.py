@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from prefshift.config import Params
+from prefshift.config.params import Params
 from prefshift.data.adapters.base import Adapter, Record, source_rows, value
 from prefshift.data.adapters.hh_rlhf import parse_turns
 from prefshift.data.schema import Pair, RowError, SchemaError, make_pair

@@ -4,7 +4,7 @@ Columns `prompt` (a single-turn string), `chosen`, `chosen_model`, `rejected`,
 `rejected_model`, `subset`, `id` (dataset card). Each section of the benchmark is a
 target: `rewardbench_chat`, `rewardbench_chat_hard`, `rewardbench_reasoning` (helpful) and
 `rewardbench_safety` (harmless); a row belongs to the section that lists its subset
-(prefshift.benchmarks.REWARDBENCH_SECTIONS). The subset stays in the pair's meta, which
+(prefshift.science.benchmarks.REWARDBENCH_SECTIONS). The subset stays in the pair's meta, which
 is what the official section score (strict wins, per-subset accuracies weighted by the
 benchmark's example counts) is computed from.
 """
@@ -14,10 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from prefshift.benchmarks import REWARDBENCH_SECTIONS
-from prefshift.config import Params
+from prefshift.config.params import Params
 from prefshift.data.adapters.base import value
 from prefshift.data.adapters.benchmark import BenchmarkAdapter, user_prompt
+from prefshift.data.benchmark_tables import REWARDBENCH_SECTIONS
 from prefshift.data.schema import Pair, make_pair
 
 HARMLESS_SECTIONS = ("Safety",)

@@ -20,8 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from prefshift.benchmarks import REWARDBENCH2_SUBSETS, TIES
-from prefshift.config import Params
+from prefshift.config.params import Params
 from prefshift.data.adapters.base import value
 from prefshift.data.adapters.benchmark import (
     BenchmarkAdapter,
@@ -30,6 +29,7 @@ from prefshift.data.adapters.benchmark import (
     responses,
     user_prompt,
 )
+from prefshift.data.benchmark_tables import REWARDBENCH2_SUBSETS, TIES
 from prefshift.data.schema import Group, Pair, RowError
 
 HARMLESS_SUBSETS = ("Safety",)

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prefshift.benchmarks import RMBENCH_DOMAINS, RMBENCH_STYLES
-from prefshift.config import Params
+from prefshift.config.params import Params
+from prefshift.core.errors import PrefshiftError
 from prefshift.data.adapters.base import Record, hub_rows, read_records, split_files
 from prefshift.data.adapters.benchmark import (
     BenchmarkAdapter,
@@ -34,8 +34,8 @@ from prefshift.data.adapters.benchmark import (
     responses,
     user_prompt,
 )
+from prefshift.data.benchmark_tables import RMBENCH_DOMAINS, RMBENCH_STYLES
 from prefshift.data.schema import Group, Pair, RowError, SchemaError
-from prefshift.errors import PrefshiftError
 
 HARMLESS_DOMAINS = ("safety",)
 KNOWN_DOMAINS = tuple(d for members in RMBENCH_DOMAINS.values() for d in members)
@@ -51,9 +51,7 @@ def file_domain(path: Path) -> str | None:
 
 def record_domain(row: dict[str, Any], path: Path | None, where: str) -> str:
     """A record's domain from its `domain` or `subset` field and its file's name, which must agree."""
-    named = {
-        f"field {key!r}": row[key] for key in ("domain", "subset") if isinstance(row.get(key), str)
-    }
+    named = {f"field {key!r}": row[key] for key in ("domain", "subset") if isinstance(row.get(key), str)}
     if path is not None and file_domain(path) is not None:
         named[f"file name {path.name}"] = file_domain(path)
     if not named:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from prefshift.config import Params
+from prefshift.config.params import Params
 from prefshift.data import synthetic
 from prefshift.data.adapters.base import Adapter, Record
 from prefshift.data.schema import Group, Pair, content_hash, make_pair

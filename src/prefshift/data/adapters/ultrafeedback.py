@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from prefshift.config import Params
+from prefshift.config.params import Params
 from prefshift.data.adapters.base import Adapter, Record, source_rows, value
 from prefshift.data.schema import Group, Pair, RowError, content_hash, make_pair
 

@@ -1,0 +1,715 @@
+"""Typed view of params.yaml: the only place where defaults live.
+
+Every section mirrors a DVC stage's params, so `dvc repro` tracks exactly the
+keys a stage reads. Models forbid unknown keys: a typo in params.yaml must
+fail loudly with the key's path, never be silently ignored.
+
+The schema defaults *are* the embedded default: `Params()` equals the repository's
+params.yaml (tested), so a section left out of a params file means the same as in the
+embedded default. Checks every field gets without declaring them (see `Strict`): numbers
+are finite, a count is never given as `true` or `2.0`. Files and `-S` values are read
+with `read_yaml`, which refuses a key given twice, as DVC does.
+"""
+
+from __future__ import annotations
+
+import string
+import types
+import typing
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from prefshift.core.errors import PrefshiftError
+
+METHODS = ("naive", "confidence", "seam", "anchor_last", "anchor_mid", "ceiling")
+CATEGORIES = ("helpful", "harmless")
+
+
+class ConfigError(PrefshiftError, ValueError):
+    """A params file or override that cannot be used; the message names the key."""
+
+
+Seed = Annotated[int, Field(ge=0, lt=2**32)]  # what numpy's and torch's generators all accept
+INT64 = 2**63
+
+
+def _scalar_types(annotation: Any) -> set[Any]:
+    """The leaf types a field holds: `int | None` -> {int, NoneType}, `list[float]` -> {float}."""
+    if typing.get_origin(annotation) is Literal:
+        return set()
+    if typing.get_origin(annotation) is Annotated:
+        return _scalar_types(typing.get_args(annotation)[0])
+    args = typing.get_args(annotation)
+    if not args:
+        return {annotation}
+    return set().union(*(_scalar_types(arg) for arg in args if not isinstance(arg, types.EllipsisType)))
+
+
+def _refuse_lossy_number(value: Any, expected: set[Any]) -> None:
+    if isinstance(value, list):
+        for item in value:
+            _refuse_lossy_number(item, expected)
+    elif isinstance(value, bool):
+        if bool not in expected and expected & {int, float}:
+            raise ValueError("a boolean where a number is expected")
+    elif isinstance(value, float):
+        if int in expected and float not in expected:
+            raise ValueError("a fraction where a whole number is expected")
+    elif isinstance(value, int) and int in expected and not -INT64 <= value < INT64:
+        raise ValueError("out of range: a whole number that fits in 64 bits is expected")
+
+
+class Strict(BaseModel):
+    """Base of every params section; its checks cover any field a section declares.
+
+    `allow_inf_nan=False`: `.inf`, `.nan` and `1e400` (which overflows to inf) are refused
+    for every float, lists included. The validator below closes pydantic's lax coercions
+    that turn a typo into a count (`true` -> 1, `2.0` -> 2) and refuses integers past 64 bits.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid", populate_by_name=True, validate_assignment=True, allow_inf_nan=False
+    )
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _numbers_are_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        _refuse_lossy_number(value, _scalar_types(cls.model_fields[info.field_name].annotation))
+        return value
+
+
+class DatasetSource(Strict):
+    """Where one dataset's raw rows come from; `path` wins over the hub id."""
+
+    path: str | None = Field(None, description="Local file or directory in the source's own format.")
+    hf_id: str | None = Field(None, description="Override of the adapter's default Hugging Face id.")
+    hf_config: str | None = Field(None, description="Dataset config / subset name on the hub.")
+    revision: str | None = Field(None, description="Hub revision (commit sha or tag) for reproducibility.")
+    adapter: str | None = Field(
+        None,
+        description="Adapter to read this entry with; `local` or a built-in name (the key becomes an alias).",
+    )
+    category: Literal["helpful", "harmless"] | None = Field(
+        None, description="Category of a `local` dataset (built-in adapters know their own)."
+    )
+
+    @field_validator("path")
+    @classmethod
+    def _path_fields(cls, path: str | None) -> str | None:
+        if path is not None:
+            is_split_pattern(path)
+        return path
+
+    @model_validator(mode="after")
+    def _local_needs_path_and_category(self) -> DatasetSource:
+        if self.adapter == "local" and (self.path is None or self.category is None):
+            raise ValueError("a dataset with adapter: local needs both `path` and `category`")
+        return self
+
+
+def is_split_pattern(path: str) -> bool:
+    """Whether a source path is a pattern; raises ValueError for any field but a plain `{split}`.
+
+    `str.format` would raise KeyError for `{x}` and IndexError for `{}`, deep in prepare.
+    """
+    try:
+        fields = [
+            (name, spec, conv) for _, name, spec, conv in string.Formatter().parse(path) if name is not None
+        ]
+    except ValueError as err:
+        raise ValueError(
+            f"{path!r} has an unmatched brace ({err}); the only field a source path may hold is {{split}}, "
+            "and a literal brace is written {{ or }}"
+        ) from None
+    for name, spec, conversion in fields:
+        if name != "split" or spec or conversion:
+            written = (
+                "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+            )
+            raise ValueError(
+                f"{path!r} has the field {written}; the only field a source path may hold is {{split}} (the "
+                "split's file name); write {{ or }} for a literal brace"
+            )
+    return bool(fields)
+
+
+class SplitCaps(Strict):
+    """Upper bounds on split sizes (pairs); null = no cap."""
+
+    teacher_train: int | None = Field(2000, ge=1)
+    student_train: int | None = Field(2000, ge=1)
+    id_test: int | None = Field(500, ge=1)
+    ood: int | None = Field(500, ge=1)
+    groups: int | None = Field(200, ge=1)
+
+
+class DataConfig(Strict):
+    category: Literal["helpful", "harmless"] = "helpful"
+    source: str = "syn_help_forum"
+    targets: list[str] = Field(default_factory=lambda: ["syn_help_instruct", "syn_help_chat"])
+    teacher_fraction: float = Field(0.5, gt=0.0, lt=1.0)
+    caps: SplitCaps = Field(default_factory=SplitCaps)
+    sources: dict[str, DatasetSource] = Field(default_factory=dict)
+    pku_keep_same_safety: bool = Field(
+        False, description="Keep PKU-SafeRLHF pairs whose two responses share the same safety label."
+    )
+
+    @model_validator(mode="after")
+    def _source_not_a_target(self) -> DataConfig:
+        if self.source in self.targets:
+            raise ValueError(f"data.targets must not contain the source dataset {self.source!r}")
+        if len(set(self.targets)) != len(self.targets):
+            raise ValueError("data.targets lists a dataset twice")
+        return self
+
+
+# The synthetic suite's datasets and their category: params name them (sources, targets,
+# target_cues), so the schema owns the list; prefshift.data.synthetic builds them.
+SYNTHETIC_DATASETS: dict[str, str] = {
+    "syn_help_forum": "helpful",
+    "syn_help_instruct": "helpful",
+    "syn_help_chat": "helpful",
+    "syn_harm_forum": "harmless",
+    "syn_harm_instruct": "harmless",
+    "syn_harm_chat": "harmless",
+}
+
+
+class SyntheticConfig(Strict):
+    """The offline preference-shift suite of the embedded default."""
+
+    seed: Seed = 0
+    train_pairs: int = Field(4000, ge=10)
+    test_pairs: int = Field(600, ge=10)
+    shortcut_strength: float = Field(
+        0.9,
+        ge=0.0,
+        le=1.0,
+        description="P(the sign-off cue, at the response's end, sits on the chosen response) in the source.",
+    )
+    marker_strength: float | None = Field(
+        0.9,
+        ge=0.0,
+        le=1.0,
+        description="P(the marker cue, a reserved token at the response's start, sits on the chosen "
+        "response) in the source; null = no marker cue.",
+    )
+    marker_form: Literal["twin", "single"] = Field(
+        "twin",
+        description="twin: every response starts with one of two reserved tokens that share one "
+        "pretrained embedding (the first on the cued response); single: one reserved token on the cued "
+        "response only.",
+    )
+    target_cues: dict[str, list[Literal["sign_off", "marker"]]] = Field(
+        default_factory=lambda: {"syn_help_instruct": ["sign_off"], "syn_help_chat": ["marker"]},
+        description="Per OOD target, the cues it carries reversed; its other cues are left out. "
+        "A target not named here reverses every cue.",
+    )
+    groups: int = Field(120, ge=0, description="Best-of-n groups per dataset (test split).")
+    group_size: int = Field(4, ge=2)
+    corpus_docs: int = Field(6000, ge=10, description="Unlabelled documents for backbone pretraining.")
+
+
+class LMSpec(Strict):
+    """A backbone: `tiny` builds a Llama-style LM from the sizes below; anything else is a hub id or path."""
+
+    name_or_path: str = "tiny"
+    revision: str | None = None
+    hidden_size: int = Field(64, ge=8)
+    num_layers: int = Field(1, ge=1)
+    num_heads: int = Field(2, ge=1)
+    intermediate_size: int = Field(128, ge=8)
+    pretrain_steps: int = Field(400, ge=0)
+    pretrain_lr: float = Field(3e-3, gt=0)
+    pretrain_batch_size: int = Field(32, ge=1)
+    pretrain_seq_len: int = Field(128, ge=8)
+
+    @model_validator(mode="after")
+    def _heads_divide_hidden(self) -> LMSpec:
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+        return self
+
+
+class StrongLMSpec(LMSpec):
+    """The strong backbone: the embedded default's is wider and deeper than the weak one."""
+
+    hidden_size: int = Field(96, ge=8)
+    num_layers: int = Field(4, ge=1)
+    num_heads: int = Field(4, ge=1)
+    intermediate_size: int = Field(192, ge=8)
+    pretrain_steps: int = Field(300, ge=0)
+
+
+class BackboneConfig(Strict):
+    vocab_size: int = Field(600, ge=100, description="BPE vocabulary for the embedded default's tokenizer.")
+    trust_remote_code: bool = False
+    weak: LMSpec = Field(default_factory=LMSpec)
+    strong: StrongLMSpec = Field(default_factory=StrongLMSpec)
+
+
+class EncodeConfig(Strict):
+    max_length: int = Field(128, ge=8)
+    min_response_tokens: int = Field(
+        1, ge=1, description="Pairs whose response keeps fewer tokens after truncation are skipped, counted."
+    )
+
+
+class LoraConfig(Strict):
+    enabled: bool = False
+    r: int = Field(8, ge=1)
+    alpha: int = Field(16, ge=1)
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    target_modules: list[str] | None = None
+
+
+class TrainConfig(Strict):
+    batch_size: int = Field(8, ge=1, description="Pairs per optimizer micro-step (per process).")
+    grad_accum: int = Field(1, ge=1)
+    epochs: int = Field(2, ge=1)
+    lr: float = Field(5e-4, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    warmup_frac: float = Field(0.1, ge=0, lt=1)
+    max_grad_norm: float = Field(1.0, gt=0)
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    gradient_checkpointing: bool = False
+    lora: LoraConfig = Field(default_factory=LoraConfig)
+    checkpoint_every: int = Field(0, ge=0, description="Steps between resumable checkpoints; 0 = per epoch.")
+    log_every: int = Field(10, ge=1)
+    drift_every: int = Field(25, ge=1)
+    probe_size: int = Field(16, ge=1, description="Pairs in the fixed batch used to measure drift.")
+
+
+class StudentConfig(TrainConfig):
+    """Student training: one pass, as is usual for reward models, with step checkpoints to resume from."""
+
+    epochs: int = Field(1, ge=1)
+    checkpoint_every: int = Field(
+        100, ge=0, description="Steps between resumable checkpoints (one epoch leaves only its end)."
+    )
+
+
+class LabelConfig(Strict):
+    temperature: float = Field(1.0, gt=0)
+
+
+class ConfidenceConfig(Strict):
+    alpha: float = Field(0.5, ge=0, le=1)
+    warmup_frac: float = Field(0.1, ge=0, le=1)
+
+
+class AnchorConfig(Strict):
+    lam: float = Field(
+        1.0,
+        alias="lambda",
+        ge=0,
+        description="Weight of the anchor MSE. The embedded default's 1 is for normalize: reference; "
+        "the paper's raw form used 1e-4 on 8B models (the real presets set it with normalize: none).",
+    )
+    mid_fractions: list[float] = Field(default_factory=lambda: [0.5, 0.75])
+    cache: bool = Field(
+        True,
+        description="Read the reference stage's stored states (data/reference/) instead of a frozen forward "
+        "per step; runs outside the pipeline fill an in-run cache instead. false: the reference stage stores "
+        "no states, and computes nothing unless normalize is reference.",
+    )
+    cache_max_gb: float = Field(2.0, gt=0, description="In-memory budget of an in-run cache, then spills.")
+    normalize: Literal["none", "reference"] = Field(
+        "reference",
+        description="`reference` divides each layer's MSE by that layer's mean squared reference activation "
+        "over response tokens, so one λ means the same on any backbone; `none` is the paper's raw form.",
+    )
+    reference_max_gb: float = Field(
+        20.0,
+        gt=0,
+        description="Largest reference the reference stage stores; above it students fall back to a frozen "
+        "forward each step (with LoRA: the shared base, adapters disabled).",
+    )
+    reference_batch_size: int = Field(16, ge=1, description="Pairs per forward pass of the reference stage.")
+
+    @field_validator("mid_fractions")
+    @classmethod
+    def _fractions(cls, value: list[float]) -> list[float]:
+        if not value or any(not 0 < f <= 1 for f in value):
+            raise ValueError("anchor.mid_fractions needs fractions of depth in (0, 1]")
+        return value
+
+
+class SeamConfig(Strict):
+    max_new_tokens: int = Field(48, ge=1)
+    max_principles: int = Field(4, ge=1)
+    keep_top_k: int = Field(2, ge=1, description="Principle nodes kept per pair, by weak confidence.")
+    weighting: Literal["confidence", "entropy"] = "entropy"
+    include_plain: bool = Field(True, description="Also score the pair without a principle, as one node.")
+    principle_position: Literal["last_user", "system"] = Field(
+        "last_user",
+        description="Where the teacher reads a principle: preamble of the last user turn, or a system turn.",
+    )
+    principle_context: Literal["request", "conversation"] = Field(
+        "request", description="What the strong LM sees: the final user turn, or the whole conversation."
+    )
+    generation_batch_size: int = Field(64, ge=1, description="Prompts per batched `generate` call.")
+    max_context_tokens: int = Field(
+        256, ge=8, description="Conversation tokens (the most recent) shown to the strong LM per prompt."
+    )
+
+
+class EvaluateConfig(Strict):
+    batch_size: int = Field(32, ge=1)
+    bootstrap: int = Field(1000, ge=10)
+    ci: float = Field(0.95, gt=0.5, lt=1.0)
+    ece_bins: int = Field(10, ge=2)
+    warn_truncated_share: float = Field(
+        0.05,
+        ge=0.0,
+        le=1.0,
+        description="Warn (training output and report) when truncation to encode.max_length cut the prompt "
+        "or a response of a larger share of a split's pairs.",
+    )
+
+
+class DownstreamConfig(Strict):
+    """Best-of-n against a gold judge (stages policy_samples, gold_judge, downstream)."""
+
+    enabled: bool | Literal["auto"] = Field(
+        "auto",
+        description="true: run best-of-n, and fail if its policy or judge cannot load; false: skip it; "
+        "auto: run it unless the policy cannot generate (an encoder) or, offline, the policy or judge has "
+        "no local copy. A skip is recorded with its reason (data/policy_samples/counts.json) and the "
+        "report says so; nothing downstream of it waits on best-of-n.",
+    )
+    prompts: int = Field(32, ge=1, description="Prompts per split (ID test and each OOD target).")
+    n_max: int = Field(8, ge=2, description="Completions per prompt; best-of-n for n = 1, 2, 4, ..., n_max.")
+    policy: str | None = Field(
+        None, description="Policy LM (hub id or directory); null = the strong base LM, models/base/strong."
+    )
+    policy_revision: str | None = Field(None, description="Hub revision of the policy LM.")
+    max_new_tokens: int = Field(32, ge=1)
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature of the policy.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass (1 = plain sampling).")
+    generation_batch_size: int = Field(32, ge=1, description="Prompts per `generate` call (x n_max rows).")
+    judge: str = Field(
+        "ceiling",
+        description="Gold judge: `ceiling` (models/students/ceiling, a proxy for human gold), or a "
+        "reward-model directory or hub id.",
+    )
+    judge_revision: str | None = Field(None, description="Hub revision of the judge.")
+
+    @field_validator("enabled", mode="before")
+    @classmethod
+    def _true_false_or_auto(cls, value: Any) -> Any:
+        """One of three words: pydantic would also read 1, "yes" or "off" as a switch."""
+        if value is True or value is False or value == "auto":
+            return value
+        raise ValueError("must be true, false or auto")
+
+
+class ProbeConfig(Strict):
+    """Linear probes of the frozen strong base (the probe stage): a diagnostic, never a gate."""
+
+    enabled: bool = Field(True, description="false: the probe stage records why it skipped and fits nothing.")
+    max_pairs: int = Field(
+        500,
+        ge=10,
+        description="Pairs per split a probe reads (the first, in split order): 500 fit a linear probe to "
+        "about ±2 pp; fewer keep the stage cheap on a real backbone.",
+    )
+
+
+class PromoteConfig(Strict):
+    id_tolerance: float = Field(1.0, ge=0, description="Allowed ID accuracy drop vs the teacher (pp).")
+    min_mean_aog: float = Field(
+        -10.0, description="Mean AOG must exceed this (pp); the embedded default's demo gate, presets use 0."
+    )
+
+
+class TrackingConfig(Strict):
+    experiment: str = "prefshift"
+    registered_model: str = "prefshift-reward"
+    required: bool = Field(
+        True, description="Fail when the tracking server is unreachable; false = record locally, sync later."
+    )
+
+
+class Params(Strict):
+    seed: Seed = 0
+    seeds: list[Seed] = Field(default_factory=lambda: [0], min_length=1)
+    methods: list[str] = Field(default_factory=lambda: list(METHODS))
+    data: DataConfig = Field(default_factory=DataConfig)
+    synthetic: SyntheticConfig = Field(default_factory=SyntheticConfig)
+    backbone: BackboneConfig = Field(default_factory=BackboneConfig)
+    encode: EncodeConfig = Field(default_factory=EncodeConfig)
+    teacher: TrainConfig = Field(default_factory=TrainConfig)
+    student: StudentConfig = Field(default_factory=StudentConfig)
+    label: LabelConfig = Field(default_factory=LabelConfig)
+    confidence: ConfidenceConfig = Field(default_factory=ConfidenceConfig)
+    anchor: AnchorConfig = Field(default_factory=AnchorConfig)
+    seam: SeamConfig = Field(default_factory=SeamConfig)
+    evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
+    downstream: DownstreamConfig = Field(default_factory=DownstreamConfig)
+    probe: ProbeConfig = Field(default_factory=ProbeConfig)
+    promote: PromoteConfig = Field(default_factory=PromoteConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+
+    @field_validator("methods")
+    @classmethod
+    def _known_methods(cls, value: list[str]) -> list[str]:
+        """An empty list would run nothing and let `promote` rewrite promotion.json with no decisions."""
+        if not value:
+            raise ValueError(f"no method listed; name at least one of {', '.join(METHODS)}")
+        for i, name in enumerate(value):
+            check_method(name)
+            if name in value[:i]:
+                raise ValueError(f"{name!r} is listed twice")
+        return value
+
+    @model_validator(mode="after")
+    def _methods_fit_the_backbone(self) -> Params:
+        if "seam" in self.methods:
+            reason = cannot_generate(self.backbone.strong, self.backbone.trust_remote_code)
+            if reason:
+                raise ValueError(
+                    f"methods lists seam, but the strong backbone {self.backbone.strong.name_or_path!r} "
+                    f"{reason}: SEAM needs a causal LM to write principles; drop seam from methods"
+                )
+        if self.downstream.policy is None and self.downstream.enabled is True:
+            reason = cannot_generate(self.backbone.strong, self.backbone.trust_remote_code)
+            if reason:
+                raise ValueError(
+                    "downstream.policy is null, so the strong backbone "
+                    f"{self.backbone.strong.name_or_path!r} would sample the best-of-n completions, but it "
+                    f"{reason}: name a causal LM in downstream.policy, or set downstream.enabled to auto "
+                    "(skipped, with the reason) or false"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _target_cues_name_datasets(self) -> Params:
+        """A misspelt name in synthetic.target_cues would silently reverse every cue of the real target.
+
+        An entry for a suite dataset that is not a target now is kept: it applies whenever that
+        dataset is one, so `-S data.targets=[...]` needs no second override.
+        """
+        for name, cues in self.synthetic.target_cues.items():
+            if name not in SYNTHETIC_DATASETS:
+                raise ValueError(
+                    f"synthetic.target_cues names {name!r}, which is not a synthetic dataset; "
+                    f"valid names: {', '.join(SYNTHETIC_DATASETS)}"
+                )
+            if len(set(cues)) != len(cues):
+                raise ValueError(f"synthetic.target_cues.{name} lists a cue twice")
+            if "marker" in cues and self.synthetic.marker_strength is None:
+                raise ValueError(
+                    f"synthetic.target_cues.{name} reverses the marker cue, but synthetic.marker_strength "
+                    "is null (no marker cue); set a strength or drop marker from the list"
+                )
+        return self
+
+    def resolved(self) -> dict[str, Any]:
+        """The full config as plain data, with params.yaml's key names (for logging)."""
+        return self.model_dump(mode="json", by_alias=True)
+
+
+def cannot_generate(spec: LMSpec, trust_remote_code: bool) -> str | None:
+    """Why this backbone cannot generate text, when its config says so without a download; else None.
+
+    `tiny` backbones are Llama decoders. A hub id or path is judged by its config.json (a
+    local directory, or the local Hugging Face cache): by its saved architectures (a
+    `*ForCausalLM` generates, a `BertModel` does not), else by its model type (BERT, MiniLM,
+    DeBERTa... are masked-LM encoders and cannot write principles).
+    """
+    if spec.name_or_path == "tiny":
+        return None
+    try:
+        from transformers import AutoConfig
+        from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+        config = AutoConfig.from_pretrained(
+            spec.name_or_path,
+            revision=spec.revision,
+            local_files_only=True,
+            trust_remote_code=trust_remote_code,
+        )
+    except (OSError, ValueError):
+        return None  # not resolvable offline: the seam stage checks the downloaded backbone instead
+    generative = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
+    if config.architectures:
+        if any(arch.endswith(generative) for arch in config.architectures):
+            return None
+        return f"is a {'/'.join(config.architectures)} (no causal-LM head)"
+    if config.model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
+        return None
+    return f"is a {config.model_type} encoder (no causal-LM head)"
+
+
+def check_method(name: str) -> str:
+    if name not in METHODS:
+        raise ConfigError(f"unknown method {name!r}; valid methods: {', '.join(METHODS)}")
+    return name
+
+
+def check_listed(params: Params, name: str) -> str:
+    """A known method that params `methods` lists: an unlisted one has no DVC stage, so what it
+    trained or evaluated would be outside dvc.lock and the report, silently stale."""
+    check_method(name)
+    if name not in params.methods:
+        listed = ", ".join(params.methods) or "none"
+        raise ConfigError(
+            f"method {name!r} is not listed in params `methods` ({listed}); add it to `methods` in "
+            f"params.yaml (or pass -S 'methods=[{', '.join([*params.methods, name])}]') and run again"
+        )
+    return name
+
+
+class DuplicateKeyError(yaml.YAMLError):
+    """A mapping that names one key twice."""
+
+
+def _refuse_duplicate_keys(node: yaml.Node, path: tuple[str, ...], seen: set[int]) -> None:
+    if id(node) in seen:  # an alias to a node already walked (or to an ancestor)
+        return
+    seen.add(id(node))
+    children: list[tuple[str, yaml.Node]] = []
+    if isinstance(node, yaml.MappingNode):
+        lines: dict[str, int] = {}
+        for key, value in node.value:
+            name = str(key.value) if isinstance(key, yaml.ScalarNode) else "?"
+            line = key.start_mark.line + 1
+            if name in lines and name != "<<":
+                where = ".".join((*path, name))
+                lines_given = f"lines {lines[name]} and {line}"
+                raise DuplicateKeyError(f"key {where} is given twice ({lines_given}); keep one")
+            lines[name] = line
+            children.append((name, value))
+    elif isinstance(node, yaml.SequenceNode):
+        children = [(str(i), item) for i, item in enumerate(node.value)]
+    for name, child in children:
+        _refuse_duplicate_keys(child, (*path, name), seen)
+
+
+class StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a key given twice in one mapping is an error.
+
+    PyYAML silently keeps the last value, while DVC (ruamel) refuses the file: a second
+    `seed:` or `anchor:` section would be ignored here and fatal in `dvc status`.
+    """
+
+    def compose_document(self) -> yaml.Node:
+        document = super().compose_document()
+        _refuse_duplicate_keys(document, (), set())
+        return document
+
+
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    if isinstance(err, yaml.MarkedYAMLError) and err.problem_mark is not None:
+        context = f"{err.context}: " if err.context else ""
+        mark = err.problem_mark
+        return f"{context}{err.problem} (line {mark.line + 1}, column {mark.column + 1})"
+    return str(err)
+
+
+def read_yaml(text: str, source: str, hint: str = "") -> Any:
+    """Parse params YAML (a file or an override value) strictly; errors name `source`."""
+    try:
+        return yaml.load(text, Loader=StrictLoader)  # a SafeLoader subclass: no arbitrary objects
+    except DuplicateKeyError as err:
+        raise ConfigError(f"{source}: {err}") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{source}: not valid YAML: {_yaml_problem(err)}{hint}") from None
+    except RecursionError:
+        raise ConfigError(f"{source}: nested too deeply to read; flatten it") from None
+
+
+OVERRIDE_QUOTING = (
+    "; quote a string that holds { } [ ] : , or #, e.g. -S 'data.sources.x.path=\"x_{split}.jsonl\"'"
+)
+
+
+def split_override(item: str) -> tuple[list[str], str]:
+    """`section.key=value` -> (["section", "key"], "value"); the one parser of `-S` keys."""
+    key, sep, value = item.partition("=")
+    parts = [part.strip() for part in key.split(".")]
+    if not sep:
+        raise ConfigError(f"override {item!r}: expected section.key=value, e.g. -S anchor.lambda=0.01")
+    if not all(parts):
+        problem = "no key before '='" if not key.strip() else f"the key {key.strip()!r} has an empty part"
+        raise ConfigError(f"override {item!r}: {problem}; expected section.key=value, e.g. anchor.lambda=1")
+    return parts, value
+
+
+def _set_dotted(tree: dict[str, Any], keys: list[str], item: str, value: Any) -> None:
+    node = tree
+    for key in keys[:-1]:
+        child = node.setdefault(key, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"override {item!r}: {key!r} is not a section")
+        node = child
+    node[keys[-1]] = value
+
+
+def _format_error(source: str, err: ValidationError) -> str:
+    lines = [f"{source}: invalid params"]
+    for item in err.errors():
+        key = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        if item["type"] == "extra_forbidden":
+            lines.append(f"  {key}: unknown key (check its spelling against params.yaml's sections)")
+            continue
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] in ("model_type", "dict_type"):  # pydantic would name our class, e.g. DataConfig
+            message = "expected a section of `key: value` entries"
+        given = item.get("input")
+        shown = repr(given) if len(repr(given)) <= 80 else f"{repr(given)[:77]}..."
+        got = "" if isinstance(given, dict) else f" (got {shown})"  # a section's own check: the msg says it
+        lines.append(f"  {key}: {message}{got}")
+    return "\n".join(lines)
+
+
+def parse_params(raw: dict[str, Any], source: str = "params") -> Params:
+    try:
+        return Params.model_validate(raw)
+    except ValidationError as err:
+        raise ConfigError(_format_error(source, err)) from None
+
+
+def load_params(path: str | Path = "params.yaml", overrides: list[str] | None = None) -> Params:
+    """Read params.yaml and apply `section.key=value` overrides (values parsed as YAML)."""
+    path = Path(path)
+    if not path.is_file():
+        problem = "is a directory, not a params file" if path.is_dir() else "params file not found"
+        raise ConfigError(f"{path}: {problem} (run from the project root or pass --params)")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeError) as err:
+        raise ConfigError(f"{path}: cannot read the params file ({err})") from None
+    raw = read_yaml(text, str(path))
+    if raw is None:  # `{}` is an explicit "all defaults", which are the embedded default
+        raise ConfigError(
+            f"{path}: the params file is empty (or only comments). Write one with `prefshift preset NAME` "
+            "(`prefshift preset --list` shows them) or restore the embedded default "
+            f"(`git checkout -- {path}`)"
+        )
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections at the top level")
+    apply_overrides(raw, overrides or [])
+    source = " -S ".join([str(path), *(overrides or [])])
+    return parse_params(raw, source)
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Set `section.key=value` items (values parsed as YAML) in the raw params tree, in place."""
+    for item in overrides:
+        keys, text = split_override(item)
+        value = read_yaml(text, f"override {item!r}", hint=OVERRIDE_QUOTING)
+        _set_dotted(raw, keys, item, value)
+    return raw

@@ -1,0 +1,249 @@
+"""Atomic outputs: write beside the target, rename on success; and the one rule for what may be replaced.
+
+A stage killed half-way must never leave a file or directory that the next
+stage or DVC would accept as complete, so every output goes through here.
+
+The rename replaces whatever the target path names, so before it happens the target
+must be something prefshift may replace: nothing yet, a regular file (a directory, for
+directory outputs). A symlink, a device, a FIFO or a socket is never replaced, nor is a
+directory where a file belongs: renaming over `/dev/stdout` as root, or over a link to
+the user's data, would destroy what prefshift does not own. Commands call
+`check_output` before their work starts, so an output that cannot be written (its own
+input, read-only, full, a directory) fails in a second, not after an hour of scoring;
+`atomic_path` applies the same rule again at the moment of writing, and turns a write
+that fails (no space, read-only) into one line naming the output.
+"""
+
+from __future__ import annotations
+
+import errno
+import glob
+import json
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from prefshift.core.errors import PrefshiftError, os_error_cause
+
+STDOUT = "-"
+# Write failures that carry no file name: the write() itself failed, so they are about the output.
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG, errno.EACCES, errno.EPERM}
+
+
+class OutputError(PrefshiftError):
+    """An output path that prefshift must not or cannot write; the message names it and says why."""
+
+
+@contextmanager
+def atomic_path(target: str | Path, directory: bool = False) -> Iterator[Path]:
+    """Yield a temporary sibling path; on success it replaces `target` in one rename."""
+    target = Path(target)
+    refuse_unowned(target, directory)
+    with output_errors([target]):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        clear_stale(target)
+        if directory:
+            recover_interrupted_swap(target)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+        work = tmp if directory else tmp / target.name
+        try:
+            yield work
+            refuse_unowned(target, directory)  # again: the path may have changed while the work ran
+            if directory:
+                swap_directory(tmp, target)
+            else:
+                os.replace(work, target)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+
+
+class WriteFailed(OutputError):
+    """Writing an output failed (no space, read-only, ...); names the output, never a scratch path."""
+
+    def __init__(self, targets: Sequence[Path], cause: str):
+        super().__init__(f"{', '.join(map(str, targets))}: cannot write the output ({cause})")
+        self.targets, self.cause = list(targets), cause
+
+
+@contextmanager
+def output_errors(targets: Sequence[Path]) -> Iterator[None]:
+    """An OSError in writing `targets` becomes a WriteFailed naming the output, not a scratch path.
+
+    An error is about an output when it names the output, a folder above it or the hidden
+    scratch copy beside it, or when it names no file and is a write failure (no space,
+    read-only): `write()` reports those without a path. Errors about other files (an input
+    read while writing) pass through unchanged, and the CLI names their own path. A
+    WriteFailed from a file written inside a scratch copy (a stage's output set) is named
+    after the final output too.
+    """
+    try:
+        yield
+    except WriteFailed as err:
+        about = [target for target in targets if any(_concerns(inner, target) for inner in err.targets)]
+        if not about:
+            raise
+        raise WriteFailed(about, err.cause) from None
+    except OSError as err:
+        if err.filename is None:
+            about = list(targets) if err.errno in _WRITE_ERRNOS else []
+        else:  # a failed copy or rename names two paths: the output may be either
+            named = [Path(os.fsdecode(name)) for name in (err.filename, err.filename2) if name is not None]
+            about = [target for target in targets if any(_concerns(path, target) for path in named)]
+        if not about:
+            raise
+        raise WriteFailed(about, os_error_cause(err)) from None
+
+
+def _concerns(path: Path, target: Path) -> bool:
+    """`path` is `target`, a folder above it, or inside the hidden scratch copy beside it."""
+    named, mine = path.absolute(), target.absolute()
+    scratch_prefix = f".{mine.name}."
+    return mine.is_relative_to(named) or any(
+        part.parent == mine.parent and part.name.startswith(scratch_prefix)
+        for part in (named, *named.parents)
+    )
+
+
+def refuse_unowned(target: str | Path, directory: bool = False) -> None:
+    """Raise unless `target` is absent or is what prefshift may replace: a regular file (or a directory).
+
+    `lstat`, not `stat`: a symlink is judged as the link, never as what it points to.
+    """
+    target = Path(target)
+    try:
+        mode = target.lstat().st_mode
+    except FileNotFoundError:
+        return
+    except OSError as err:
+        raise OutputError(f"{target}: cannot use this output path ({os_error_cause(err)})") from None
+    if stat.S_ISLNK(mode):
+        raise OutputError(
+            f"{target}: is a symbolic link (to {os.readlink(target)}); prefshift replaces only files it "
+            "writes, never a link or what it points to. Remove the link or choose another path (for a DVC "
+            f"output checked out as a link, `dvc unprotect {target}` turns it into a copy; for standard "
+            "output, `--out -` where a command offers it)"
+        )
+    if stat.S_ISDIR(mode) and not directory:
+        raise OutputError(f"{target}: is a directory; name a file to write, e.g. {target / 'out.jsonl'}")
+    if stat.S_ISREG(mode) and directory:
+        raise OutputError(
+            f"{target}: is a file, and a directory is written here; remove it or choose another path"
+        )
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise OutputError(
+            f"{target}: is a {_special_kind(mode)}, not a regular file; prefshift never writes over one. "
+            "Choose a file path (for standard output, `--out -` where a command offers it)"
+        )
+
+
+def _special_kind(mode: int) -> str:
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "device"
+    if stat.S_ISFIFO(mode):
+        return "FIFO (named pipe)"
+    return "socket" if stat.S_ISSOCK(mode) else "special file"
+
+
+def check_output(target: str | Path, directory: bool = False, inputs: Iterable[str | Path] = ()) -> Path:
+    """What every command does with an output path before its work starts; returns the path.
+
+    Refused: what `refuse_unowned` refuses; a path that is one of `inputs` (the same path,
+    the same file under another name, or a path inside an input directory), which the
+    rename would destroy; and a place that cannot be written now (read-only, no permission,
+    no free space).
+    """
+    target = Path(target).expanduser()
+    refuse_unowned(target, directory)
+    for source in inputs:
+        if _same_place(target, Path(source).expanduser()):
+            raise OutputError(
+                f"{target}: is also an input of this command ({source}); writing there would replace it. "
+                "Choose another output path"
+            )
+    _check_writable(target, directory)
+    return target
+
+
+def _same_place(target: Path, source: Path) -> bool:
+    if not source.exists():
+        return False
+    if target.exists() and os.path.samefile(target, source):
+        return True
+    resolved, origin = target.resolve(), source.resolve()
+    return resolved == origin or (origin.is_dir() and resolved.is_relative_to(origin))
+
+
+def _check_writable(target: Path, directory: bool) -> None:
+    """The nearest existing folder of `target` takes a new file: writable, on a writable, non-full disk."""
+    place = target if directory and target.is_dir() else target.parent
+    place = place.absolute()
+    while not place.exists():
+        place = place.parent
+    if not place.is_dir():
+        raise OutputError(f"{target}: {place} is a file, not a directory; choose another output path")
+    status = os.statvfs(place)
+    if status.f_flag & os.ST_RDONLY:
+        problem = f"{place} is on a read-only file system; use a writable path"
+    elif not os.access(place, os.W_OK | os.X_OK):
+        problem = f"no permission to write in {place}; check its permissions, or use another path"
+    elif (status.f_bfree if os.geteuid() == 0 else status.f_bavail) == 0:
+        problem = f"no space left on the file system holding {place}; free some space, then run again"
+    else:
+        return
+    raise OutputError(f"{target}: cannot write the output ({problem})")
+
+
+def swap_directory(staged: Path, target: Path) -> None:
+    """Replace directory `target` by `staged`: two renames, and `recover_interrupted_swap` covers the gap."""
+    old = _swapped_out(target)
+    if target.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        target.rename(old)
+    staged.rename(target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _swapped_out(target: Path) -> Path:
+    return target.with_name(f".{target.name}.old")
+
+
+def recover_interrupted_swap(target: str | Path) -> None:
+    """Put back the previous complete directory if a kill landed between the two renames.
+
+    Replacing a directory takes two renames (target → old, new → target); in between,
+    only the old copy exists. It was complete, so restoring it loses nothing, and readers
+    such as a resumed run call this before looking for `target`.
+    """
+    target = Path(target)
+    old = _swapped_out(target)
+    if old.is_dir() and not target.exists():
+        old.rename(target)
+
+
+def clear_stale(target: Path) -> None:
+    """Remove temporaries that a killed writer of `target` left (mkdtemp names: 8 random characters).
+
+    Inside a directory output they would otherwise be committed with it by a later
+    `dvc commit`; one writer per target at a time is assumed, as for the rename itself.
+    """
+    for stale in target.parent.glob(f".{glob.escape(target.name)}.{'?' * 8}.tmp"):
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def write_json(target: str | Path, payload: Any) -> None:
+    """Stable JSON (sorted keys, fixed float repr) so identical runs give identical bytes."""
+    with atomic_path(target) as tmp:
+        tmp.write_text(
+            json.dumps(payload, indent=2, sort_keys=True, allow_nan=False) + "\n", encoding="utf-8"
+        )
+
+
+def write_text(target: str | Path, text: str) -> None:
+    with atomic_path(target) as tmp:
+        tmp.write_text(text, encoding="utf-8")

@@ -1,0 +1,129 @@
+"""Writer locks on output paths: one process at a time writes a model, a score set, a metrics file.
+
+Two writers of one output (two `prefshift train --method naive` started at once) would share
+its checkpoint directory and interleave their renames; one such run left a checkpoint holding
+only the weights and the optimizer. A writer takes an exclusive lock per output path and a
+second one fails at once, naming the path and the process that holds it, so it can wait for it
+or stop it.
+
+The lock files live in `<root>/.prefshift/locks/`, mirroring the output's path: never inside an
+output, because DVC deletes and restores outputs whole and `dvc status` would see a stray file.
+They are `flock` locks, which the kernel drops when their holder exits however it exits (even
+SIGKILL), so a crash never leaves a stale lock to clean up. A process may take a lock it already
+holds (a stage's lock, then its output set's); it is released when the outermost holder leaves.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
+from pathlib import Path
+
+from prefshift.core.atomic import WriteFailed
+from prefshift.core.errors import PrefshiftError, os_error_cause
+
+PRIVATE = ".prefshift"
+LOCKS = Path(PRIVATE) / "locks"
+_HELD: dict[Path, list[int]] = {}
+"""Lock file → [its descriptor, how many nested holders in this process] (flock is per open file)."""
+
+
+class LockedError(PrefshiftError):
+    """An output that another process is writing."""
+
+
+def private_dir(root: str | Path) -> Path:
+    """`<root>/.prefshift`, created with a `.gitignore` of its own: prefshift's bookkeeping
+    (commit journals, locks, the offline tracking database) is never versioned."""
+    directory = Path(root) / PRIVATE
+    directory.mkdir(parents=True, exist_ok=True)
+    ignore = directory / ".gitignore"
+    if not ignore.exists():
+        ignore.write_text("*\n", encoding="utf-8")
+    return directory
+
+
+def lock_file(root: str | Path, output: str | Path) -> Path:
+    """Where the lock of `output` lives: its path below the root, or its absolute path outside it."""
+    root, output = Path(root).resolve(), Path(output).resolve()
+    relative = output.relative_to(root) if output.is_relative_to(root) else Path("abs", *output.parts[1:])
+    return root / LOCKS / relative.parent / f"{relative.name}.lock"
+
+
+def _holder(path: Path) -> str:
+    try:
+        holder = json.loads(path.read_text(encoding="utf-8"))
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder["since"]))
+        return f"process {holder['pid']} (`{holder['command']}`, since {started})"
+    except (OSError, ValueError, KeyError, TypeError):  # written just after the lock is taken
+        return "another process"
+
+
+@contextmanager
+def _hold_one(root: Path, output: Path, command: str) -> Iterator[None]:
+    path = lock_file(root, output)
+    if path not in _HELD:
+        _HELD[path] = [_acquire(root, path, output, command), 0]
+    _HELD[path][1] += 1
+    try:
+        yield
+    finally:
+        _HELD[path][1] -= 1
+        if not _HELD[path][1]:
+            os.close(_HELD.pop(path)[0])  # closing the only descriptor releases the flock
+
+
+def _acquire(root: Path, path: Path, output: Path, command: str) -> int:
+    """An open descriptor of `path` holding its exclusive flock, with this writer recorded in it.
+
+    The lock lives on the output's own disk, so a full or read-only disk fails here first: that is
+    reported as a failure to write the output, which is what it will be."""
+    try:
+        return _locked_descriptor(root, path, output, command)
+    except OSError as err:
+        raise WriteFailed([output], os_error_cause(err)) from None
+
+
+def _locked_descriptor(root: Path, path: Path, output: Path, command: str) -> int:
+    private_dir(root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise LockedError(
+            f"{output} is being written by {_holder(path)}; wait for it to finish (or stop it), "
+            f"then run `{command}` again. The lock ({path}) goes away with its process."
+        ) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, json.dumps({"pid": os.getpid(), "command": command, "since": time.time()}).encode())
+    return fd
+
+
+@contextmanager
+def hold(root: str | Path, outputs: Sequence[str | Path], command: str | None = None) -> Iterator[None]:
+    """Hold the writer lock of every path in `outputs` for the body; fail at once if one is taken.
+
+    `command` names the writer in the message a second writer gets (default: this command line).
+    """
+    command = command or " ".join(Path(a).name if i == 0 else a for i, a in enumerate(sys.argv))
+    with ExitStack() as stack:
+        for output in sorted({Path(o).resolve() for o in outputs}):  # one order: no deadlock
+            stack.enter_context(_hold_one(Path(root).resolve(), output, command))
+        yield
+
+
+def hold_in_main_process(
+    root: str | Path, outputs: Sequence[str | Path], command: str
+) -> AbstractContextManager[None]:
+    """`hold`, taken by the main process of a multi-process launch only: the other processes write
+    nothing (see prefshift.engine.train.fit), and would otherwise find the main one's lock taken."""
+    from prefshift.core.host import process_state
+
+    return hold(root, outputs, command) if process_state().is_main_process else nullcontext()

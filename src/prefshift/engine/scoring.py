@@ -1,0 +1,189 @@
+"""Inference with a trained reward model: margins for pairs, rewards for best-of-n groups.
+
+Label (teacher) and evaluate (students) both score through here, so a model is
+always read under the same encoding and truncation it was trained with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from prefshift.config.params import Params
+from prefshift.core.errors import PrefshiftError
+from prefshift.core.progress import track
+from prefshift.data.encode import Encoder, TruncationCount, collate, pad_sequences, sorted_batches
+from prefshift.data.schema import Group, Pair, RowError, SkipCounter
+from prefshift.models.reward import RewardModel, load_reward_model
+
+PAIR_COLUMNS = ["pair_id", "delta", "gold", "len_chosen", "len_rejected", "reward_chosen", "reward_rejected"]
+
+
+def load_for_scoring(model_dir: str | Path, params: Params):
+    """(RewardModel in eval mode on the best device, tokenizer); a model without a trained head is refused."""
+    model, tokenizer = load_reward_model(
+        model_dir, trust_remote_code=params.backbone.trust_remote_code, trained_head=True
+    )
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model.to(device)
+    model.eval()
+    return model, tokenizer
+
+
+class NonFiniteRewardError(PrefshiftError):
+    """A model that gives NaN or an infinite reward: its weights are broken, so nothing it scores stands."""
+
+
+def _rewards(model: RewardModel, batch: dict) -> torch.Tensor:
+    """Rewards of one batch, refused unless every one is finite (checked where they are produced)."""
+    device = next(model.parameters()).device
+    out = model(batch["input_ids"].to(device), batch["attention_mask"].to(device))
+    rewards = out.rewards.float().cpu()
+    if not torch.isfinite(rewards).all():
+        count = int((~torch.isfinite(rewards)).sum())
+        raise NonFiniteRewardError(
+            f"the reward model gave {count} non-finite reward(s) (NaN or infinity) in a batch of "
+            f"{len(rewards)}: its weights are broken (diverged training or a damaged file); retrain it"
+        )
+    return rewards
+
+
+def score_pairs(
+    model: RewardModel,
+    tokenizer,
+    pairs: Sequence[Pair],
+    params: Params,
+    skips: SkipCounter | None = None,
+    label: str = "score pairs",
+) -> pd.DataFrame:
+    """Δ = r(chosen) - r(rejected) per pair, with both rewards; len_* are response token counts
+    before truncation.
+
+    Pairs whose response does not survive truncation are left out and counted in `skips`;
+    `attrs["truncation"]` counts the pairs truncation cut (`TruncationCount`). A pair whose two
+    sides encode to the same tokens is an exact tie (Δ = 0, one reward for both): two rows of a
+    batch can differ in the last bits, and a tie must not count as a win. `label` names the pass
+    in its progress lines.
+    """
+    skips = skips if skips is not None else SkipCounter()
+    truncation = TruncationCount()
+    items = Encoder(tokenizer, params.encode).encode_pairs(pairs, skips=skips, truncation=truncation)
+    rows = []
+    with torch.inference_mode():
+        batches = sorted_batches([it.length for it in items], params.evaluate.batch_size)
+        for idx in track(batches, label, len(items)):
+            chunk = [items[i] for i in idx]
+            rewards = _rewards(model, collate(chunk, tokenizer.pad_token_id))
+            chosen, rejected = rewards[: len(chunk)], rewards[len(chunk) :]
+            for item, delta, r_chosen, r_rejected in zip(
+                chunk, (chosen - rejected).tolist(), chosen.tolist(), rejected.tolist(), strict=True
+            ):
+                if item.chosen.input_ids == item.rejected.input_ids:
+                    delta, r_rejected = 0.0, r_chosen
+                lengths = (item.chosen.response_tokens, item.rejected.response_tokens)
+                rows.append((item.index, item.pair_id, delta, item.target, *lengths, r_chosen, r_rejected))
+    rows.sort()
+    frame = pd.DataFrame([row[1:] for row in rows], columns=PAIR_COLUMNS)
+    frame.attrs["skips"] = skips.as_dict()
+    frame.attrs["truncation"] = truncation.as_dict()
+    return frame
+
+
+def reward_stats(model: RewardModel, tokenizer, pairs: Sequence[Pair], params: Params) -> dict[str, float]:
+    """`rewards_mean_std` of the model's scores of `pairs`."""
+    return rewards_mean_std(score_pairs(model, tokenizer, pairs, params))
+
+
+def rewards_mean_std(frame: pd.DataFrame) -> dict[str, float]:
+    """{"mean", "std"} of the rewards of both responses of every scored pair: OpenRLHF's `mean`/`std`
+    config keys. std is the sample standard deviation, floored at 1e-8 so normalising never divides
+    by zero."""
+    if frame.empty:
+        raise RowError("no_pairs", "no pair survives encoding, so the reward mean/std are undefined")
+    values = np.concatenate([frame["reward_chosen"], frame["reward_rejected"]]).astype(np.float64)
+    std = float(values.std(ddof=1)) if len(values) > 1 else 0.0
+    stats = {"mean": float(values.mean()), "std": max(std, 1e-8)}
+    if not all(np.isfinite(list(stats.values()))):
+        raise NonFiniteRewardError(f"the reward mean/std are not finite ({stats}); the rewards overflow")
+    return stats
+
+
+def score_groups(
+    model: RewardModel, tokenizer, groups: Sequence[Group], params: Params, label: str = "score responses"
+) -> pd.DataFrame:
+    """One reward per response of each group (group_id, rewards: list[float]), same order as given.
+
+    Responses of a group that encode to the same tokens get the same reward (the first one's),
+    so identical texts tie exactly; `attrs["truncation"]` counts the groups truncation cut.
+    """
+    encoder = Encoder(tokenizer, params.encode)
+    records = []
+    skips = SkipCounter()
+    truncation = TruncationCount()
+    for group in groups:
+        seqs = encoder.encode_many([(group.prompt, response) for response in group.responses])
+        if seqs:
+            truncation.add(seqs)
+        if any(sum(seq.response_mask) < params.encode.min_response_tokens for seq in seqs):
+            skips.skip(
+                RowError("response_truncated", f"group {group.group_id}: a response is truncated away")
+            )
+        elif seqs:
+            records.append((group.group_id, seqs))
+    flat = [(g, j, seq) for g, (_, seqs) in enumerate(records) for j, seq in enumerate(seqs)]
+    rewards: dict[tuple[int, int], float] = {}
+    with torch.inference_mode():
+        batches = sorted_batches([len(seq.input_ids) for _, _, seq in flat], params.evaluate.batch_size)
+        for idx in track(batches, label, len(flat), "responses"):
+            batch = pad_sequences([flat[i][2] for i in idx], tokenizer.pad_token_id)
+            for i, value in zip(idx, _rewards(model, batch).tolist(), strict=True):
+                rewards[flat[i][:2]] = value
+    skips.kept = len(records)
+    frame = pd.DataFrame(
+        [
+            (gid, [rewards[(g, _first_same(seqs, j))] for j in range(len(seqs))])
+            for g, (gid, seqs) in enumerate(records)
+        ],
+        columns=["group_id", "rewards"],
+    )
+    frame.attrs["skips"] = skips.as_dict()
+    frame.attrs["truncation"] = truncation.as_dict()
+    return frame
+
+
+def _first_same(seqs: Sequence, j: int) -> int:
+    """The first response of a group encoded to the same tokens as response `j`."""
+    return next(i for i in range(j + 1) if seqs[i].input_ids == seqs[j].input_ids)
+
+
+def score_samples(
+    model: RewardModel, tokenizer, samples: pd.DataFrame, params: Params, label: str = "score samples"
+) -> pd.DataFrame:
+    """One reward per policy sample (unit, sample, reward), through `score_groups` (one group per prompt).
+
+    A prompt any of whose samples is truncated away is left out whole (and counted in
+    `attrs["skips"]`), so every kept prompt has all its samples and best-of-n stays exact.
+    """
+    import json
+
+    groups = [
+        Group(
+            unit,
+            rows["dataset"].iloc[0],
+            rows["category"].iloc[0],
+            json.loads(rows["prompt"].iloc[0]),
+            list(rows.sort_values("sample")["response"]),
+            [0.0] * len(rows),
+        )
+        for unit, rows in samples.groupby("unit", sort=False)
+    ]
+    scored = score_groups(model, tokenizer, groups, params, label)
+    frame = scored.explode("rewards").rename(columns={"group_id": "unit", "rewards": "reward"})
+    frame["sample"] = frame.groupby("unit").cumcount()
+    frame = frame[["unit", "sample", "reward"]].astype({"reward": float}).reset_index(drop=True)
+    frame.attrs["skips"] = scored.attrs["skips"]
+    return frame

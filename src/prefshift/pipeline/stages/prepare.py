@@ -1,0 +1,74 @@
+"""`prefshift prepare`: every configured dataset → data/pairs/<dataset>/ in the pair schema.
+
+The source dataset gets train and test pairs, each target its test pairs, every dataset
+its best-of-n groups when the source has any. Skipped rows are counted per reason and
+written to data/pairs/<dataset>/skips.json as {split: counts}, next to the pairs.
+The whole data/pairs tree is one output set (`prefshift.pipeline.output_set`): a dataset that fails
+leaves every other dataset's files as they were, and `split` refuses a tree that one
+prepare run did not write.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from prefshift.config.params import ConfigError, Params
+from prefshift.core.atomic import write_json
+from prefshift.core.errors import PrefshiftError
+from prefshift.core.paths import Layout
+from prefshift.data.adapters import get_adapter
+from prefshift.data.schema import SkipCounter, write_groups, write_pairs
+from prefshift.pipeline.output_set import output_set
+
+
+def run(params: Params, layout: Layout) -> None:
+    data = params.data
+    adapters = {name: get_adapter(name, params) for name in (data.source, *data.targets)}
+    source = adapters[data.source]
+    if source.category != data.category:
+        raise ConfigError(
+            f"data.source {data.source!r} is a {source.category} dataset, "
+            f"but data.category is {data.category!r}"
+        )
+    rows: list[tuple[str, str, dict[str, Any]]] = []
+    with output_set(layout.root, "prefshift prepare", directories=[layout.pairs_dir]) as out:
+        for name, adapter in adapters.items():
+            skips = {}
+            for split in ("train", "test") if name == data.source else ("test",):
+                counter = SkipCounter()
+                pairs = adapter.load_pairs(split, params, counter)
+                skips[split] = counter.as_dict()
+                if not pairs:
+                    raise _nothing_usable(name, split, adapter.describe_source(split, params), skips[split])
+                write_pairs(out.path(layout.pairs(name, split)), pairs)
+                rows.append((name, split, skips[split]))
+            groups = adapter.load_groups(params)
+            if groups:
+                write_groups(out.path(layout.pair_groups(name)), groups)
+                rows.append((name, "groups", {"kept": len(groups), "skipped": {}, "skipped_total": 0}))
+            write_json(out.path(layout.skips(name)), skips)
+    _summary(rows)
+
+
+def _nothing_usable(name: str, split: str, where: str, counts: dict[str, Any]) -> PrefshiftError:
+    if not counts["skipped_total"]:
+        return PrefshiftError(
+            f"{name} {split}: {where} holds no rows; fill it, or point data.sources.{name} at the right data"
+        )
+    return PrefshiftError(
+        f"{name} {split}: no usable pairs in {where}; skipped {counts['skipped']} "
+        f"(examples: {counts['examples']})"
+    )
+
+
+def _summary(rows: list[tuple[str, str, dict[str, Any]]]) -> None:
+    table = Table(title="prepared datasets")
+    for column in ("dataset", "split", "kept", "skipped", "by reason"):
+        table.add_column(column)
+    for name, split, counts in rows:
+        reasons = ", ".join(f"{reason} {n}" for reason, n in counts["skipped"].items())
+        table.add_row(name, split, str(counts["kept"]), str(counts["skipped_total"]), reasons)
+    Console().print(table)

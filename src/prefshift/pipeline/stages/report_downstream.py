@@ -1,0 +1,119 @@
+"""The report's best-of-n section: gold score vs n per proxy reward model, and over-optimisation.
+
+Reads reports/downstream/<model>.json (written by `prefshift downstream`); the
+teacher comes first, then the methods in their usual order. When best-of-n was skipped
+(reports/downstream/skipped.json), the section is one line saying so and why.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from prefshift.config.params import METHODS
+from prefshift.core.paths import Layout
+from prefshift.pipeline.stages.report_errors import ReportError
+from prefshift.science import figures as figs
+
+
+def load_downstream(layout: Layout, version: str, methods: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Documents of the teacher and every listed method that has one, from the current split version only."""
+    docs = {}
+    for name in ("teacher", *[m for m in METHODS if m in methods]):
+        path = layout.downstream(name)
+        if not path.exists():
+            continue
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        if doc.get("split_version") != version:
+            raise ReportError(
+                f"{path}: best-of-n from split version {doc.get('split_version')}, the report compares "
+                f"{version}; re-run `prefshift downstream`"
+            )
+        docs[name] = doc
+    return docs
+
+
+def load_skip(layout: Layout, version: str) -> str | None:
+    """Why best-of-n was skipped for these splits, or None when it ran or never was asked to."""
+    from prefshift.pipeline.stages.downstream import SKIPPED
+
+    path = layout.downstream_dir / SKIPPED
+    if not path.exists():
+        return None
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    if doc.get("split_version") != version:
+        raise ReportError(
+            f"{path}: best-of-n was skipped for split version {doc.get('split_version')}, the report "
+            f"compares {version}; re-run `prefshift policy-samples` and `prefshift downstream`"
+        )
+    return str(doc["skipped"])
+
+
+def skipped_section(reason: str) -> str:
+    return f"## Best-of-n against a gold judge\n\nbest-of-n: skipped ({reason})."
+
+
+def _num(value: float | None) -> str:
+    return "—" if value is None else f"{round(value, 2) + 0.0:+.2f}"
+
+
+def best_of_n_table(docs: Mapping[str, Mapping[str, Any]], splits: Sequence[str]) -> str:
+    rows = [
+        "| Proxy RM | split | prompts | gold gain (judge, sd) | proxy gain (sd) | gap = over-optimisation | "
+        "gold gain (rule, 0-1) |",
+        "|" + "---|" * 7,
+    ]
+    for name, doc in docs.items():
+        for split in splits:
+            block = doc["splits"][split]
+            judge, rule = block["judge"], block["rule"]
+            judge = judge or {"gold_gain": None, "proxy_gain": None, "gap": None}
+            rows.append(
+                f"| {name} | {split} | {block['prompts']} | {_num(judge['gold_gain'])} "
+                f"| {_num(judge['proxy_gain'])} | {_num(judge['gap'])} "
+                f"| {_num(rule['gold_gain'] if rule else None)} |"
+            )
+    return "\n".join(rows)
+
+
+def write_best_of_n_figures(
+    docs: Mapping[str, Mapping[str, Any]], splits: Sequence[str], out: Path
+) -> list[Path]:
+    written = []
+    for kind, name, label in (
+        ("judge", "best_of_n.png", "gold judge score of the pick (sd)"),
+        ("rule", "best_of_n_rule.png", "synthetic gold rule score of the pick (0-1)"),
+    ):
+        if all(doc["splits"][s][kind] for doc in docs.values() for s in splits):
+            per_split = {s: {m: doc["splits"][s][kind] for m, doc in docs.items()} for s in splits}
+            written.append(out / name)
+            figs.best_of_n_curves(per_split, written[-1], label)
+    return written
+
+
+def best_of_n_section(docs: Mapping[str, Mapping[str, Any]], splits: Sequence[str]) -> str | None:
+    if not docs:
+        return None
+    first = next(iter(docs.values()))
+    n_max = first["n_max"]
+    ceiling_note = (
+        " The judge is the gold-trained ceiling: **a proxy for human gold, not human gold** — it shares the "
+        "strong backbone and training data with the students it judges, and the `ceiling` row is the judge "
+        "picking for itself."
+        if first["judge"].startswith("ceiling")
+        else ""
+    )
+    return (
+        "## Best-of-n against a gold judge\n\n"
+        f"Policy `{first['policy']}` samples {n_max} completions per prompt; each proxy reward model "
+        f"picks the best of n (n = 1 … {n_max}), averaged exactly over all n-subsets of the {n_max} "
+        f"samples, and the judge `{first['judge']}` scores the pick.{ceiling_note} Judge and proxy "
+        "scores are standardised per split over all samples, so gains from n = 1 to "
+        f"n = {n_max} read in each scorer's standard deviations; the gap (proxy gain − gold gain) "
+        "grows when a reward model over-optimises (Gao et al. 2023). The rule column is the synthetic "
+        "suite's own gold rule applied to the generated text (0-1), where the suite can judge it; — "
+        "elsewhere. Figures: gold vs KL = log n − (n−1)/n, one panel per split.\n\n"
+        + best_of_n_table(docs, splits)
+    )
