@@ -4,7 +4,7 @@ Columns `prompt` (a single-turn string), `chosen`, `chosen_model`, `rejected`,
 `rejected_model`, `subset`, `id` (dataset card). Each section of the benchmark is a
 target: `rewardbench_chat`, `rewardbench_chat_hard`, `rewardbench_reasoning` (helpful) and
 `rewardbench_safety` (harmless); a row belongs to the section that lists its subset
-(prefshift.science.benchmarks.REWARDBENCH_SECTIONS). The subset stays in the pair's meta, which
+(prefshift.data.benchmark_tables.REWARDBENCH_SECTIONS). The subset stays in the pair's meta, which
 is what the official section score (strict wins, per-subset accuracies weighted by the
 benchmark's example counts) is computed from.
 """
