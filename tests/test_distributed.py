@@ -11,7 +11,7 @@ Each rank caches reference states only for its own pairs, and only the main proc
 opens an MLflow run and writes the model.
 
 Run as a script (`accelerate launch tests/test_distributed.py ROOT BATCH METHOD`), this
-file is the worker: it calls `prefshift.engine.train.fit`, the function behind
+file is the worker: it calls `prefshift.pipeline.fit.fit`, the function behind
 `prefshift train` and `prefshift teacher`.
 """
 
@@ -56,7 +56,7 @@ def worker(root: Path, batch: int, method: str) -> None:
     sys.path.insert(0, str(HERE))
     import tiny_models
     from prefshift.core.paths import Layout
-    from prefshift.engine.train import fit
+    from prefshift.pipeline.fit import fit
 
     params = _params(batch)
     fit(

@@ -123,7 +123,7 @@ def hold_in_main_process(
     root: str | Path, outputs: Sequence[str | Path], command: str
 ) -> AbstractContextManager[None]:
     """`hold`, taken by the main process of a multi-process launch only: the other processes write
-    nothing (see prefshift.engine.train.fit), and would otherwise find the main one's lock taken."""
+    nothing (see prefshift.pipeline.fit.fit), and would otherwise find the main one's lock taken."""
     from prefshift.core.host import process_state
 
     return hold(root, outputs, command) if process_state().is_main_process else nullcontext()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import random
 import resource
-import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -22,23 +21,14 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from prefshift.config.params import AnchorConfig, Params, TrainConfig
-from prefshift.core.atomic import atomic_path, recover_interrupted_swap, write_json
+from prefshift.config.params import AnchorConfig, TrainConfig
+from prefshift.core.atomic import atomic_path, recover_interrupted_swap
 from prefshift.core.errors import PrefshiftError
 from prefshift.core.host import cpu_only, process_state
-from prefshift.core.paths import Layout
 from prefshift.core.progress import ProgressReporter, track
-from prefshift.data.encode import EncodedPair, Encoder, collate, length_grouped_batches, sorted_batches
-from prefshift.data.schema import Pair, SkipCounter, content_hash
+from prefshift.data.encode import EncodedPair, collate, length_grouped_batches, sorted_batches
+from prefshift.data.schema import content_hash
 from prefshift.engine.anchor_cache import ReferenceStates, frozen_copy, hidden_fn
-from prefshift.engine.reference_manifest import (
-    FINGERPRINT,
-    MANIFEST,
-    ReferenceMismatchError,
-    fingerprint,
-    mean_squares,
-    read_manifest,
-)
 from prefshift.engine.reference_store import StoredReference
 from prefshift.methods.anchor import select_response
 from prefshift.methods.base import BatchOut, Objective
@@ -46,10 +36,7 @@ from prefshift.models.reward import (
     RewardModel,
     _peft_base,
     is_decoder_head,
-    load_reward_model,
-    save_reward_model,
 )
-from prefshift.pipeline.output_set import output_set
 
 STATE_FILE = "trainer_state.json"
 
@@ -303,6 +290,181 @@ def _batch_loss(
     return loss, delta.detach(), extra, read_s
 
 
+def _ignore(series: str, row: dict) -> None:
+    """The observer when nobody watches."""
+
+
+@dataclass
+class _Window:
+    """Sums over the current logging window, carried in checkpoints so a resumed run logs the
+    same averages as an uninterrupted one."""
+
+    loss: float = 0.0
+    acc: float = 0.0
+    n: int = 0
+
+    def add(self, loss: float, acc: float) -> None:
+        self.loss += loss
+        self.acc += acc
+        self.n += 1
+
+    def as_list(self) -> list:
+        return [self.loss, self.acc, self.n]
+
+
+@dataclass
+class _Loop:
+    """What one training run holds from batch to batch; its methods are the loop's phases."""
+
+    name: str
+    cfg: TrainConfig
+    accelerator: object
+    model: torch.nn.Module
+    unwrapped: RewardModel
+    optimizer: torch.optim.Optimizer
+    scheduler: object
+    objective: Objective
+    reference: ReferenceStates | StoredReference | None
+    trainable: list
+    total_steps: int
+    fingerprint: str
+    probe: dict
+    probe_ref: torch.Tensor
+    checkpoint_dir: Path | None
+    log: RunLog
+    step: int
+    window: _Window
+    last_ckpt: Path | None
+    record: Observer = _ignore
+    read_s: float = 0.0
+    pairs_done: int = 0
+    extra: dict = field(default_factory=dict)
+
+    def run(
+        self,
+        items: Sequence[EncodedPair],
+        schedule: list[list[list[int]]],
+        start: tuple[int, int],
+        pad_id: int,
+        progress: bool,
+    ) -> None:
+        """Every batch from `start` (epoch, batch) on, with plain progress lines; drift at the end."""
+        for series, rows in (
+            ("train", self.log.steps),
+            ("drift", self.log.drift),
+            ("drift_mse", self.log.drift_mse),
+        ):
+            for row in rows:  # a resumed run's observer still sees the whole history
+                self.record(series, row)
+        report = ProgressReporter(
+            f"train {self.name}",
+            self.total_steps,
+            "steps",
+            rate_unit="pairs",
+            start=self.step,
+            enabled=progress and self.accelerator.is_main_process,
+        )
+        start_epoch, start_batch = start
+        with report:
+            for epoch in range(start_epoch, self.cfg.epochs):
+                batches = schedule[epoch]
+                for bi, idx in enumerate(batches):
+                    if epoch == start_epoch and bi < start_batch:
+                        continue
+                    self.batch(collate([items[i] for i in idx], pad_id), len(idx), epoch)
+                    if self.accelerator.sync_gradients:
+                        self.optimizer_step(epoch, report)
+                        self.checkpoint_if_due(epoch, bi, len(batches))
+        if not self.log.drift or self.log.drift[-1]["step"] != self.step:
+            self.drift()
+
+    def batch(self, batch: dict, pairs: int, epoch: int) -> None:
+        """Forward, loss, backward and (when the accumulation window closes) the optimizer step."""
+        accelerator = self.accelerator
+        targets = batch["targets"].to(accelerator.device)
+        with accelerator.accumulate(self.model):
+            loss, delta, self.extra, read = _batch_loss(
+                self.model,
+                batch,
+                targets,
+                self.objective,
+                self.reference,
+                accelerator.device,
+                self.step,
+                self.total_steps,
+            )
+            self.read_s += read
+            if not torch.isfinite(loss):
+                where = (
+                    f"; last good checkpoint: {self.last_ckpt}"
+                    if self.last_ckpt
+                    else "; no checkpoint was written"
+                )
+                raise TrainingError(
+                    f"{self.name}: loss is {loss.item()} at step {self.step} (epoch {epoch}){where}"
+                )
+            accelerator.backward(loss)
+            if accelerator.sync_gradients:
+                accelerator.clip_grad_norm_(self.trainable, self.cfg.max_grad_norm)
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        acc = ((delta > 0) == (targets > 0.5)).float().mean()
+        batch_loss, batch_acc = accelerator.reduce(torch.stack([loss.detach(), acc]), "mean").tolist()
+        if self.extra and accelerator.num_processes > 1:
+            values = torch.tensor(list(self.extra.values()), dtype=torch.float64).to(accelerator.device)
+            self.extra = dict(zip(self.extra, accelerator.reduce(values, "mean").tolist(), strict=True))
+        self.window.add(batch_loss, batch_acc)
+        self.pairs_done += pairs * accelerator.num_processes
+
+    def optimizer_step(self, epoch: int, report: ProgressReporter) -> None:
+        """After a synchronised step: schedule, progress, the log row and drift when they are due."""
+        self.scheduler.step()
+        self.step += 1
+        window = self.window
+        report.update(
+            self.step, items=self.pairs_done, loss=window.loss / window.n, acc=window.acc / window.n
+        )
+        if self.step % self.cfg.log_every == 0 or self.step == self.total_steps:
+            row = {
+                "step": self.step,
+                "epoch": epoch,
+                "loss": window.loss / window.n,
+                "acc": window.acc / window.n,
+                "lr": self.scheduler.get_last_lr()[0],
+                **self.extra,
+            }
+            self.log.steps.append(row)
+            self.record("train", row)
+            self.window = _Window()
+        if self.step % self.cfg.drift_every == 0:
+            self.drift()
+
+    def checkpoint_if_due(self, epoch: int, bi: int, batches_in_epoch: int) -> None:
+        """Save a resumable state every checkpoint_every steps, or at each epoch's end."""
+        at_epoch_end = bi == batches_in_epoch - 1
+        every = self.cfg.checkpoint_every
+        due = self.step % every == 0 if every else at_epoch_end
+        if self.checkpoint_dir is None or not due:
+            return
+        next_epoch, next_batch = (epoch + 1, 0) if at_epoch_end else (epoch, bi + 1)
+        state = {
+            "step": self.step,
+            "epoch": next_epoch,
+            "batch": next_batch,
+            "fingerprint": self.fingerprint,
+            "window": self.window.as_list(),
+            "scheduler": self.scheduler.state_dict(),
+        }
+        _save_checkpoint(self.accelerator, self.checkpoint_dir, {**state, **asdict(self.log)})
+        self.last_ckpt = self.checkpoint_dir / "last"
+
+    def drift(self) -> None:
+        rows = measure_drift(self.unwrapped, self.probe, self.probe_ref, self.step)
+        self.log.add_drift(rows)
+        self.record("drift", rows[0])
+        self.record("drift_mse", rows[1])
+
+
 def train_reward_model(
     model: RewardModel,
     tokenizer,
@@ -325,9 +487,11 @@ def train_reward_model(
     (prefshift.core.progress). `on_record(series, row)` sees each row as it joins the log ("train"
     every log_every steps, "drift" and "drift_mse" every drift_every), so a caller can publish
     metrics while the run goes on; on resume it first sees the rows restored from the checkpoint.
+
+    The phases run in a fixed order (seeding, adapters, probe, schedule, reference, optimizer,
+    resume) because each may draw random numbers: reordering them changes the trained weights.
     """
     from accelerate import Accelerator
-    from transformers import get_scheduler
 
     if not items:
         raise TrainingError(f"{name}: no training pairs left after encoding")
@@ -339,39 +503,105 @@ def train_reward_model(
         gradient_accumulation_steps=cfg.grad_accum,
         cpu=cpu_only(),
     )
+    _prepare_model(model, cfg, accelerator.device)
+    pad_id = tokenizer.pad_token_id
+    probe_idx = sorted(random.Random(seed).sample(range(len(items)), min(cfg.probe_size, len(items))))
+    probe = collate([items[i] for i in probe_idx], pad_id)
+    probe_ref = _probe_states(model, probe, list(range(1, model.num_layers + 1)))
+    rank, world = accelerator.process_index, accelerator.num_processes
+    lengths = [it.length for it in items]
+    schedule = [
+        rank_batches(lengths, cfg.batch_size, seed * 1000 + e, rank, world) for e in range(cfg.epochs)
+    ]
+    own = [items[i] for i in sorted({i for batches in schedule for idx in batches for i in idx})]
+    fill_s = 0.0
+    if reference is None and objective.layers:
+        reference, fill_s = _fill_reference(
+            model, own, objective, anchor, cfg, pad_id, checkpoint_dir, rank, world
+        )
+    _set_anchor_scale(objective, reference, accelerator, own, cfg, pad_id)
+    loop, start_epoch, start_batch = _open_loop(
+        accelerator,
+        model,
+        objective,
+        reference,
+        cfg,
+        schedule,
+        items,
+        (probe, probe_ref),
+        seed,
+        name,
+        checkpoint_dir,
+    )
+    loop.record = on_record or _ignore
+    loop.run(items, schedule, (start_epoch, start_batch), pad_id, progress)
+    return loop.unwrapped, _result(loop, len(items), time.perf_counter() - start_time, fill_s)
+
+
+def _prepare_model(model: RewardModel, cfg: TrainConfig, device: torch.device) -> None:
+    """LoRA adapters and activation checkpointing when asked for; then onto the device, in train mode."""
     if cfg.lora.enabled:
         apply_lora(model, cfg)
     if cfg.gradient_checkpointing:
         enable_checkpointing(_peft_base(model.hf))
-    model.to(accelerator.device)
+    model.to(device)
     model.train()
-    pad_id = tokenizer.pad_token_id
-    all_layers = list(range(1, model.num_layers + 1))
 
-    probe_idx = sorted(random.Random(seed).sample(range(len(items)), min(cfg.probe_size, len(items))))
-    probe = collate([items[i] for i in probe_idx], pad_id)
-    probe_ref = _probe_states(model, probe, all_layers)
 
-    lengths = [it.length for it in items]
-    rank, world = accelerator.process_index, accelerator.num_processes
-    schedule = [
-        rank_batches(lengths, cfg.batch_size, seed * 1000 + e, rank, world) for e in range(cfg.epochs)
-    ]
-    fill_s, read_s = 0.0, 0.0
-    own = [items[i] for i in sorted({i for batches in schedule for idx in batches for i in idx})]
-    if reference is None and objective.layers:
-        spill = checkpoint_dir / "reference_cache" if checkpoint_dir is not None else None
-        if spill is not None and world > 1:
-            spill = spill / f"rank{rank}"
-        fill_start = time.perf_counter()
-        settings = anchor or AnchorConfig()
-        reference = build_reference(model, own, objective.layers, settings, cfg, pad_id, spill)
-        fill_s = time.perf_counter() - fill_start
-    normalized = getattr(objective, "normalize", "none") == "reference"
-    if isinstance(reference, StoredReference) and normalized and objective.scale is None:
+def _fill_reference(
+    model: RewardModel,
+    own: Sequence[EncodedPair],
+    objective: Objective,
+    anchor: AnchorConfig | None,
+    cfg: TrainConfig,
+    pad_id: int,
+    checkpoint_dir: Path | None,
+    rank: int,
+    world: int,
+) -> tuple[ReferenceStates, float]:
+    """The starting checkpoint's states over this process's pairs, and the seconds it took.
+    A spilled cache lives beside the checkpoint, one directory per rank."""
+    spill = checkpoint_dir / "reference_cache" if checkpoint_dir is not None else None
+    if spill is not None and world > 1:
+        spill = spill / f"rank{rank}"
+    fill_start = time.perf_counter()
+    reference = build_reference(model, own, objective.layers, anchor or AnchorConfig(), cfg, pad_id, spill)
+    return reference, time.perf_counter() - fill_start
+
+
+def _set_anchor_scale(
+    objective: Objective, reference, accelerator, own, cfg: TrainConfig, pad_id: int
+) -> None:
+    """anchor.normalize=reference: per-layer constants from the stored reference, or measured
+    here over the training data, unless the caller already set them."""
+    if (
+        reference is None
+        or getattr(objective, "normalize", "none") != "reference"
+        or objective.scale is not None
+    ):
+        return
+    if isinstance(reference, StoredReference):
         objective.set_scale(reference.mean_squares())
-    elif reference is not None and normalized and objective.scale is None:
+    else:
         objective.set_scale(_in_run_mean_squares(accelerator, reference, own, cfg.batch_size, pad_id))
+
+
+def _open_loop(
+    accelerator,
+    model: RewardModel,
+    objective: Objective,
+    reference,
+    cfg: TrainConfig,
+    schedule: list[list[list[int]]],
+    items: Sequence[EncodedPair],
+    probe: tuple[dict, torch.Tensor],
+    seed: int,
+    name: str,
+    checkpoint_dir: Path | None,
+) -> tuple[_Loop, int, int]:
+    """Optimizer, linear schedule and accelerate's wrapping; then the checkpoint to resume from,
+    if one was written under the same settings. Returns the loop and the (epoch, batch) to start at."""
+    from transformers import get_scheduler
 
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = adamw(trainable, cfg)
@@ -382,274 +612,59 @@ def train_reward_model(
         num_warmup_steps=round(cfg.warmup_frac * total_steps),
         num_training_steps=total_steps,
     )
-    model, optimizer = accelerator.prepare(model, optimizer)
-
+    wrapped, optimizer = accelerator.prepare(model, optimizer)
     fingerprint = content_hash(
         name, objective.name, cfg.model_dump(), seed, [(it.pair_id, it.target) for it in items]
     )
-    restored = _restore(accelerator, scheduler, checkpoint_dir, fingerprint)
-    step, start_epoch, start_batch, log, last_ckpt, window = restored
-
-    unwrapped = accelerator.unwrap_model(model)
-    window_loss, window_acc, window_n = window
-    extra: dict[str, float] = {}
-    record = on_record or _ignore
-    for series, rows in (("train", log.steps), ("drift", log.drift), ("drift_mse", log.drift_mse)):
-        for row in rows:  # a resumed run's observer still sees the whole history
-            record(series, row)
-    report = ProgressReporter(
-        f"train {name}",
-        total_steps,
-        "steps",
-        rate_unit="pairs",
-        start=step,
-        enabled=progress and accelerator.is_main_process,
+    step, start_epoch, start_batch, log, last_ckpt, window = _restore(
+        accelerator, scheduler, checkpoint_dir, fingerprint
     )
-    pairs_done = 0
-    with report:
-        for epoch in range(start_epoch, cfg.epochs):
-            batches = schedule[epoch]
-            for bi, idx in enumerate(batches):
-                if epoch == start_epoch and bi < start_batch:
-                    continue
-                batch = collate([items[i] for i in idx], pad_id)
-                targets = batch["targets"].to(accelerator.device)
-                with accelerator.accumulate(model):
-                    loss, delta, extra, read = _batch_loss(
-                        model, batch, targets, objective, reference, accelerator.device, step, total_steps
-                    )
-                    read_s += read
-                    if not torch.isfinite(loss):
-                        where = (
-                            f"; last good checkpoint: {last_ckpt}"
-                            if last_ckpt
-                            else "; no checkpoint was written"
-                        )
-                        raise TrainingError(
-                            f"{name}: loss is {loss.item()} at step {step} (epoch {epoch}){where}"
-                        )
-                    accelerator.backward(loss)
-                    if accelerator.sync_gradients:
-                        accelerator.clip_grad_norm_(trainable, cfg.max_grad_norm)
-                    optimizer.step()
-                    optimizer.zero_grad(set_to_none=True)
-                acc = ((delta > 0) == (targets > 0.5)).float().mean()
-                batch_loss, batch_acc = accelerator.reduce(torch.stack([loss.detach(), acc]), "mean").tolist()
-                if extra and world > 1:
-                    values = torch.tensor(list(extra.values()), dtype=torch.float64).to(accelerator.device)
-                    extra = dict(zip(extra, accelerator.reduce(values, "mean").tolist(), strict=True))
-                window_loss += batch_loss
-                window_acc += batch_acc
-                window_n += 1
-                pairs_done += len(idx) * world
-                if not accelerator.sync_gradients:
-                    continue
-                scheduler.step()
-                step += 1
-                report.update(step, items=pairs_done, loss=window_loss / window_n, acc=window_acc / window_n)
-                if step % cfg.log_every == 0 or step == total_steps:
-                    row = {
-                        "step": step,
-                        "epoch": epoch,
-                        "loss": window_loss / window_n,
-                        "acc": window_acc / window_n,
-                        "lr": scheduler.get_last_lr()[0],
-                        **extra,
-                    }
-                    log.steps.append(row)
-                    record("train", row)
-                    window_loss, window_acc, window_n = 0.0, 0.0, 0
-                if step % cfg.drift_every == 0:
-                    _add_drift(log, measure_drift(unwrapped, probe, probe_ref, step), record)
-                at_epoch_end = bi == len(batches) - 1
-                due = step % cfg.checkpoint_every == 0 if cfg.checkpoint_every else at_epoch_end
-                if checkpoint_dir is not None and due:
-                    next_epoch, next_batch = (epoch + 1, 0) if at_epoch_end else (epoch, bi + 1)
-                    state = {
-                        "step": step,
-                        "epoch": next_epoch,
-                        "batch": next_batch,
-                        "fingerprint": fingerprint,
-                        "window": [window_loss, window_acc, window_n],
-                        "scheduler": scheduler.state_dict(),
-                    }
-                    _save_checkpoint(accelerator, checkpoint_dir, {**state, **asdict(log)})
-                    last_ckpt = checkpoint_dir / "last"
-    if not log.drift or log.drift[-1]["step"] != step:
-        _add_drift(log, measure_drift(unwrapped, probe, probe_ref, step), record)
+    loop = _Loop(
+        name=name,
+        cfg=cfg,
+        accelerator=accelerator,
+        model=wrapped,
+        unwrapped=accelerator.unwrap_model(wrapped),
+        optimizer=optimizer,
+        scheduler=scheduler,
+        objective=objective,
+        reference=reference,
+        trainable=trainable,
+        total_steps=total_steps,
+        fingerprint=fingerprint,
+        probe=probe[0],
+        probe_ref=probe[1],
+        checkpoint_dir=checkpoint_dir,
+        log=log,
+        step=step,
+        window=_Window(*window),
+        last_ckpt=last_ckpt,
+    )
+    return loop, start_epoch, start_batch
+
+
+def _result(loop: _Loop, pairs: int, wall_s: float, fill_s: float) -> dict:
+    """The run's log: the reproducible rows, then timings and memory, kept under their own keys."""
     result = {
-        "name": name,
-        "objective": objective.name,
-        "steps": log.steps,
-        "drift": log.drift,
-        "drift_mse": log.drift_mse,
-        "total_steps": total_steps,
-        "pairs": len(items),
-        "wall_s": time.perf_counter() - start_time,
+        "name": loop.name,
+        "objective": loop.objective.name,
+        "steps": loop.log.steps,
+        "drift": loop.log.drift,
+        "drift_mse": loop.log.drift_mse,
+        "total_steps": loop.total_steps,
+        "pairs": pairs,
+        "wall_s": wall_s,
         "peak_rss_mb": _peak_rss_mb(),
     }
     if torch.cuda.is_available():
         result["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    reference = loop.reference
     if reference is not None:
         result["reference"] = {"cache": reference.cache, "route": reference.route, **reference.stats()}
         result["reference_fill_s"] = fill_s  # timings, like wall_s: kept out of the reproducible log keys
-        result["reference_read_s"] = read_s  # per step: a stored read, a cache lookup or a frozen forward
+        result["reference_read_s"] = (
+            loop.read_s
+        )  # per step: a stored read, a cache lookup or a frozen forward
         if hasattr(reference, "rows_read"):  # stored states read: fewer when a run resumes, so kept apart too
             result["reference_rows_read"] = reference.rows_read
-    return unwrapped, result
-
-
-def _ignore(series: str, row: dict) -> None:
-    """The observer when nobody watches."""
-
-
-def _add_drift(log: RunLog, rows: tuple[dict, dict], record: Observer) -> None:
-    log.add_drift(rows)
-    record("drift", rows[0])
-    record("drift_mse", rows[1])
-
-
-def _save(
-    model, tokenizer, log: dict, params: Params, layout: Layout, *, name: str, method: str, out_dir: Path
-):
-    """Model, training log and its scores (held-out splits; the teacher's also student_train, its
-    labels), replaced together or not at all. The reward mean/std of id_test go into the saved
-    config. A kill while scoring leaves the previous set whole and the checkpoint in place, so the
-    rerun resumes instead of starting over.
-    """
-    from prefshift.pipeline.heldout_scores import score_heldout
-
-    teacher = method == "teacher"
-    command = "prefshift teacher" if teacher else f"prefshift train --method {method}"
-    with output_set(
-        layout.root,
-        command,
-        files=[layout.train_log(name)],
-        directories=[layout.scores_dir(name)],
-        bare=[out_dir],
-    ) as out:
-        save_reward_model(model, tokenizer, out.path(out_dir))
-        also = ("student_train",) if teacher else ()
-        heldout = score_heldout(out.path(out_dir), params, layout, name, out, also)
-        log["heldout_skips"], log["reward_stats"] = heldout["skips"], heldout["reward_stats"]
-        _record_reward_stats(out.path(out_dir), heldout["reward_stats"])
-        write_json(out.path(layout.train_log(name)), log)
-
-
-def _record_reward_stats(model_dir: Path, stats: dict[str, float]) -> None:
-    """Write mean/std into a saved model's config.json in transformers' own layout (indent 2,
-    sorted keys). They do not change its rewards, so the scores it was just given stand."""
-    path = model_dir / "config.json"
-    config = {**json.loads(path.read_text(encoding="utf-8")), **stats}
-    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-
-
-def _mean_layers(row: dict) -> float:
-    values = [v for k, v in row.items() if k.startswith("layer_")]
-    return sum(values) / len(values)
-
-
-def shared_reference(
-    params: Params, layout: Layout, objective: Objective, items: Sequence[EncodedPair], cfg: TrainConfig
-) -> tuple[StoredReference | None, AnchorConfig]:
-    """The reference stage's states for an anchor objective, checked against `items`, and the
-    anchor settings the loop should use: when the states were too large to store (or
-    anchor.cache is off) the loop runs a frozen forward (with LoRA: the base, adapters
-    disabled). normalize=reference takes its per-layer constants from the stage either way.
-    Outside the pipeline, with no reference stage output, the loop fills its own in-run cache."""
-    if not objective.layers:
-        return None, params.anchor
-    if not (layout.reference_dir / MANIFEST).exists():
-        print(f"reference: no {layout.reference_dir}; filling an in-run cache", file=sys.stderr)
-        return None, params.anchor
-    manifest = read_manifest(layout.reference_dir)
-    recorded = layout.targets_dir(objective.name) / FINGERPRINT
-    if recorded.exists() and json.loads(recorded.read_text()) != fingerprint(manifest, objective.layers):
-        raise ReferenceMismatchError(
-            f"{layout.reference_dir} changed after {recorded} was written; run `dvc repro` (or "
-            f"`prefshift targets --method {objective.name}`) so the student trains on the reference it tracks"
-        )
-    if getattr(objective, "normalize", "none") == "reference":
-        objective.set_scale(mean_squares(manifest))
-    uncached = params.anchor.model_copy(update={"cache": False})
-    if not params.anchor.cache or not manifest["stored"]:
-        if not manifest["stored"]:
-            print(f"reference: {manifest['reason']}", file=sys.stderr)
-        return None, uncached
-    reference = StoredReference(layout.reference_dir, objective.layers)
-    reference.check(items)
-    return reference, params.anchor
-
-
-def _publish(run) -> Observer:
-    """Log each training-log row to the stage's MLflow run as it is written (`train/loss` at its
-    step, `drift/layer_2`...), so a long run's curves fill in while it trains, not at its end."""
-
-    def record(series: str, row: dict) -> None:
-        run.log_history([row], prefix=f"{series}/")
-
-    return record
-
-
-def fit(
-    params: Params,
-    layout: Layout,
-    *,
-    name: str,
-    method: str,
-    base_dir: Path,
-    pairs: Sequence[Pair],
-    targets: Sequence[float],
-    cfg: TrainConfig,
-    out_dir: Path,
-) -> dict:
-    """Train one reward model from `base_dir` on (pairs, targets), save it to `out_dir`, log the run.
-
-    Shared by the teacher and student stages; the resumable checkpoint is removed once
-    the model is saved. Under `accelerate launch` every process trains, but only the main
-    one opens the MLflow run and writes the model, log and checkpoint removal.
-    """
-    from prefshift.methods import build_objective
-    from prefshift.tracking import runs as tracking
-
-    state = process_state()
-    stage = "teacher" if method == "teacher" else "train"
-    opened = (
-        tracking.stage_run(params, layout, stage, None if method == "teacher" else method)
-        if state.is_main_process
-        else nullcontext(None)
-    )
-    with opened as run:
-        seed_everything(params.seed)
-        model, tokenizer = load_reward_model(base_dir, trust_remote_code=params.backbone.trust_remote_code)
-        objective = build_objective(method, params, model.num_layers)
-        skips = SkipCounter()
-        items = Encoder(tokenizer, params.encode).encode_pairs(pairs, targets, skips)
-        ckpt = layout.checkpoint_dir(name)
-        reference, anchor = shared_reference(params, layout, objective, items, cfg)
-        model, log = train_reward_model(
-            model,
-            tokenizer,
-            items,
-            objective,
-            cfg,
-            seed=params.seed,
-            name=name,
-            anchor=anchor,
-            checkpoint_dir=ckpt,
-            reference=reference,
-            on_record=None if run is None else _publish(run),
-        )
-        log["skips"] = skips.as_dict()
-        state.wait_for_everyone()
-        if run is None:
-            return log
-        _save(model, tokenizer, log, params, layout, name=name, method=method, out_dir=out_dir)
-        shutil.rmtree(ckpt, ignore_errors=True)
-        run.log_metrics({"wall_s": log["wall_s"], "peak_rss_mb": log["peak_rss_mb"], "skips": log["skips"]})
-        final = log["drift"][-1]
-        run.log_metrics({"final_drift_mean_cosine": _mean_layers(final)})
-        if "reference" in log:
-            run.set_tags({"anchor.reference_route": log["reference"]["route"]})
-        run.log_artifact(layout.train_log(name), "train")
-    return log
+    return result

@@ -6,7 +6,7 @@ from prefshift.config.params import Params
 from prefshift.core import locks
 from prefshift.core.paths import Layout
 from prefshift.data.schema import read_pairs
-from prefshift.engine.train import fit
+from prefshift.pipeline.fit import fit
 from prefshift.pipeline.stages.backbone import check_base
 
 

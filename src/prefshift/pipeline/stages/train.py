@@ -13,7 +13,7 @@ from prefshift.config.params import Params, check_method
 from prefshift.core import locks
 from prefshift.core.paths import Layout
 from prefshift.data.schema import Pair, read_pairs
-from prefshift.engine.train import fit
+from prefshift.pipeline.fit import fit
 from prefshift.pipeline.stages.backbone import check_base
 from prefshift.pipeline.stages.label import StaleLabelsError, read_labels
 
