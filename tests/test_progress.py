@@ -227,7 +227,7 @@ def _teacher_project(root) -> Layout:
 def test_teacher_metrics_reach_mlflow_during_training_not_after(tmp_path, monkeypatch, every_update):
     """Real sqlite MLflow: every train/ and drift/ point is in the run, each logged before the
     trained model was saved (the old code logged the whole history after saving)."""
-    import prefshift.engine.train as train_module
+    import prefshift.pipeline.fit as fit_module
     from prefshift.pipeline.stages import teacher
 
     layout = _teacher_project(tmp_path)
@@ -240,9 +240,9 @@ def test_teacher_metrics_reach_mlflow_during_training_not_after(tmp_path, monkey
         }
     )
     saved_at: list[int] = []
-    real_save = train_module._save
+    real_save = fit_module._save
     monkeypatch.setattr(
-        train_module,
+        fit_module,
         "_save",
         lambda *a, **kw: saved_at.append(int(time.time() * 1000)) or real_save(*a, **kw),
     )

@@ -13,6 +13,8 @@ with `read_yaml`, which refuses a key given twice, as DVC does.
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
 import string
 import types
 import typing
@@ -32,7 +34,10 @@ from pydantic import (
 
 from prefshift.core.errors import PrefshiftError
 
-METHODS = ("naive", "confidence", "seam", "anchor_last", "anchor_mid", "ceiling")
+DEFAULT_METHODS = ("naive", "confidence", "seam", "anchor_last", "anchor_mid", "ceiling")
+"""The embedded default's `methods`, and the order reports list prefshift's own methods in."""
+METHOD_GROUP = "prefshift.methods"
+"""The entry-point group every method registers in, prefshift's own included (pyproject.toml)."""
 CATEGORIES = ("helpful", "harmless")
 
 
@@ -445,7 +450,10 @@ class TrackingConfig(Strict):
 class Params(Strict):
     seed: Seed = 0
     seeds: list[Seed] = Field(default_factory=lambda: [0], min_length=1)
-    methods: list[str] = Field(default_factory=lambda: list(METHODS))
+    methods: list[str] = Field(default_factory=lambda: list(DEFAULT_METHODS))
+    method_settings: dict[str, dict[str, Any]] = Field(default_factory=dict, exclude=True)
+    """Third-party methods' own sections, keyed by method name (top-level keys in params.yaml);
+    validated by the method's `settings` model when the plan stage writes its file."""
     data: DataConfig = Field(default_factory=DataConfig)
     synthetic: SyntheticConfig = Field(default_factory=SyntheticConfig)
     backbone: BackboneConfig = Field(default_factory=BackboneConfig)
@@ -462,12 +470,25 @@ class Params(Strict):
     promote: PromoteConfig = Field(default_factory=PromoteConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _gather_method_sections(cls, data: Any) -> Any:
+        """A top-level key naming a registered third-party method is that method's section."""
+        if not isinstance(data, dict):
+            return data
+        own = set(cls.model_fields) | {f.alias for f in cls.model_fields.values() if f.alias}
+        plugin = {k for k in data if k not in own and k in method_entry_points()}
+        if not plugin:
+            return data
+        rest = {k: v for k, v in data.items() if k not in plugin}
+        return {**rest, "method_settings": {k: data[k] for k in sorted(plugin)}}
+
     @field_validator("methods")
     @classmethod
     def _known_methods(cls, value: list[str]) -> list[str]:
         """An empty list would run nothing and let `promote` rewrite promotion.json with no decisions."""
         if not value:
-            raise ValueError(f"no method listed; name at least one of {', '.join(METHODS)}")
+            raise ValueError(f"no method listed; name at least one of {', '.join(known_methods())}")
         for i, name in enumerate(value):
             check_method(name)
             if name in value[:i]:
@@ -517,8 +538,9 @@ class Params(Strict):
         return self
 
     def resolved(self) -> dict[str, Any]:
-        """The full config as plain data, with params.yaml's key names (for logging)."""
-        return self.model_dump(mode="json", by_alias=True)
+        """The full config as plain data, with params.yaml's key names (for logging); third-party
+        methods' sections at the top level, where params.yaml has them."""
+        return {**self.model_dump(mode="json", by_alias=True), **self.method_settings}
 
 
 def cannot_generate(spec: LMSpec, trust_remote_code: bool) -> str | None:
@@ -553,9 +575,41 @@ def cannot_generate(spec: LMSpec, trust_remote_code: bool) -> str | None:
     return f"is a {config.model_type} encoder (no causal-LM head)"
 
 
+@functools.cache
+def method_entry_points() -> dict[str, importlib.metadata.EntryPoint]:
+    """Every registered method's entry point by name, read from installed packages' metadata
+    without importing them (prefshift.methods.registry loads a method when it is used)."""
+    found: dict[str, importlib.metadata.EntryPoint] = {}
+    for entry in importlib.metadata.entry_points(group=METHOD_GROUP):
+        if entry.name in found and found[entry.name].value != entry.value:
+            raise ConfigError(
+                f"method {entry.name!r} is registered twice in entry-point group {METHOD_GROUP} "
+                f"({found[entry.name].value} and {entry.value}); uninstall one of the packages"
+            )
+        found[entry.name] = entry
+    if not set(DEFAULT_METHODS) <= set(found):
+        raise ConfigError(
+            f"prefshift's own methods are not registered in entry-point group {METHOD_GROUP}: the "
+            "installed package metadata is stale or missing; reinstall with `pip install -e .` (or `make`)"
+        )
+    return found
+
+
+def known_methods() -> tuple[str, ...]:
+    """Every method `methods` may list: prefshift's own in their usual order, then the others by name."""
+    return tuple(method_order(method_entry_points()))
+
+
+def method_order(names) -> list[str]:
+    """`names` in report order: prefshift's own methods as DEFAULT_METHODS lists them, then the
+    rest by name."""
+    names = list(names)
+    return [m for m in DEFAULT_METHODS if m in names] + sorted(m for m in names if m not in DEFAULT_METHODS)
+
+
 def check_method(name: str) -> str:
-    if name not in METHODS:
-        raise ConfigError(f"unknown method {name!r}; valid methods: {', '.join(METHODS)}")
+    if name not in method_entry_points():
+        raise ConfigError(f"unknown method {name!r}; valid methods: {', '.join(known_methods())}")
     return name
 
 

@@ -1,35 +1,20 @@
-"""Training objectives: one module per loss, one interface (`Objective.loss`) for the training loop.
+"""Training methods: the registry (`registry.py`), prefshift's own methods (`builtin/`, one module
+each) and the losses they use (`base.py`, `confidence.py`, `anchor.py`).
 
-`build_objective` maps a method name to its objective; `label_source` says which
-targets the method trains on (gold, the teacher's q, or SEAM's labels).
+May import config, core, data and models; never tracking, the pipeline or MLflow. The
+functions below are what the stages ask of a method, answered from its registry entry.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from prefshift.config.params import METHODS, Params, check_method
+from prefshift.config.params import Params
+from prefshift.methods import registry
 from prefshift.methods.layers import anchor_layers
 
 if TYPE_CHECKING:
     from prefshift.methods.base import Objective
-
-LABEL_SOURCES = {
-    "teacher": "gold",
-    "ceiling": "gold",
-    "naive": "weak",
-    "confidence": "weak",
-    "anchor_last": "weak",
-    "anchor_mid": "weak",
-    "seam": "seam",
-}
-assert set(METHODS) <= set(LABEL_SOURCES)
-
-TRAIN_SECTIONS = {"confidence": ("confidence",), "anchor_last": ("anchor",), "anchor_mid": ("anchor",)}
-"""params sections a method's training reads beyond the shared ones (seed, encode, student)."""
-TARGET_SECTIONS = {"seam": ("label", "seam")}
-"""params sections that shape a method's targets beyond the teacher's labels (SEAM writes its own)."""
-ANCHOR_KINDS = {"anchor_last": "last", "anchor_mid": "mid"}
 
 
 def _sections(params: Params, names: tuple[str, ...]) -> dict:
@@ -39,19 +24,31 @@ def _sections(params: Params, names: tuple[str, ...]) -> dict:
 
 def train_settings(method: str, params: Params) -> dict:
     """Everything `method`'s training reads that other methods do not: the plan stage writes it
-    per method, so changing anchor.lambda changes only the anchor methods' files (and stages)."""
-    return {"method": method, **_sections(params, TRAIN_SECTIONS.get(method, ()))}
+    per method, so changing anchor.lambda changes only the anchor methods' files (and stages).
+    A third-party method's file also names its package and version, so upgrading it re-trains."""
+    spec = registry.get(method)
+    settings = registry.settings_of(spec, params)
+    extra: dict = {} if settings is None else {method: settings.model_dump(mode="json")}
+    plugin = registry.distribution(method)
+    if plugin is not None:
+        extra["plugin"] = plugin
+    return {"method": method, **_sections(params, spec.sections), **extra}
 
 
 def target_settings(method: str, params: Params) -> dict:
     """Where `method`'s training targets come from, and the params that shape them."""
-    sections = _sections(params, TARGET_SECTIONS.get(method, ()))
-    return {"method": method, "labels": label_source(method), **sections}
+    spec = registry.get(method)
+    return {"method": method, "labels": spec.labels, **_sections(params, spec.target_sections)}
+
+
+def anchor_kind(method: str) -> str | None:
+    """`last` or `mid` for a method that reads the stored reference states, else None."""
+    return registry.get(method).anchor_kind
 
 
 def reference_request(params: Params) -> dict:
     """What the reference stage stores: the anchor kinds listed (their layers' union) and its limits."""
-    kinds = sorted(ANCHOR_KINDS[m] for m in params.methods if m in ANCHOR_KINDS)
+    kinds = sorted(kind for m in params.methods if (kind := anchor_kind(m)) is not None)
     return {
         "kinds": kinds,
         "mid_fractions": params.anchor.mid_fractions if "mid" in kinds else None,
@@ -68,34 +65,16 @@ def reference_layers(request: dict, num_layers: int) -> tuple[int, ...]:
 
 def label_source(method: str) -> str:
     """gold | weak | seam."""
-    if method != "teacher":
-        check_method(method)
-    return LABEL_SOURCES[method]
+    return registry.get(method).labels
 
 
 def build_objective(method: str, params: Params, num_layers: int) -> Objective:
-    """The objective for `method`; anchor settings are validated here, before any training.
-
-    The objectives are imported here, not at module level, because they need torch and the
-    light stages (plan, targets) read only this module's tables."""
-    from prefshift.methods.anchor import AnchorObjective
-    from prefshift.methods.base import Objective
-    from prefshift.methods.confidence import ConfidenceObjective
-
-    if method != "teacher":
-        check_method(method)
-    if method == "confidence":
-        return ConfidenceObjective(
-            method, alpha=params.confidence.alpha, warmup_frac=params.confidence.warmup_frac
-        )
-    if method in ("anchor_last", "anchor_mid"):
-        layers = anchor_layers(method.removeprefix("anchor_"), num_layers, params.anchor.mid_fractions)
-        anchor = params.anchor
-        return AnchorObjective(method, layers=layers, lam=anchor.lam, normalize=anchor.normalize)
-    return Objective(method)
+    """The objective for `method`; its settings are validated here, before any training."""
+    return registry.get(method).objective(registry.build(method, params, num_layers))
 
 
 __all__ = [
+    "anchor_kind",
     "build_objective",
     "label_source",
     "reference_layers",

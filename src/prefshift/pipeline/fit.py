@@ -31,7 +31,7 @@ from prefshift.engine.reference_manifest import (
 )
 from prefshift.engine.reference_store import StoredReference
 from prefshift.engine.train import Observer, seed_everything, train_reward_model
-from prefshift.methods import build_objective
+from prefshift.methods import build_objective, registry
 from prefshift.methods.base import Objective
 from prefshift.models.reward import load_reward_model, save_reward_model
 from prefshift.pipeline.heldout_scores import score_heldout
@@ -119,6 +119,17 @@ def _publish(run) -> Observer:
     return record
 
 
+def _after_training(method: str, model, params: Params, base_dir: Path, log: dict) -> None:
+    """The method's step on the trained model before it is saved and scored, if it declares one
+    (weight averaging with the start, say); the log names it. Drift rows were measured before it."""
+    spec = registry.get(method)
+    if spec.after_training is None:
+        return
+    spec.after_training(model, registry.build(method, params, model.num_layers, base_dir))
+    hook = spec.after_training
+    log["after_training"] = f"{hook.__module__}.{hook.__qualname__}"
+
+
 def fit(
     params: Params,
     layout: Layout,
@@ -165,6 +176,7 @@ def fit(
             reference=reference,
             on_record=None if run is None else _publish(run),
         )
+        _after_training(method, model, params, base_dir, log)
         log["skips"] = skips.as_dict()
         state.wait_for_everyone()
         if run is None:

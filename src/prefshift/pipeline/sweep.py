@@ -64,7 +64,7 @@ from prefshift.core.paths import Layout
 from prefshift.core.signals import Terminated, exit_code, signals_as_exceptions, signals_ignored, stop_signal
 from prefshift.tracking.runs import proc_info
 
-DEFAULT_METHODS = ("anchor_last", "anchor_mid")
+SWEEP_METHODS = ("anchor_last", "anchor_mid")
 TARGET = "report"  # see the module docstring: one consistent pipeline state per experiment
 HEADLINE = ("wrg", "mean_aog", "mean_nts")
 DONE_STATES = ("success", "failed")
@@ -645,7 +645,7 @@ def collect(root: Path, experiment: Mapping[str, Any], methods: Sequence[str], l
 def run(
     root: Path,
     specs: Sequence[str],
-    methods: Sequence[str] = DEFAULT_METHODS,
+    methods: Sequence[str] = SWEEP_METHODS,
     report: bool = True,
     jobs: int = 1,
     poll_s: float = POLL_S,

@@ -32,7 +32,7 @@ from typing import Any
 
 import pandas as pd
 
-from prefshift.config.params import METHODS, Params
+from prefshift.config.params import Params, method_order
 from prefshift.core.atomic import write_json, write_text
 from prefshift.core.console import messages
 from prefshift.core.paths import Layout
@@ -144,7 +144,7 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def _ordered(metrics: Mapping[str, Any]) -> list[str]:
-    return [m for m in METHODS if m in metrics]
+    return method_order(metrics)
 
 
 def _is_synthetic(setting: Mapping[str, Any]) -> bool:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from prefshift.config.params import METHODS, Params
+from prefshift.config.params import Params, method_order
 from prefshift.core.paths import Layout
 from prefshift.pipeline.sweep_points import replicate_seed
 from prefshift.science import comparisons as cmp
@@ -73,11 +73,11 @@ def compare(
     teacher = _scores(layout, "teacher", splits)
     if teacher is None:
         return []
-    models = {m: s for m in METHODS if m in metrics and (s := _scores(layout, m, splits)) is not None}
+    models = {m: s for m in method_order(metrics) if (s := _scores(layout, m, splits)) is not None}
     models["teacher"] = teacher
     draws, level, seed = params.evaluate.bootstrap, params.evaluate.ci, params.seed
     rows = []
-    for a in [m for m in METHODS if m in models]:
+    for a in method_order(m for m in models if m != "teacher"):
         for b in BASELINES:
             if a == b or b not in models:
                 continue

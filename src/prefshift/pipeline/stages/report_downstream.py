@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from prefshift.config.params import METHODS
+from prefshift.config.params import method_order
 from prefshift.core.paths import Layout
 from prefshift.pipeline.stages.report_errors import ReportError
 from prefshift.science import figures as figs
@@ -21,7 +21,7 @@ from prefshift.science import figures as figs
 def load_downstream(layout: Layout, version: str, methods: Sequence[str]) -> dict[str, dict[str, Any]]:
     """Documents of the teacher and every listed method that has one, from the current split version only."""
     docs = {}
-    for name in ("teacher", *[m for m in METHODS if m in methods]):
+    for name in ("teacher", *method_order(methods)):
         path = layout.downstream(name)
         if not path.exists():
             continue

@@ -22,7 +22,7 @@ from prefshift.core.paths import Layout
 from prefshift.data.schema import read_pairs
 from prefshift.data.splits import load_manifest
 from prefshift.engine.reference_manifest import FINGERPRINT, fingerprint, read_manifest
-from prefshift.methods import ANCHOR_KINDS, label_source
+from prefshift.methods import anchor_kind, label_source
 from prefshift.methods.layers import anchor_layers
 from prefshift.pipeline.frames import VERSION_KEY, write_frame
 from prefshift.pipeline.output_set import manifest_of, verify
@@ -32,7 +32,7 @@ from prefshift.pipeline.stages.label import read_labels
 def anchor_fingerprint(manifest: dict, method: str) -> dict:
     """The shared reference as `method` reads it (its own layers only)."""
     fractions = manifest["request"]["mid_fractions"] or [1.0]
-    return fingerprint(manifest, anchor_layers(ANCHOR_KINDS[method], manifest["num_layers"], fractions))
+    return fingerprint(manifest, anchor_layers(anchor_kind(method), manifest["num_layers"], fractions))
 
 
 def _seam(params: Params, layout: Layout) -> dict:
@@ -68,7 +68,7 @@ def run(params: Params, layout: Layout, method: str) -> dict:
             version = str(load_manifest(layout)["version"])
             frame = pd.DataFrame({"pair_id": [p.pair_id for p in pairs], "q": [p.gold for p in pairs]})
             write_frame(target, frame, {VERSION_KEY: version.encode()})
-        if method in ANCHOR_KINDS:
+        if anchor_kind(method) is not None:
             own = anchor_fingerprint(read_manifest(layout.reference_dir), method)
             (tmp / FINGERPRINT).write_text(json.dumps(own, indent=2, sort_keys=True) + "\n")
     return {"method": method, "labels": source}

@@ -1,0 +1,127 @@
+"""The method registry: every training method, built-in or a researcher's own, declared once.
+
+A method is one module that exposes a `Method`: its name, what it trains on, the params it
+reads, how to build its objective and any step after training. prefshift's own methods and
+third-party ones register the same way, through the Python entry-point group
+`prefshift.methods` (see pyproject.toml): `my_method = "my_package.my_method:METHOD"`.
+Plan, targets, train, the reference stage, report, promote, sweep and the params schema
+all read this registry, so adding a method touches no prefshift file.
+
+A third-party method's own params live in a top-level section named after the method,
+validated by its `settings` model; built-in methods read the sections params.yaml already has.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ValidationError
+
+from prefshift.config.params import ConfigError, Params, check_method, method_entry_points
+
+if TYPE_CHECKING:
+    from prefshift.methods.base import Objective
+    from prefshift.models.reward import RewardModel
+
+LabelSource = Literal["gold", "weak", "seam"]
+
+
+class MethodError(ConfigError):
+    """A registered method that cannot be loaded or is declared wrongly; the message names it."""
+
+
+@dataclass(frozen=True)
+class Build:
+    """What a method's hooks are given: its name, the whole params, its own validated settings
+    (None for a method without a section), the model's layer count and the starting checkpoint."""
+
+    name: str
+    params: Params
+    settings: BaseModel | None
+    num_layers: int
+    start_dir: Path | None = None
+
+
+@dataclass(frozen=True)
+class Method:
+    """One training method, as the pipeline sees it."""
+
+    name: str
+    """What `methods` in params.yaml and `--method` call it; also its DVC stage suffix."""
+    labels: LabelSource
+    """What it trains on: gold labels, the weak teacher's soft labels q, or SEAM's labels."""
+    objective: Callable[[Build], Objective]
+    """Builds its training objective (a `prefshift.methods.base.Objective`); import torch inside."""
+    settings: type[BaseModel] | None = None
+    """A third-party method's params section, a pydantic model (one docstring per field);
+    read from the top-level section named after the method."""
+    sections: tuple[str, ...] = ()
+    """Built-in params sections its training reads beyond the shared ones (seed, encode, student)."""
+    target_sections: tuple[str, ...] = ()
+    """Params sections that shape its targets beyond the teacher's labels (SEAM writes its own)."""
+    anchor_kind: str | None = None
+    """`last` or `mid` for a method that reads the reference stage's stored states."""
+    after_training: Callable[[RewardModel, Build], None] | None = None
+    """A step on the trained model before it is saved (weight averaging, re-heading...)."""
+
+
+def _load(entry: importlib.metadata.EntryPoint) -> Method:
+    where = f"entry point {entry.name} = {entry.value!r} (group prefshift.methods)"
+    try:
+        method = entry.load()
+    except Exception as err:  # a plug-in's import error can be of any type
+        raise MethodError(f"{where}: cannot be loaded ({type(err).__name__}: {err})") from None
+    if not isinstance(method, Method):
+        raise MethodError(f"{where}: is a {type(method).__name__}, not a prefshift.methods.registry.Method")
+    if method.name != entry.name:
+        raise MethodError(f"{where}: declares name {method.name!r}; the entry point and Method must agree")
+    return method
+
+
+@functools.cache
+def _loaded(name: str) -> Method:
+    if name == "teacher":
+        from prefshift.methods.builtin.teacher import METHOD
+
+        return METHOD
+    return _load(method_entry_points()[name])
+
+
+def get(name: str) -> Method:
+    """The registered method `name` (or the teacher's), loading its module on first use."""
+    if name != "teacher":
+        check_method(name)
+    return _loaded(name)
+
+
+def distribution(name: str) -> str | None:
+    """'package version' of a third-party method, None for prefshift's own."""
+    dist = method_entry_points()[name].dist
+    if dist is None or dist.name == "prefshift":
+        return None
+    return f"{dist.name} {dist.version}"
+
+
+def settings_of(method: Method, params: Params) -> BaseModel | None:
+    """A third-party method's settings, validated; errors name the params key."""
+    raw: Any = params.method_settings.get(method.name)
+    if method.settings is None:
+        if raw is not None:
+            raise ConfigError(f"params section {method.name}: {method.name} takes no settings; remove it")
+        return None
+    try:
+        return method.settings.model_validate(raw or {})
+    except ValidationError as err:
+        first = err.errors()[0]
+        key = ".".join(str(p) for p in (method.name, *first["loc"]))
+        raise ConfigError(f"params key {key}: {first['msg']}") from None
+
+
+def build(name: str, params: Params, num_layers: int, start_dir: Path | None = None) -> Build:
+    """The hooks' argument for `name` under `params`."""
+    return Build(name, params, settings_of(get(name), params), num_layers, start_dir)
