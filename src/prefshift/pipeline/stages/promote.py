@@ -35,6 +35,7 @@ from prefshift.config.params import Params
 from prefshift.core.atomic import write_json
 from prefshift.core.errors import PrefshiftError
 from prefshift.core.paths import Layout
+from prefshift.methods import label_source
 from prefshift.pipeline.output_set import verify_file
 
 CHAMPION = "champion"
@@ -60,7 +61,8 @@ def gate(params: Params, layout: Layout, method: str) -> dict[str, Any]:
     """{"method", "status", "passed", "reasons", and the numbers the gate used} for one method.
 
     status: PASS or FAIL for a student with metrics (FAIL too when one of the two is missing),
-    "not trained" when it has neither, "reference" for the ceiling, which is never promoted.
+    "not trained" when it has neither, "reference" for a method trained on gold labels (the
+    ceiling), which is never promoted.
     """
     path = layout.metrics(method)
     student_dir = layout.student_dir(method)
@@ -75,9 +77,9 @@ def gate(params: Params, layout: Layout, method: str) -> dict[str, Any]:
         decision["status"] = NOT_TRAINED
         decision["reasons"].append(f"neither {student_dir} nor {path} exists; `dvc repro` trains it")
         return decision
-    if method == "ceiling":
+    if label_source(method) == "gold":  # the registry says what it trains on; the ceiling does
         decision["status"] = REFERENCE
-        decision["reasons"].append("ceiling is trained on gold labels; it is a reference, never promoted")
+        decision["reasons"].append(f"{method} is trained on gold labels; it is a reference, never promoted")
         return decision
     if not path.exists():
         decision["reasons"].append(f"{path} not found; run `prefshift evaluate --method {method}`")
