@@ -70,6 +70,18 @@ class Method:
     """A step on the trained model before it is saved (weight averaging, re-heading...)."""
 
 
+def bradley_terry(build: Build) -> Objective:
+    """Bradley-Terry on the method's soft targets, whatever their source: the teacher's, the
+    ceiling's, naive's and SEAM's objective."""
+    from prefshift.methods.base import Objective
+
+    return Objective(build.name)
+
+
+TEACHER = Method(name="teacher", labels="gold", objective=bradley_terry)
+"""The weak teacher: trained by `prefshift teacher` on gold labels, never listed in `methods`."""
+
+
 def _load(entry: importlib.metadata.EntryPoint) -> Method:
     where = f"entry point {entry.name} = {entry.value!r} (group prefshift.methods)"
     try:
@@ -86,9 +98,7 @@ def _load(entry: importlib.metadata.EntryPoint) -> Method:
 @functools.cache
 def _loaded(name: str) -> Method:
     if name == "teacher":
-        from prefshift.methods.builtin.teacher import METHOD
-
-        return METHOD
+        return TEACHER
     return _load(method_entry_points()[name])
 
 

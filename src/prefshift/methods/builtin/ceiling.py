@@ -1,6 +1,5 @@
 """The gold ceiling: the strong student trained on gold labels, the top of PGR's scale."""
 
-from prefshift.methods.builtin.naive import bradley_terry
-from prefshift.methods.registry import Method
+from prefshift.methods.registry import Method, bradley_terry
 
 METHOD = Method(name="ceiling", labels="gold", objective=bradley_terry)
