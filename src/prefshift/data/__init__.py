@@ -1,1 +1,6 @@
-"""Data: the pair schema, source adapters, the synthetic suite and the split protocol."""
+"""Data: the pair schema, source adapters, the synthetic suite, the split protocol, encoding
+and the benchmarks' section tables.
+
+May import: core, config. Never models, methods, the engine or science: data is read and
+shaped here, never scored.
+"""
