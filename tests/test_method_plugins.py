@@ -132,7 +132,7 @@ def test_a_method_from_an_installed_package_runs_plan_to_report(tmp_path, tmp_pa
     log = json.loads(Layout(layout.root).train_log("toy_margin").read_text())
     assert log["objective"] == "toy_margin"
     assert {row["margin"] for row in log["steps"]} == {0.25}  # the plug-in's loss ran, with its settings
-    assert log["after_training"] == "toy_margin_method.mark"
+    assert log["after_training"] == {"hook": "toy_margin_method.mark"}
     saved = json.loads((Layout(layout.root).student_dir("toy_margin") / "config.json").read_text())
     assert saved["toy_margin_after_training"] == 0.25  # the step after training ran before the save
     metrics = json.loads(Layout(layout.root).metrics("toy_margin").read_text())
@@ -201,7 +201,8 @@ def test_a_broken_plug_in_is_refused_naming_its_entry_point(tmp_path, monkeypatc
 
 
 def test_every_built_in_method_is_registered_by_its_own_module():
-    for name in ("naive", "confidence", "seam", "anchor_last", "anchor_mid", "ceiling"):
+    builtin = ("naive", "confidence", "seam", "anchor_last", "anchor_mid", "ceiling")
+    for name in (*builtin, "linear_probe", "lp_ft", "wise_ft", "l2_sp"):
         method = registry.get(name)
         assert method.name == name
         assert method_entry_points()[name].value == f"prefshift.methods.builtin.{name}:METHOD"

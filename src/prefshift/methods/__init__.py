@@ -28,7 +28,7 @@ def train_settings(method: str, params: Params) -> dict:
     A third-party method's file also names its package and version, so upgrading it re-trains."""
     spec = registry.get(method)
     settings = registry.settings_of(spec, params)
-    extra: dict = {} if settings is None else {method: settings.model_dump(mode="json")}
+    extra: dict = {} if settings is None else {method: settings.model_dump(mode="json", by_alias=True)}
     plugin = registry.distribution(method)
     if plugin is not None:
         extra["plugin"] = plugin

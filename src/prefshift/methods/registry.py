@@ -18,13 +18,14 @@ import importlib.metadata
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel, ValidationError
 
 from prefshift.config.params import ConfigError, Params, check_method, method_entry_points
 
 if TYPE_CHECKING:
+    from prefshift.config.params import TrainConfig
     from prefshift.methods.base import Objective
     from prefshift.models.reward import RewardModel
 
@@ -35,16 +36,39 @@ class MethodError(ConfigError):
     """A registered method that cannot be loaded or is declared wrongly; the message names it."""
 
 
+ID_VALIDATION = "id_validation"
+"""The split a method may tune on: teacher_train with its gold labels. It is the source
+distribution, the student never trains on it, it is disjoint from id_test, and its labels are
+the ones the weak-to-strong setting already grants (the teacher learnt from them)."""
+
+
+class Tools(Protocol):
+    """What the stage side lends a method's hooks. Methods sit below the engine and the pipeline
+    and may not import them, so training and scoring come in through this."""
+
+    def train(self, model: RewardModel, objective: Objective, cfg: TrainConfig, phase: str) -> dict:
+        """Run the training loop on the method's targets with `cfg`, as a resumable run of its
+        own (`phase` names its checkpoint); returns its log."""
+
+    def accuracy(self, model: RewardModel, split: str) -> float:
+        """Pairwise accuracy (%) of `model` on ID_VALIDATION, id_test or an OOD target."""
+
+    def heldout_splits(self) -> tuple[str, ...]:
+        """id_test and the OOD targets, for recording (never for choosing)."""
+
+
 @dataclass(frozen=True)
 class Build:
     """What a method's hooks are given: its name, the whole params, its own validated settings
-    (None for a method without a section), the model's layer count and the starting checkpoint."""
+    (None for a method without a section), the model's layer count, the starting checkpoint and,
+    inside a stage, the stage's tools."""
 
     name: str
     params: Params
     settings: BaseModel | None
     num_layers: int
     start_dir: Path | None = None
+    tools: Tools | None = None
 
 
 @dataclass(frozen=True)
@@ -66,8 +90,12 @@ class Method:
     """Params sections that shape its targets beyond the teacher's labels (SEAM writes its own)."""
     anchor_kind: str | None = None
     """`last` or `mid` for a method that reads the reference stage's stored states."""
-    after_training: Callable[[RewardModel, Build], None] | None = None
-    """A step on the trained model before it is saved (weight averaging, re-heading...)."""
+    prepare: Callable[[RewardModel, Objective, Build], None] | None = None
+    """A step on the loaded start before training: freeze parts, train a head first, bind the
+    objective to the start's weights."""
+    after_training: Callable[[RewardModel, Build], dict | None] | None = None
+    """A step on the trained model before it is saved and scored (weight averaging...); what it
+    returns is kept in the training log."""
 
 
 def bradley_terry(build: Build) -> Objective:
@@ -132,6 +160,8 @@ def settings_of(method: Method, params: Params) -> BaseModel | None:
         raise ConfigError(f"params key {key}: {first['msg']}") from None
 
 
-def build(name: str, params: Params, num_layers: int, start_dir: Path | None = None) -> Build:
+def build(
+    name: str, params: Params, num_layers: int, start_dir: Path | None = None, tools: Tools | None = None
+) -> Build:
     """The hooks' argument for `name` under `params`."""
-    return Build(name, params, settings_of(get(name), params), num_layers, start_dir)
+    return Build(name, params, settings_of(get(name), params), num_layers, start_dir, tools)

@@ -47,6 +47,13 @@ def is_decoder_head(model: nn.Module) -> bool:
     return hasattr(_peft_base(model), "score")
 
 
+def head_parameter_names(model: RewardModel) -> set[str]:
+    """Names, in `model.hf.named_parameters()`, of the scalar head a student adds to its backbone
+    (`score` on decoders, `classifier` on encoders): the part with no pretrained start."""
+    head = "score" if is_decoder_head(model.hf) else "classifier"
+    return {name for name, _ in model.hf.named_parameters() if name.split(".")[0] == head}
+
+
 def last_token_index(attention_mask: torch.Tensor) -> torch.Tensor:
     """Rightmost position with mask 1: correct for left and right padding alike."""
     positions = torch.arange(attention_mask.shape[-1], device=attention_mask.device)

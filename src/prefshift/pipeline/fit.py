@@ -31,10 +31,11 @@ from prefshift.engine.reference_manifest import (
 )
 from prefshift.engine.reference_store import StoredReference
 from prefshift.engine.train import Observer, seed_everything, train_reward_model
-from prefshift.methods import build_objective, registry
+from prefshift.methods import registry
 from prefshift.methods.base import Objective
 from prefshift.models.reward import load_reward_model, save_reward_model
 from prefshift.pipeline.heldout_scores import score_heldout
+from prefshift.pipeline.method_tools import StageTools
 from prefshift.pipeline.output_set import output_set
 from prefshift.tracking import runs as tracking
 
@@ -119,17 +120,6 @@ def _publish(run) -> Observer:
     return record
 
 
-def _after_training(method: str, model, params: Params, base_dir: Path, log: dict) -> None:
-    """The method's step on the trained model before it is saved and scored, if it declares one
-    (weight averaging with the start, say); the log names it. Drift rows were measured before it."""
-    spec = registry.get(method)
-    if spec.after_training is None:
-        return
-    spec.after_training(model, registry.build(method, params, model.num_layers, base_dir))
-    hook = spec.after_training
-    log["after_training"] = f"{hook.__module__}.{hook.__qualname__}"
-
-
 def fit(
     params: Params,
     layout: Layout,
@@ -158,11 +148,17 @@ def fit(
     with opened as run:
         seed_everything(params.seed)
         model, tokenizer = load_reward_model(base_dir, trust_remote_code=params.backbone.trust_remote_code)
-        objective = build_objective(method, params, model.num_layers)
         skips = SkipCounter()
         items = Encoder(tokenizer, params.encode).encode_pairs(pairs, targets, skips)
+        publish = None if run is None else _publish(run)
+        tools = StageTools(params, layout, name, tokenizer, items, publish)
+        spec = registry.get(method)
+        built = registry.build(method, params, model.num_layers, base_dir, tools)
+        objective = spec.objective(built)
         ckpt = layout.checkpoint_dir(name)
         reference, anchor = shared_reference(params, layout, objective, items, cfg)
+        if spec.prepare is not None:
+            spec.prepare(model, objective, built)
         model, log = train_reward_model(
             model,
             tokenizer,
@@ -174,15 +170,21 @@ def fit(
             anchor=anchor,
             checkpoint_dir=ckpt,
             reference=reference,
-            on_record=None if run is None else _publish(run),
+            on_record=publish,
         )
-        _after_training(method, model, params, base_dir, log)
+        if tools.logs:
+            log["phases"] = tools.logs
+        if spec.after_training is not None:
+            hook = spec.after_training
+            result = hook(model, built) or {}
+            log["after_training"] = {"hook": f"{hook.__module__}.{hook.__qualname__}", **result}
         log["skips"] = skips.as_dict()
         state.wait_for_everyone()
         if run is None:
             return log
         _save(model, tokenizer, log, params, layout, name=name, method=method, out_dir=out_dir)
         shutil.rmtree(ckpt, ignore_errors=True)
+        tools.remove_checkpoints()
         run.log_metrics({"wall_s": log["wall_s"], "peak_rss_mb": log["peak_rss_mb"], "skips": log["skips"]})
         final = log["drift"][-1]
         run.log_metrics({"final_drift_mean_cosine": _mean_layers(final)})

@@ -1,0 +1,81 @@
+"""What a stage lends a method's hooks (`prefshift.methods.registry.Tools`): training runs of
+the loop and accuracy on a split. Methods sit below the engine and may not import it; a hook that
+trains a head first (LP-FT) or chooses an interpolation on validation data (WiSE-FT) gets both here.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prefshift.config.params import Params, TrainConfig
+from prefshift.core.paths import Layout
+from prefshift.data.encode import EncodedPair
+from prefshift.data.schema import read_pairs
+from prefshift.engine.scoring import score_pairs
+from prefshift.engine.train import Observer, train_reward_model
+from prefshift.methods.base import Objective
+from prefshift.methods.registry import ID_VALIDATION
+from prefshift.models.reward import RewardModel
+from prefshift.science.metrics import accuracy
+
+ID_VALIDATION_SPLIT = "teacher_train"
+"""The split behind registry.ID_VALIDATION (see there for why)."""
+
+
+@dataclass
+class StageTools:
+    """Tools for one training run's hooks: `name`'s targets (`items`), its params and layout."""
+
+    params: Params
+    layout: Layout
+    name: str
+    tokenizer: object
+    items: Sequence[EncodedPair]
+    on_record: Observer | None = None
+    logs: dict[str, dict] = field(default_factory=dict)
+    checkpoints: list[Path] = field(default_factory=list)
+
+    def train(self, model: RewardModel, objective: Objective, cfg: TrainConfig, phase: str) -> dict:
+        """A run of the loop with a checkpoint of its own (`<name>-<phase>`), so a killed stage
+        resumes it, or finds it finished, before the main run; its curves go to MLflow as
+        `<phase>/train/...`."""
+        checkpoint = self.layout.checkpoint_dir(f"{self.name}-{phase}")
+        self.checkpoints.append(checkpoint)
+        record = self.on_record
+        _, log = train_reward_model(
+            model,
+            self.tokenizer,
+            self.items,
+            objective,
+            cfg,
+            seed=self.params.seed,
+            name=f"{self.name}-{phase}",
+            checkpoint_dir=checkpoint,
+            on_record=None if record is None else lambda series, row: record(f"{phase}/{series}", row),
+        )
+        self.logs[phase] = log
+        return log
+
+    def accuracy(self, model: RewardModel, split: str) -> float:
+        """Pairwise accuracy (%) on ID_VALIDATION (teacher_train's gold labels), id_test or a target;
+        scored in eval mode, the model's mode restored after."""
+        pairs = read_pairs(self.layout.split(ID_VALIDATION_SPLIT if split == ID_VALIDATION else split))
+        training = model.training
+        model.eval()
+        try:
+            frame = score_pairs(model, self.tokenizer, pairs, self.params, label=f"{self.name} {split}")
+        finally:
+            model.train(training)
+        return accuracy(frame["delta"].to_numpy())
+
+    def heldout_splits(self) -> tuple[str, ...]:
+        """id_test and every target with a pairs split (benchmark sections scored as groups are not)."""
+        targets = [t for t in self.params.data.targets if self.layout.split(t).exists()]
+        return ("id_test", *targets)
+
+    def remove_checkpoints(self) -> None:
+        for checkpoint in self.checkpoints:
+            shutil.rmtree(checkpoint, ignore_errors=True)

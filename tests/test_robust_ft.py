@@ -1,0 +1,189 @@
+"""The robust fine-tuning family (issue 33): L2-SP's loss and WiSE-FT's interpolation against
+hand-computed values, the head left out of both, WiSE-FT's α chosen on ID validation only, and
+each method trained and evaluated through the stages on the tiny project."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+
+from prefshift.core.paths import Layout
+from prefshift.data.schema import read_pairs, write_pairs
+from prefshift.methods.base import BatchOut
+from prefshift.methods.builtin.wise_ft import WiseFTSettings, choose_alpha
+from prefshift.methods.registry import ID_VALIDATION
+from prefshift.methods.weights import L2SPObjective, freeze_all_but, interpolate, squared_distance
+from tiny_project import copy_project, pipeline_root, tiny_params, write_params
+
+
+class TwoPart(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Linear(2, 1, bias=False)
+        self.head = torch.nn.Linear(1, 1, bias=False)
+
+
+def test_l2_sp_adds_lambda_times_the_squared_distance_of_the_backbone():
+    model = TwoPart()
+    with torch.no_grad():
+        model.body.weight.copy_(torch.tensor([[1.0, 2.0]]))
+        model.head.weight.fill_(5.0)
+    objective = L2SPObjective("l2_sp", lam=0.5)
+    objective.bind(model, exclude={"head.weight"})
+    with torch.no_grad():
+        model.body.weight.copy_(torch.tensor([[2.0, 4.0]]))  # moved by (1, 2): distance 1 + 4 = 5
+        model.head.weight.fill_(-7.0)  # the head moved too, and is not counted
+    out = BatchOut(delta=torch.tensor([0.0]), targets=torch.tensor([1.0]))
+    loss, extra = objective.loss(out, 0, 1)
+    assert extra["l2_sp_distance"] == pytest.approx(5.0)
+    assert extra["w2s"] == pytest.approx(math.log(2))  # BT at Δ = 0: -log σ(0)
+    assert loss.item() == pytest.approx(math.log(2) + 0.5 * 5.0)
+    assert extra["l2_sp_share"] == pytest.approx(2.5 / (2.5 + math.log(2)))
+
+
+def test_l2_sp_gradient_is_two_lambda_times_the_displacement():
+    model = TwoPart()
+    objective = L2SPObjective("l2_sp", lam=0.25)
+    objective.bind(model, exclude={"head.weight"})
+    start = model.body.weight.detach().clone()
+    with torch.no_grad():
+        model.body.weight.add_(torch.tensor([[1.0, -3.0]]))
+    out = BatchOut(delta=torch.tensor([0.0]), targets=torch.tensor([0.5]))
+    loss, _ = objective.loss(out, 0, 1)
+    loss.backward()
+    expected = 2 * 0.25 * (model.body.weight.detach() - start)
+    assert torch.allclose(model.body.weight.grad, expected)
+
+
+def test_l2_sp_refuses_to_run_unbound_and_zero_pairs_are_zero():
+    with pytest.raises(ValueError, match="before bind"):
+        L2SPObjective("l2_sp").loss(BatchOut(torch.tensor([0.0]), torch.tensor([1.0])), 0, 1)
+    assert squared_distance([]).item() == 0.0
+
+
+def test_interpolation_mixes_the_backbone_and_keeps_the_head_and_integer_buffers():
+    start = {"w": torch.tensor([0.0, 0.0]), "head": torch.tensor([9.0]), "ids": torch.tensor([1, 2])}
+    tuned = {"w": torch.tensor([2.0, 4.0]), "head": torch.tensor([3.0]), "ids": torch.tensor([5, 6])}
+    mixed = interpolate(start, tuned, 0.25, keep={"head"})
+    assert mixed["w"].tolist() == [0.5, 1.0]  # 0.75 * 0 + 0.25 * (2, 4)
+    assert mixed["head"].tolist() == [3.0]
+    assert mixed["ids"].tolist() == [5, 6]
+    assert interpolate(start, tuned, 0.0, keep={"head"})["w"].tolist() == [0.0, 0.0]
+    assert interpolate(start, tuned, 1.0, keep={"head"})["w"].tolist() == [2.0, 4.0]
+    with pytest.raises(ValueError, match="different tensors"):
+        interpolate({"w": start["w"]}, tuned, 0.5, keep=())
+
+
+def test_alpha_is_the_best_on_validation_with_ties_to_the_larger():
+    assert choose_alpha([0.0, 0.5, 1.0], [60.0, 70.0, 65.0]) == 0.5
+    assert choose_alpha([0.0, 0.5, 1.0], [60.0, 70.0, 70.0]) == 1.0
+
+
+def test_alpha_grid_is_checked():
+    assert WiseFTSettings(alphas=[1.0, 0.0, 0.5]).alphas == [0.0, 0.5, 1.0]
+    with pytest.raises(ValueError, match=r"lie in \[0, 1\]"):
+        WiseFTSettings(alphas=[0.5, 1.5])
+    with pytest.raises(ValueError, match="listed twice"):
+        WiseFTSettings(alphas=[0.5, 0.5])
+
+
+def test_freeze_all_but_leaves_only_the_named_parameters_trainable():
+    model = TwoPart()
+    freeze_all_but(model, {"head.weight"})
+    assert {n for n, p in model.named_parameters() if p.requires_grad} == {"head.weight"}
+
+
+ROBUST = ["naive", "linear_probe", "lp_ft", "wise_ft", "l2_sp"]
+
+
+@pytest.fixture(scope="module")
+def robust_project(tmp_path_factory):
+    """The tiny project with the family listed, each trained and evaluated through the stages."""
+    from prefshift.pipeline.stages import evaluate, plan, targets, train
+
+    layout = copy_project(pipeline_root(tmp_path_factory), tmp_path_factory.mktemp("robust") / "project")
+    params = tiny_params(methods=ROBUST, wise_ft={"alphas": [0.0, 0.5, 1.0]}, l2_sp={"lambda": 0.01})
+    write_params(layout.root, params)
+    plan.run(params, layout)
+    for method in ROBUST[1:]:
+        targets.run(params, layout, method)
+        train.run(params, layout, method)
+        evaluate.run(params, layout, method)
+    return layout, params
+
+
+def _log(layout: Layout, method: str) -> dict:
+    return json.loads(layout.train_log(method).read_text())
+
+
+@pytest.mark.slow
+def test_each_method_trains_and_evaluates_through_the_stages(robust_project):
+    layout, _ = robust_project
+    for method in ROBUST[1:]:
+        metrics = json.loads(layout.metrics(method).read_text())
+        assert metrics["method"] == method
+        assert 0 <= metrics["id"]["acc"] <= 100
+    assert not any(layout.checkpoint_dir(f"lp_ft-{p}").exists() for p in ("probe",))
+
+
+@pytest.mark.slow
+def test_the_linear_probe_leaves_the_backbone_where_it_started(robust_project):
+    layout, _ = robust_project
+    final = _log(layout, "linear_probe")["drift"][-1]
+    assert all(v == pytest.approx(1.0, abs=1e-6) for k, v in final.items() if k.startswith("layer_"))
+
+
+@pytest.mark.slow
+def test_lp_ft_trains_the_head_first_then_everything(robust_project):
+    layout, _ = robust_project
+    log = _log(layout, "lp_ft")
+    probe = log["phases"]["probe"]
+    assert probe["steps"] and probe["total_steps"] > 0
+    head_only = probe["drift"][-1]
+    assert all(v == pytest.approx(1.0, abs=1e-6) for k, v in head_only.items() if k.startswith("layer_"))
+    assert any(v < 1.0 - 1e-6 for k, v in log["drift"][-1].items() if k.startswith("layer_"))
+
+
+@pytest.mark.slow
+def test_l2_sp_logs_its_distance(robust_project):
+    layout, _ = robust_project
+    steps = _log(layout, "l2_sp")["steps"]
+    assert steps[0]["l2_sp_distance"] >= 0 and steps[-1]["l2_sp_distance"] > 0
+
+
+@pytest.mark.slow
+def test_wise_ft_records_its_alpha_curve_and_keeps_the_chosen_alpha(robust_project):
+    layout, params = robust_project
+    record = _log(layout, "wise_ft")["after_training"]
+    assert record["hook"] == "prefshift.methods.builtin.wise_ft.interpolate_back"
+    assert record["alphas"] == [0.0, 0.5, 1.0]
+    assert record["chosen_on"] == ID_VALIDATION
+    curve = record["accuracy"]
+    assert set(curve) == {ID_VALIDATION, "id_test", *params.data.targets}
+    assert record["chosen_alpha"] == choose_alpha(record["alphas"], curve[ID_VALIDATION])
+    chosen = record["alphas"].index(record["chosen_alpha"])
+    metrics = json.loads(layout.metrics("wise_ft").read_text())
+    assert metrics["id"]["acc"] == pytest.approx(curve["id_test"][chosen])  # the saved model is θ_α
+
+
+@pytest.mark.slow
+def test_wise_ft_alpha_does_not_change_when_an_ood_split_does(robust_project, tmp_path):
+    """Reverse every pair of one OOD target (its accuracies flip) and retrain: the OOD curve
+    changes, the ID validation curve and the chosen α do not."""
+    from prefshift.pipeline.stages import train
+
+    layout, params = robust_project
+    before = _log(layout, "wise_ft")["after_training"]
+    copy = copy_project(layout.root, tmp_path / "project")
+    target = params.data.targets[0]
+    path = copy.split(target)
+    write_pairs(path, [replace(p, chosen=p.rejected, rejected=p.chosen) for p in read_pairs(path)])
+    train.run(params, copy, "wise_ft")
+    after = json.loads(copy.train_log("wise_ft").read_text())["after_training"]
+    assert after["accuracy"][target] != before["accuracy"][target]
+    assert after["accuracy"][ID_VALIDATION] == before["accuracy"][ID_VALIDATION]
+    assert after["chosen_alpha"] == before["chosen_alpha"]
