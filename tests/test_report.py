@@ -71,7 +71,11 @@ def test_report_renders_every_method_and_target(layout: Layout):
     assert "## Representation drift" in text and "layer_3" in text
     assert "## Across seeds" in text
     assert "### anchor.lambda" in text and "| anchor_last | 0.01 | 2 |" in text
-    for png in ("id_vs_ood", "gains", "training", "drift", "lambda_ablation"):
+    mechanism = text.split("## Staying close and OOD accuracy", 1)[1].split("##", 1)[0]
+    assert "| anchor_last | 0.9900 |" in mechanism and "| naive | 0.9500 |" in mechanism
+    alpha = text.split("## WiSE-FT: accuracy against α", 1)[1].split("##", 1)[0]
+    assert "naive: α = 0.5, chosen on id_validation" in alpha and "| id_test | 50.0 | 60.5 | 60.0 |" in alpha
+    for png in ("id_vs_ood", "gains", "training", "drift", "lambda_ablation", "mechanism", "alpha_naive"):
         assert (layout.figures / f"{png}.png").stat().st_size > 1000
         assert f"(figures/{png}.png)" in text
     # DVC metrics file: headline numbers for the teacher and each method.

@@ -138,6 +138,34 @@ def test_the_linear_probe_leaves_the_backbone_where_it_started(robust_project):
 
 
 @pytest.mark.slow
+def test_drift_at_the_reward_position_is_read_after_any_post_training_step(robust_project):
+    """The linear probe did not move; WiSE-FT's reading is of the interpolated model it saved."""
+    layout, _ = robust_project
+    probe = _log(layout, "linear_probe")["reward_position"]
+    assert probe["cosine"] == pytest.approx(1.0, abs=1e-5) and probe["rows"] > 0
+    for method in ROBUST[1:]:
+        metrics = json.loads(layout.metrics(method).read_text())
+        assert metrics["training"]["reward_position_cosine"] == round(
+            _log(layout, method)["reward_position"]["cosine"], 4
+        )
+    wise = _log(layout, "wise_ft")
+    if wise["after_training"]["chosen_alpha"] == 0.0:  # back at the start: the backbone did not move
+        assert wise["reward_position"]["cosine"] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_mean_cosine_of_identical_and_opposite_rows():
+    from prefshift.engine.drift import mean_cosine
+
+    rows = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
+    assert mean_cosine(rows, rows) == pytest.approx(1.0)
+    assert mean_cosine(rows, -rows) == pytest.approx(-1.0)
+    assert mean_cosine(rows, torch.tensor([[0.0, 1.0], [0.0, 1.0]])) == pytest.approx(0.5)
+    assert mean_cosine(torch.zeros(0, 2), torch.zeros(0, 2)) is None
+    with pytest.raises(ValueError, match="different shapes"):
+        mean_cosine(rows, rows[:1])
+
+
+@pytest.mark.slow
 def test_lp_ft_trains_the_head_first_then_everything(robust_project):
     layout, _ = robust_project
     log = _log(layout, "lp_ft")

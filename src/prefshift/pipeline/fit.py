@@ -20,7 +20,8 @@ from prefshift.core.atomic import write_json
 from prefshift.core.host import process_state
 from prefshift.core.paths import Layout
 from prefshift.data.encode import EncodedPair, Encoder
-from prefshift.data.schema import Pair, SkipCounter
+from prefshift.data.schema import Pair, SkipCounter, read_pairs
+from prefshift.engine.drift import READ_PAIRS, mean_cosine, reading_rows
 from prefshift.engine.reference_manifest import (
     FINGERPRINT,
     MANIFEST,
@@ -120,6 +121,21 @@ def _publish(run) -> Observer:
     return record
 
 
+def _drift_pairs(layout: Layout) -> list[Pair]:
+    """The id_test pairs the finished model's drift is read on (engine.drift), or none without one."""
+    path = layout.split("id_test")
+    return read_pairs(path)[:READ_PAIRS] if path.exists() else []
+
+
+def _after_training(spec: registry.Method, built: registry.Build, model, log: dict) -> None:
+    """The method's step on the trained model, if it has one, recorded in the log by its name."""
+    if spec.after_training is None:
+        return
+    hook = spec.after_training
+    result = hook(model, built) or {}
+    log["after_training"] = {"hook": f"{hook.__module__}.{hook.__qualname__}", **result}
+
+
 def fit(
     params: Params,
     layout: Layout,
@@ -148,6 +164,8 @@ def fit(
     with opened as run:
         seed_everything(params.seed)
         model, tokenizer = load_reward_model(base_dir, trust_remote_code=params.backbone.trust_remote_code)
+        drift_pairs = _drift_pairs(layout)
+        start_rows = reading_rows(model, tokenizer, drift_pairs, params)
         skips = SkipCounter()
         items = Encoder(tokenizer, params.encode).encode_pairs(pairs, targets, skips)
         publish = None if run is None else _publish(run)
@@ -172,12 +190,11 @@ def fit(
             reference=reference,
             on_record=publish,
         )
+        _after_training(spec, built, model, log)
         if tools.logs:
             log["phases"] = tools.logs
-        if spec.after_training is not None:
-            hook = spec.after_training
-            result = hook(model, built) or {}
-            log["after_training"] = {"hook": f"{hook.__module__}.{hook.__qualname__}", **result}
+        cosine = mean_cosine(start_rows, reading_rows(model, tokenizer, drift_pairs, params))
+        log["reward_position"] = {"split": "id_test", "rows": int(start_rows.shape[0]), "cosine": cosine}
         log["skips"] = skips.as_dict()
         state.wait_for_everyone()
         if run is None:

@@ -182,3 +182,33 @@ def best_of_n_curves(
     axes[0][0].set_ylabel(ylabel)
     axes[0][-1].legend(fontsize=8)
     _save(fig, path)
+
+
+def mechanism(points: Mapping[str, tuple[float, Estimate]], path: Path) -> None:
+    """One marker per model: how far its representation moved from the start (1 − cosine at the
+    reward position) against its mean OOD accuracy, with the OOD interval."""
+    fig, ax = plt.subplots(figsize=(6.5, 5))
+    for name, (cosine, ood) in points.items():
+        ax.errorbar(1.0 - cosine, ood.value, yerr=[[e] for e in ood.errors()], fmt="o", capsize=3, label=name)
+    ax.set_xlabel("drift from the start: 1 − cosine at the reward position (id_test)")
+    ax.set_ylabel("mean OOD accuracy (%)")
+    ax.set_title("Does staying close buy robustness?")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    _save(fig, path)
+
+
+def alpha_curve(
+    alphas: Sequence[float], curves: Mapping[str, Sequence[float]], chosen: float, path: Path
+) -> None:
+    """WiSE-FT: accuracy of each split against the interpolation weight α, the chosen α marked."""
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for split, values in curves.items():
+        ax.plot(alphas, values, marker="o", label=split)
+    ax.axvline(chosen, color="grey", linestyle="--", label=f"chosen α = {chosen:g} (ID validation)")
+    ax.set_xlabel("α (0 = start, 1 = fine-tuned)")
+    ax.set_ylabel("accuracy (%)")
+    ax.set_title("WiSE-FT: accuracy against α")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    _save(fig, path)

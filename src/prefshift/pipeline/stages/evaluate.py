@@ -226,6 +226,7 @@ def training_summary(log: Mapping[str, Any] | None) -> dict[str, Any] | None:
         "final_loss": steps[-1]["loss"] if steps else None,
         "final_drift": final_drift,
         "final_drift_mean": float(np.mean(list(final_drift.values()))) if final_drift else None,
+        "reward_position_cosine": (log.get("reward_position") or {}).get("cosine"),
         "wall_s": log.get("wall_s"),
         "peak_rss_mb": log.get("peak_rss_mb"),
     }

@@ -549,8 +549,14 @@ def beyond_accuracy(
     version: str,
     figures_dir: Path,
 ) -> tuple[list[str], list[Path]]:
-    """DESIGN §10's sections past pairwise accuracy: paired comparisons and best-of-n (with figures)."""
-    from prefshift.pipeline.stages import report_comparisons, report_downstream, report_truncation
+    """DESIGN §10's sections past pairwise accuracy: paired comparisons, truncation, best-of-n, and
+    the mechanism (drift against OOD accuracy, WiSE-FT's α curve), with their figures."""
+    from prefshift.pipeline.stages import (
+        report_comparisons,
+        report_downstream,
+        report_mechanism,
+        report_truncation,
+    )
 
     splits = [ID_SPLIT, *params.data.targets]
     sections = [
@@ -563,6 +569,13 @@ def beyond_accuracy(
         report_downstream.skipped_section(skip) if skip else report_downstream.best_of_n_section(docs, splits)
     )
     figures = report_downstream.write_best_of_n_figures(docs, splits, figures_dir) if docs else []
+    logs = {m: log for m in _ordered(metrics) if (log := read_train_log(layout.train_log(m)))}
+    for section, written in (
+        report_mechanism.mechanism_section(metrics, figures_dir),
+        report_mechanism.alpha_section(logs, figures_dir),
+    ):
+        sections.append(section)
+        figures += written
     return [s for s in sections if s], figures
 
 
