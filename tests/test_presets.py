@@ -35,8 +35,16 @@ EXPECTED = {
 GPU = [name for name in EXPECTED if not name.startswith("laptop")]
 
 
-def test_the_six_presets_are_listed():
-    assert presets.names() == sorted(EXPECTED)
+def test_the_presets_are_listed():
+    assert presets.names() == sorted([*EXPECTED, "robust-ft"])
+
+
+def test_the_robust_ft_preset_is_the_embedded_default_with_every_method():
+    from prefshift.config.params import Params, known_methods
+
+    _, params = presets.resolve("robust-ft")
+    assert sorted(params.methods) == sorted(known_methods())
+    assert params.backbone == Params().backbone and params.data == Params().data
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

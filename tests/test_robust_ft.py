@@ -215,3 +215,19 @@ def test_wise_ft_alpha_does_not_change_when_an_ood_split_does(robust_project, tm
     assert after["accuracy"][target] != before["accuracy"][target]
     assert after["accuracy"][ID_VALIDATION] == before["accuracy"][ID_VALIDATION]
     assert after["chosen_alpha"] == before["chosen_alpha"]
+
+
+@pytest.mark.parametrize("method", ["linear_probe", "lp_ft", "wise_ft", "l2_sp"])
+def test_full_weight_methods_refuse_lora_before_training(method):
+    from prefshift.config.params import parse_params
+    from prefshift.methods import registry
+    from prefshift.methods.weights import FullWeightsError
+    from tiny_models import reward_model
+
+    params = parse_params({"methods": [method], "student": {"lora": {"enabled": True}}}, "params.yaml")
+    model = reward_model()
+    build = registry.build(method, params, model.num_layers)
+    spec = registry.get(method)
+    with pytest.raises(FullWeightsError, match=f"{method} acts on the backbone's full weights"):
+        spec.prepare(model, spec.objective(build), build)
+    assert all(p.requires_grad for p in model.parameters())  # refused before anything changed

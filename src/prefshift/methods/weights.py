@@ -13,7 +13,22 @@ from dataclasses import dataclass, field
 
 import torch
 
+from prefshift.core.errors import PrefshiftError
 from prefshift.methods.base import BatchOut, Objective, soft_bt_loss
+
+
+class FullWeightsError(PrefshiftError, ValueError):
+    """A method that acts on the full weights, asked to run with LoRA adapters."""
+
+
+def require_full_weights(name: str, lora_enabled: bool) -> None:
+    """Refuse LoRA before training: these methods freeze, penalise or interpolate the backbone's
+    own weights, which LoRA leaves frozen (only its adapters train)."""
+    if lora_enabled:
+        raise FullWeightsError(
+            f"{name} acts on the backbone's full weights, which LoRA keeps frozen; "
+            "set student.lora.enabled: false, or drop it from methods"
+        )
 
 
 def freeze_all_but(model: torch.nn.Module, trainable: Iterable[str]) -> None:

@@ -29,8 +29,10 @@ def objective(build: Build):
 
 def bind_start(model, objective, build: Build) -> None:
     """Record θ₀, the loaded start's backbone weights, before the first update."""
+    from prefshift.methods.weights import require_full_weights
     from prefshift.models.reward import head_parameter_names
 
+    require_full_weights(build.name, build.params.student.lora.enabled)
     objective.bind(model.hf, head_parameter_names(model))
 
 

@@ -47,6 +47,14 @@ def choose_alpha(alphas: list[float], validation_acc: list[float]) -> float:
     return max(a for a, acc in zip(alphas, validation_acc, strict=True) if acc == best)
 
 
+def full_weights_only(model, objective, build: Build) -> None:
+    """Refused with LoRA before training starts, not after: the start and the fine-tuned model
+    must hold the same full weights to be interpolated."""
+    from prefshift.methods.weights import require_full_weights
+
+    require_full_weights(build.name, build.params.student.lora.enabled)
+
+
 def interpolate_back(model, build: Build) -> dict:
     """Score every α on ID validation (and, for the record, on each held-out split); keep the chosen α."""
     from prefshift.methods.weights import interpolate
@@ -78,5 +86,6 @@ METHOD = Method(
     labels="weak",
     objective=bradley_terry,
     settings=WiseFTSettings,
+    prepare=full_weights_only,
     after_training=interpolate_back,
 )

@@ -19,7 +19,7 @@ from prefshift.pipeline.sweep_points import replicate_seed
 from prefshift.science import comparisons as cmp
 from prefshift.science.metrics import ID_SPLIT, split_seed
 
-BASELINES = ("naive", "teacher")
+BASELINES = ("naive", "anchor_last", "teacher")
 
 
 def _scores(layout: Layout, model: str, splits: Sequence[str]) -> dict[str, pd.DataFrame] | None:
