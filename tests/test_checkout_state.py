@@ -67,7 +67,7 @@ def test_a_copy_after_dvc_repro_is_the_copy_of_a_fresh_clone(checkout, tmp_path)
 
 def test_the_copy_runs_uncommitted_edits_of_committed_sources_but_not_untracked_files(checkout, tmp_path):
     root, _ = checkout
-    module = root / "src" / "prefshift" / "errors.py"
+    module = root / "src" / "prefshift" / "core" / "errors.py"
     original = module.read_bytes()
     try:
         module.write_bytes(original + b"\n# edited, not committed\n")

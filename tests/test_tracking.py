@@ -250,7 +250,7 @@ def test_server_dropping_mid_run_loses_nothing_and_sync_uploads_the_run(project,
 
 
 def test_ui_serves_the_project_database_and_refuses_a_remote_server(project, monkeypatch):
-    from prefshift.tracking.runs import ui
+    from prefshift.tracking import ui
 
     root, _ = project
     cmd = ui.command(Layout(Path(".")), "127.0.0.1", 5123)
