@@ -78,6 +78,40 @@ def test_interpolation_mixes_the_backbone_and_keeps_the_head_and_integer_buffers
         interpolate({"w": start["w"]}, tuned, 0.5, keep=())
 
 
+def test_grm_reads_response_tokens_through_the_lm_head():
+    """One row, T = 3, vocabulary 2, H = 1. Tokens (0, 1, 1); the response is tokens 1 and 2, so
+    positions 0 and 1 predict them. lm_head = [[0], [1]]: logits at a state h are (0, h)."""
+    from prefshift.methods.grm import response_log_probs
+
+    hidden = torch.tensor([[[0.0], [math.log(3.0)], [5.0]]])
+    ids = torch.tensor([[0, 1, 1]])
+    mask = torch.tensor([[False, True, True]])
+    head = torch.tensor([[0.0], [1.0]])
+    # position 0: logits (0, 0) -> log p(1) = log 1/2; position 1: logits (0, log 3) -> log p(1) = log 3/4
+    expected = math.log(0.5) + math.log(0.75)
+    assert response_log_probs(hidden, head, ids, mask).item() == pytest.approx(expected)
+
+
+def test_grm_mixes_the_reward_loss_and_the_regulariser():
+    from prefshift.methods.grm import GRMObjective
+
+    hidden = torch.tensor([[[0.0], [math.log(3.0)], [5.0]], [[1.0], [1.0], [1.0]]])
+    objective = GRMObjective("grm", layers=(1,), weight=0.25, beta=2.0, lm_head=torch.tensor([[0.0], [1.0]]))
+    out = BatchOut(
+        delta=torch.tensor([0.0]),
+        targets=torch.tensor([1.0]),
+        hidden_states=(None, hidden),
+        response_mask=torch.tensor([[False, True, True], [False, True, True]]),
+        input_ids=torch.tensor([[0, 1, 1], [0, 0, 0]]),
+    )
+    loss, extra = objective.loss(out, 0, 1)
+    logp = math.log(0.5) + math.log(0.75)
+    regulariser = -math.log(1 / (1 + math.exp(-2.0 * logp)))  # −log σ(β · log p), chosen row only
+    assert extra["grm_reg"] == pytest.approx(regulariser)
+    assert loss.item() == pytest.approx(0.75 * math.log(2) + 0.25 * regulariser)
+    assert not objective.reference_layers  # it reads the student's own states, not the start's
+
+
 def test_alpha_is_the_best_on_validation_with_ties_to_the_larger():
     assert choose_alpha([0.0, 0.5, 1.0], [60.0, 70.0, 65.0]) == 0.5
     assert choose_alpha([0.0, 0.5, 1.0], [60.0, 70.0, 70.0]) == 1.0
@@ -97,7 +131,7 @@ def test_freeze_all_but_leaves_only_the_named_parameters_trainable():
     assert {n for n, p in model.named_parameters() if p.requires_grad} == {"head.weight"}
 
 
-ROBUST = ["naive", "linear_probe", "lp_ft", "wise_ft", "l2_sp"]
+ROBUST = ["naive", "linear_probe", "lp_ft", "wise_ft", "l2_sp", "grm"]
 
 
 @pytest.fixture(scope="module")
@@ -174,6 +208,14 @@ def test_lp_ft_trains_the_head_first_then_everything(robust_project):
     head_only = probe["drift"][-1]
     assert all(v == pytest.approx(1.0, abs=1e-6) for k, v in head_only.items() if k.startswith("layer_"))
     assert any(v < 1.0 - 1e-6 for k, v in log["drift"][-1].items() if k.startswith("layer_"))
+
+
+@pytest.mark.slow
+def test_grm_logs_its_regulariser_and_keeps_no_reference(robust_project):
+    layout, _ = robust_project
+    log = _log(layout, "grm")
+    assert all(row["grm_reg"] > 0 for row in log["steps"])
+    assert "reference" not in log  # no starting states were built or read
 
 
 @pytest.mark.slow

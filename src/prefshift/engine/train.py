@@ -275,17 +275,15 @@ def _batch_loss(
     it returns. Held by loop variables into the next batch's forward, they put anchor_shared's
     peak RSS 3-8% above naive's on small_4x256 in `prefshift bench`.
     """
-    out = model(
-        batch["input_ids"].to(device),
-        batch["attention_mask"].to(device),
-        output_hidden_states=bool(objective.layers),
-    )
+    input_ids = batch["input_ids"].to(device)
+    out = model(input_ids, batch["attention_mask"].to(device), output_hidden_states=bool(objective.layers))
     half = len(batch["keys"]) // 2
     delta = out.rewards[:half] - out.rewards[half:]
     read_start = time.perf_counter()
     ref_states = reference.get(batch, device) if reference is not None else None
     read_s = time.perf_counter() - read_start
-    batch_out = BatchOut(delta, targets, out.hidden_states, batch["response_mask"].to(device), ref_states)
+    mask = batch["response_mask"].to(device)
+    batch_out = BatchOut(delta, targets, out.hidden_states, mask, ref_states, input_ids)
     loss, extra = objective.loss(batch_out, step, total_steps)
     return loss, delta.detach(), extra, read_s
 
@@ -515,7 +513,7 @@ def train_reward_model(
     ]
     own = [items[i] for i in sorted({i for batches in schedule for idx in batches for i in idx})]
     fill_s = 0.0
-    if reference is None and objective.layers:
+    if reference is None and objective.reference_layers:
         reference, fill_s = _fill_reference(
             model, own, objective, anchor, cfg, pad_id, checkpoint_dir, rank, world
         )
@@ -565,7 +563,9 @@ def _fill_reference(
     if spill is not None and world > 1:
         spill = spill / f"rank{rank}"
     fill_start = time.perf_counter()
-    reference = build_reference(model, own, objective.layers, anchor or AnchorConfig(), cfg, pad_id, spill)
+    reference = build_reference(
+        model, own, objective.reference_layers, anchor or AnchorConfig(), cfg, pad_id, spill
+    )
     return reference, time.perf_counter() - fill_start
 
 

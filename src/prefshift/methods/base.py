@@ -24,6 +24,8 @@ class BatchOut:
     """(2B, T) bool: response tokens of the chosen rows then the rejected rows."""
     reference: torch.Tensor | None = None
     """(K, N, D) reference states at the response tokens, for anchor objectives."""
+    input_ids: torch.Tensor | None = None
+    """(2B, T) token ids, chosen rows then rejected rows, for objectives that model the text."""
 
 
 def soft_bt_loss(delta: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -38,6 +40,14 @@ class Objective:
     name: str
     layers: tuple[int, ...] = field(default=())
     """hidden_states indices the objective reads; empty = none."""
+    compares_to_start: bool = True
+    """Whether it reads the starting checkpoint's states at `layers` (ANCHOR does; GRM reads only
+    the student's own), so the loop and the reference stage provide them."""
+
+    @property
+    def reference_layers(self) -> tuple[int, ...]:
+        """The layers whose starting states the loop must provide: `layers`, or none."""
+        return self.layers if self.compares_to_start else ()
 
     def loss(self, out: BatchOut, step: int, total_steps: int) -> tuple[torch.Tensor, dict[str, float]]:
         loss = soft_bt_loss(out.delta, out.targets)

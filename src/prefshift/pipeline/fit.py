@@ -87,7 +87,7 @@ def shared_reference(
     anchor.cache is off) the loop runs a frozen forward (with LoRA: the base, adapters
     disabled). normalize=reference takes its per-layer constants from the stage either way.
     Outside the pipeline, with no reference stage output, the loop fills its own in-run cache."""
-    if not objective.layers:
+    if not objective.reference_layers:
         return None, params.anchor
     if not (layout.reference_dir / MANIFEST).exists():
         print(f"reference: no {layout.reference_dir}; filling an in-run cache", file=sys.stderr)
