@@ -71,7 +71,8 @@ def test_gpu_presets_use_bf16_lora_students_and_long_context(name):
     assert params.anchor.cache is False
     assert params.student.batch_size * params.student.grad_accum == 32
     assert params.teacher.lr == pytest.approx(1e-5)
-    assert "seam" in params.methods
+    assert "seam" in params.methods and "grm" in params.methods  # causal LMs: both apply
+    assert not {"linear_probe", "lp_ft", "wise_ft", "l2_sp"} & set(params.methods)  # LoRA: refused
 
 
 @pytest.mark.parametrize("name", ["laptop-helpful", "laptop-harmless"])
@@ -84,7 +85,8 @@ def test_laptop_presets_are_cpu_sized(name):
     assert (params.teacher.lr, params.student.lr) == (pytest.approx(1e-4), pytest.approx(5e-5))
     assert (params.teacher.epochs, params.student.epochs) == (3, 1)
     assert not params.student.lora.enabled
-    assert params.methods == ["naive", "confidence", "anchor_last", "anchor_mid", "ceiling"]
+    robust = ["linear_probe", "lp_ft", "wise_ft", "l2_sp"]
+    assert params.methods == ["naive", "confidence", "anchor_last", "anchor_mid", "ceiling", *robust]
     assert params.anchor.lam == pytest.approx(1e-2)
 
 
