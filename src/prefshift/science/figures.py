@@ -188,8 +188,11 @@ def mechanism(points: Mapping[str, tuple[float, Estimate]], path: Path) -> None:
     """One marker per model: how far its representation moved from the start (1 − cosine at the
     reward position) against its mean OOD accuracy, with the OOD interval."""
     fig, ax = plt.subplots(figsize=(6.5, 5))
-    for name, (cosine, ood) in points.items():
-        ax.errorbar(1.0 - cosine, ood.value, yerr=[[e] for e in ood.errors()], fmt="o", capsize=3, label=name)
+    markers = "osD^vP*Xh<>"  # with matplotlib's ten colours, eleven or more methods stay distinguishable
+    for i, (name, (cosine, ood)) in enumerate(points.items()):
+        x, marker = 1.0 - cosine, markers[i % len(markers)]
+        ax.errorbar(x, ood.value, yerr=[[e] for e in ood.errors()], fmt=marker, capsize=3, label=name)
+        ax.annotate(name, (x, ood.value), textcoords="offset points", xytext=(5, 4), fontsize=7)
     ax.set_xlabel("drift from the start: 1 − cosine at the reward position (id_test)")
     ax.set_ylabel("mean OOD accuracy (%)")
     ax.set_title("Does staying close buy robustness?")
