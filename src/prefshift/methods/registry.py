@@ -82,8 +82,8 @@ class Method:
     objective: Callable[[Build], Objective]
     """Builds its training objective (a `prefshift.methods.base.Objective`); import torch inside."""
     settings: type[BaseModel] | None = None
-    """A third-party method's params section, a pydantic model (one docstring per field);
-    read from the top-level section named after the method."""
+    """The method's own params section, a pydantic model (a description per field), read from
+    the top-level params key named after the method (new built-in methods use it too)."""
     sections: tuple[str, ...] = ()
     """Built-in params sections its training reads beyond the shared ones (seed, encode, student)."""
     target_sections: tuple[str, ...] = ()

@@ -41,6 +41,16 @@ def _save(fig: Any, path: Path) -> None:
     plt.close(fig)
 
 
+def _finish(fig: Any, ax: Any, path: Path, xlabel: str, ylabel: str, title: str) -> None:
+    """Labels, a light grid and a legend on a one-panel figure, then save it."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    _save(fig, path)
+
+
 def id_vs_ood(points: Mapping[str, tuple[Estimate, Estimate]], path: Path) -> None:
     """One marker per model: ID accuracy against mean OOD accuracy, both with intervals."""
     fig, ax = plt.subplots(figsize=(6, 5))
@@ -54,12 +64,14 @@ def id_vs_ood(points: Mapping[str, tuple[Estimate, Estimate]], path: Path) -> No
             capsize=3,
             label=name,
         )
-    ax.set_xlabel("ID accuracy (%)")
-    ax.set_ylabel("mean OOD accuracy (%)")
-    ax.set_title("In-distribution vs out-of-distribution accuracy")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    _save(fig, path)
+    _finish(
+        fig,
+        ax,
+        path,
+        "ID accuracy (%)",
+        "mean OOD accuracy (%)",
+        "In-distribution vs out-of-distribution accuracy",
+    )
 
 
 def gains(per_metric: Mapping[str, Mapping[str, Mapping[str, Estimate]]], path: Path) -> None:
@@ -193,12 +205,14 @@ def mechanism(points: Mapping[str, tuple[float, Estimate]], path: Path) -> None:
         x, marker = 1.0 - cosine, markers[i % len(markers)]
         ax.errorbar(x, ood.value, yerr=[[e] for e in ood.errors()], fmt=marker, capsize=3, label=name)
         ax.annotate(name, (x, ood.value), textcoords="offset points", xytext=(5, 4), fontsize=7)
-    ax.set_xlabel("drift from the start: 1 − cosine at the reward position (id_test)")
-    ax.set_ylabel("mean OOD accuracy (%)")
-    ax.set_title("Does staying close buy robustness?")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    _save(fig, path)
+    _finish(
+        fig,
+        ax,
+        path,
+        "drift from the start: 1 − cosine at the reward position (id_test)",
+        "mean OOD accuracy (%)",
+        "Does staying close buy robustness?",
+    )
 
 
 def alpha_curve(
@@ -209,9 +223,4 @@ def alpha_curve(
     for split, values in curves.items():
         ax.plot(alphas, values, marker="o", label=split)
     ax.axvline(chosen, color="grey", linestyle="--", label=f"chosen α = {chosen:g} (ID validation)")
-    ax.set_xlabel("α (0 = start, 1 = fine-tuned)")
-    ax.set_ylabel("accuracy (%)")
-    ax.set_title("WiSE-FT: accuracy against α")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    _save(fig, path)
+    _finish(fig, ax, path, "α (0 = start, 1 = fine-tuned)", "accuracy (%)", "WiSE-FT: accuracy against α")
