@@ -269,6 +269,13 @@ class EncodeConfig(Strict):
     min_response_tokens: int = Field(
         1, ge=1, description="Pairs whose response keeps fewer tokens after truncation are skipped, counted."
     )
+    pair_forward: Literal["auto", "two_sequence"] = Field(
+        "auto",
+        description="How a decoder computes the responses to one prompt (a pair's two sides, a best-of-n "
+        "group) in training, the reference pass and scoring. `auto`: their common token prefix once "
+        "(shared-prefix forward) wherever that computes fewer tokens; `two_sequence`: every sequence whole, "
+        "as before issue 35. Equal up to float rounding; encoders always take the two-sequence path.",
+    )
 
 
 class LoraConfig(Strict):

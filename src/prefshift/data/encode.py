@@ -468,10 +468,12 @@ def pad_sequences(
 def collate(
     items: Sequence[EncodedPair], pad_id: int, padding_side: str = "right"
 ) -> dict[str, torch.Tensor | list]:
-    """One batch of 2B sequences: the B chosen rows, then the B rejected rows."""
+    """One batch of 2B sequences: the B chosen rows, then the B rejected rows; `groups` gives each
+    row its pair (the sequences that share a prompt, for the shared-prefix forward)."""
     seqs = [it.chosen for it in items] + [it.rejected for it in items]
     return {
         **pad_sequences(seqs, pad_id, padding_side),
+        "groups": torch.arange(len(items)).repeat(2),
         "targets": torch.tensor([it.target for it in items], dtype=torch.float32),
         "keys": [(it.pair_id, side) for side in SIDES for it in items],
         "index": [it.index for it in items],

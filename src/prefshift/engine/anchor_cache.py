@@ -22,18 +22,24 @@ from prefshift.core.errors import PrefshiftError
 from prefshift.engine.reference_store import half
 from prefshift.methods.anchor import select_response
 
-HiddenFn = Callable[[torch.Tensor, torch.Tensor], Sequence[torch.Tensor]]
+HiddenFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], Sequence[torch.Tensor]]
+"""(input_ids, attention_mask, groups) → hidden states; `groups` as in `RewardModel.forward`."""
 Key = tuple[str, str]
 
 
 def hidden_fn(model: nn.Module, disable_adapter: bool = False) -> HiddenFn:
-    """A gradient-free `(input_ids, attention_mask) -> hidden_states` for a RewardModel."""
+    """A gradient-free `(input_ids, attention_mask, groups) -> hidden_states` for a RewardModel."""
 
-    def run(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Sequence[torch.Tensor]:
+    def run(
+        input_ids: torch.Tensor, attention_mask: torch.Tensor, groups: torch.Tensor | None = None
+    ) -> Sequence[torch.Tensor]:
         device = next(model.parameters()).device
         ctx = model.hf.disable_adapter() if disable_adapter else nullcontext()
+        groups = groups.to(device) if groups is not None else None
         with torch.no_grad(), ctx:
-            out = model(input_ids.to(device), attention_mask.to(device), output_hidden_states=True)
+            out = model(
+                input_ids.to(device), attention_mask.to(device), output_hidden_states=True, groups=groups
+            )
         return out.hidden_states
 
     return run
@@ -56,14 +62,21 @@ def hidden_upto(model: nn.Module, deepest: int) -> HiddenFn:
 
     hidden_states[k] for k < L is the raw output of block k; hidden_states[L] is the
     final-norm output, so a reference that needs layer L runs the whole model. Entries
-    above `deepest` are returned as None.
+    above `deepest` are returned as None. With `groups`, the blocks see the shared-prefix packing
+    (`RewardModel.packing`) and their outputs are unpacked into the sequences' own layout.
     """
     blocks = _decoder_layers(model)
     if deepest >= model.num_layers or blocks is None:
         return hidden_fn(model)
 
-    def run(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Sequence[torch.Tensor | None]:
+    def run(
+        input_ids: torch.Tensor, attention_mask: torch.Tensor, groups: torch.Tensor | None = None
+    ) -> Sequence[torch.Tensor | None]:
         captured: list[torch.Tensor | None] = [None] * (model.num_layers + 1)
+        device = next(model.parameters()).device
+        input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+        groups = groups.to(device) if groups is not None else None
+        packing = model.packing(input_ids, attention_mask, groups)
 
         def keep(k: int):
             def hook(_module, _args, output):
@@ -74,16 +87,17 @@ def hidden_upto(model: nn.Module, deepest: int) -> HiddenFn:
             return hook
 
         handles = [blocks[k - 1].register_forward_hook(keep(k)) for k in range(1, deepest + 1)]
-        device = next(model.parameters()).device
         try:
             with torch.no_grad():
-                model(input_ids.to(device), attention_mask.to(device))
+                model(input_ids, attention_mask, groups=groups)
         except _Stop:
             pass
         finally:
             for handle in handles:
                 handle.remove()
-        return captured
+        if packing is None:
+            return captured
+        return [h if h is None else packing.unpack(h) for h in captured]
 
     return run
 
@@ -124,9 +138,15 @@ class ReferenceStates:
         if spill_dir is not None and spill_dir.exists():
             shutil.rmtree(spill_dir)
 
-    def _run(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, response_mask: torch.Tensor):
+    def _run(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        response_mask: torch.Tensor,
+        groups: torch.Tensor | None,
+    ):
         self.forward_rows += input_ids.shape[0]
-        hidden = self.compute(input_ids, attention_mask)
+        hidden = self.compute(input_ids, attention_mask, groups)
         mask = response_mask.to(hidden[0].device)
         return [
             select_response([h[row : row + 1] for h in hidden], self.layers, mask[row : row + 1])
@@ -157,15 +177,19 @@ class ReferenceStates:
             if not missing:
                 continue
             rows = torch.tensor(missing)
+            whole = len(missing) == len(batch["keys"])  # a pair's two sides together: they may share
             states = self._run(
-                batch["input_ids"][rows], batch["attention_mask"][rows], batch["response_mask"][rows]
+                batch["input_ids"][rows],
+                batch["attention_mask"][rows],
+                batch["response_mask"][rows],
+                batch["groups"] if whole else None,
             )
             for i, row_states in zip(missing, states, strict=True):
                 self._store(batch["keys"][i], row_states)
 
     def get(self, batch: dict, device: torch.device) -> torch.Tensor:
         if not self.cache:
-            hidden = self.compute(batch["input_ids"], batch["attention_mask"])
+            hidden = self.compute(batch["input_ids"], batch["attention_mask"], batch["groups"])
             self.forward_rows += batch["input_ids"].shape[0]
             mask = batch["response_mask"].to(hidden[0].device)
             return select_response(hidden, self.layers, mask).float().to(device)
@@ -192,7 +216,7 @@ class ReferenceStates:
 
     def _states(self, batches: Iterable[dict]) -> Iterator[torch.Tensor]:
         for batch in batches:
-            hidden = self.compute(batch["input_ids"], batch["attention_mask"])
+            hidden = self.compute(batch["input_ids"], batch["attention_mask"], batch["groups"])
             yield select_response(hidden, self.layers, batch["response_mask"].to(hidden[0].device))
 
     def stats(self) -> dict[str, float]:

@@ -43,6 +43,7 @@ def reading_rows(model: RewardModel, tokenizer, pairs: Sequence[Pair], params: P
                     batch["input_ids"].to(device),
                     batch["attention_mask"].to(device),
                     [model.num_layers],
+                    batch["groups"].to(device),
                 )
                 rows.append(states[model.num_layers].float().cpu())
     finally:

@@ -6,6 +6,7 @@ always read under the same encoding and truncation it was trained with.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -26,7 +27,10 @@ PAIR_COLUMNS = ["pair_id", "delta", "gold", "len_chosen", "len_rejected", "rewar
 def load_for_scoring(model_dir: str | Path, params: Params):
     """(RewardModel in eval mode on the best device, tokenizer); a model without a trained head is refused."""
     model, tokenizer = load_reward_model(
-        model_dir, trust_remote_code=params.backbone.trust_remote_code, trained_head=True
+        model_dir,
+        trust_remote_code=params.backbone.trust_remote_code,
+        trained_head=True,
+        pair_forward=params.encode.pair_forward,
     )
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model.to(device)
@@ -39,9 +43,11 @@ class NonFiniteRewardError(PrefshiftError):
 
 
 def _rewards(model: RewardModel, batch: dict) -> torch.Tensor:
-    """Rewards of one batch, refused unless every one is finite (checked where they are produced)."""
+    """Rewards of one batch, refused unless every one is finite (checked where they are produced).
+    A batch with `groups` (rows that share a prompt) may compute their common prefix once."""
     device = next(model.parameters()).device
-    out = model(batch["input_ids"].to(device), batch["attention_mask"].to(device))
+    groups = batch["groups"].to(device) if "groups" in batch else None
+    out = model(batch["input_ids"].to(device), batch["attention_mask"].to(device), groups=groups)
     rewards = out.rewards.float().cpu()
     if not torch.isfinite(rewards).all():
         count = int((~torch.isfinite(rewards)).sum())
@@ -137,9 +143,14 @@ def score_groups(
     flat = [(g, j, seq) for g, (_, seqs) in enumerate(records) for j, seq in enumerate(seqs)]
     rewards: dict[tuple[int, int], float] = {}
     with torch.inference_mode():
-        batches = sorted_batches([len(seq.input_ids) for _, _, seq in flat], params.evaluate.batch_size)
+        if model.pair_path() == "shared_prefix":
+            batches = group_batches([len(seqs) for _, seqs in records], params.evaluate.batch_size, flat)
+        else:
+            batches = sorted_batches([len(seq.input_ids) for _, _, seq in flat], params.evaluate.batch_size)
         for idx in track(batches, label, len(flat), "responses"):
             batch = pad_sequences([flat[i][2] for i in idx], tokenizer.pad_token_id)
+            if model.pair_path() == "shared_prefix":
+                batch["groups"] = torch.tensor([flat[i][0] for i in idx]).unique(return_inverse=True)[1]
             for i, value in zip(idx, _rewards(model, batch).tolist(), strict=True):
                 rewards[flat[i][:2]] = value
     skips.kept = len(records)
@@ -153,6 +164,21 @@ def score_groups(
     frame.attrs["skips"] = skips.as_dict()
     frame.attrs["truncation"] = truncation.as_dict()
     return frame
+
+
+def group_batches(sizes: Sequence[int], batch_size: int, flat: Sequence[tuple]) -> list[list[int]]:
+    """Batches of `flat`'s indices that keep each group whole (so its responses can share their
+    prompt), groups sorted longest first, each batch closed once it holds `batch_size` responses."""
+    starts = [0]
+    for size in sizes:
+        starts.append(starts[-1] + size)
+    longest = [max(len(flat[i][2].input_ids) for i in range(a, b)) for a, b in itertools.pairwise(starts)]
+    batches: list[list[int]] = [[]]
+    for g in sorted(range(len(sizes)), key=lambda g: -longest[g]):
+        if batches[-1] and len(batches[-1]) + sizes[g] > batch_size:
+            batches.append([])
+        batches[-1].extend(range(starts[g], starts[g + 1]))
+    return [batch for batch in batches if batch]
 
 
 def _first_same(seqs: Sequence, j: int) -> int:

@@ -36,6 +36,7 @@ from prefshift.models.reward import (
     RewardModel,
     _peft_base,
     is_decoder_head,
+    shared_prefix_refusal,
 )
 
 STATE_FILE = "trainer_state.json"
@@ -116,7 +117,7 @@ def enable_checkpointing(hf_model) -> None:
 
 
 def _probe_states(model: RewardModel, batch: dict, layers: Sequence[int]) -> torch.Tensor:
-    hidden = hidden_fn(model)(batch["input_ids"], batch["attention_mask"])
+    hidden = hidden_fn(model)(batch["input_ids"], batch["attention_mask"], batch["groups"])
     return select_response(hidden, layers, batch["response_mask"].to(hidden[0].device)).float()
 
 
@@ -276,7 +277,12 @@ def _batch_loss(
     peak RSS 3-8% above naive's on small_4x256 in `prefshift bench`.
     """
     input_ids = batch["input_ids"].to(device)
-    out = model(input_ids, batch["attention_mask"].to(device), output_hidden_states=bool(objective.layers))
+    out = model(
+        input_ids,
+        batch["attention_mask"].to(device),
+        output_hidden_states=bool(objective.layers),
+        groups=batch["groups"].to(device),
+    )
     half = len(batch["keys"]) // 2
     delta = out.rewards[:half] - out.rewards[half:]
     read_start = time.perf_counter()
@@ -286,6 +292,17 @@ def _batch_loss(
     batch_out = BatchOut(delta, targets, out.hidden_states, mask, ref_states, input_ids)
     loss, extra = objective.loss(batch_out, step, total_steps)
     return loss, delta.detach(), extra, read_s
+
+
+def pair_forward_log(model: RewardModel) -> dict:
+    """Which path computed the pairs (`shared_prefix` or `two_sequence`), the setting and why a
+    decoder could not share, and the forwards and tokens (padding included) each path computed."""
+    return {
+        "path": model.pair_path(),
+        "setting": model.pair_forward,
+        "refusal": shared_prefix_refusal(model.hf),
+        **model.pair_counts,
+    }
 
 
 def _ignore(series: str, row: dict) -> None:
@@ -502,6 +519,10 @@ def train_reward_model(
         cpu=cpu_only(),
     )
     _prepare_model(model, cfg, accelerator.device)
+    if progress and accelerator.is_main_process:
+        refusal = shared_prefix_refusal(model.hf)
+        why = f" ({refusal})" if refusal and model.pair_forward == "auto" else ""
+        print(f"{name}: pairs take the {model.pair_path()} forward{why}", file=sys.stderr)
     pad_id = tokenizer.pad_token_id
     probe_idx = sorted(random.Random(seed).sample(range(len(items)), min(cfg.probe_size, len(items))))
     probe = collate([items[i] for i in probe_idx], pad_id)
@@ -655,6 +676,7 @@ def _result(loop: _Loop, pairs: int, wall_s: float, fill_s: float) -> dict:
         "pairs": pairs,
         "wall_s": wall_s,
         "peak_rss_mb": _peak_rss_mb(),
+        "pair_forward": pair_forward_log(loop.unwrapped),
     }
     if torch.cuda.is_available():
         result["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20

@@ -20,6 +20,7 @@ from torch import nn
 
 from prefshift.core.atomic import atomic_path
 from prefshift.data.encode import chat_template, ensure_chat_template
+from prefshift.models.shared_prefix import ATTENTION, Packing, pack, right_padded
 from prefshift.models.validate import (
     ModelLoadError,
     check_source,
@@ -60,12 +61,42 @@ def last_token_index(attention_mask: torch.Tensor) -> torch.Tensor:
     return (positions * attention_mask.long()).argmax(-1)
 
 
-class RewardModel(nn.Module):
-    """Wraps a `*ForSequenceClassification` (or a peft model around one) as r(x) → scalar."""
+PAIR_FORWARDS = ("auto", "two_sequence")
+"""`encode.pair_forward`: `auto` shares each group's prefix on a decoder whenever that computes
+fewer tokens; `two_sequence` runs every sequence whole (the path before issue 35; encoders always)."""
 
-    def __init__(self, hf_model: nn.Module):
+
+def shared_prefix_refusal(model: nn.Module) -> str | None:
+    """Why this model cannot run the shared-prefix forward exactly, or None when it can."""
+    core = _peft_base(model)
+    if not is_decoder_head(core):
+        return "an encoder attends both ways, so no prefix is shared"
+    config = core.config.get_text_config()
+    attention = getattr(config, "_attn_implementation", None) or "eager"
+    if attention not in ATTENTION:
+        return f"attention {attention!r} takes no custom 4-D mask"
+    layer_types = getattr(config, "layer_types", None) or ()
+    sliding = any("sliding" in str(kind) for kind in layer_types) or (
+        not layer_types
+        and getattr(config, "sliding_window", None) is not None
+        and getattr(config, "use_sliding_window", True)
+    )
+    return "sliding-window attention replaces a custom mask" if sliding else None
+
+
+class RewardModel(nn.Module):
+    """Wraps a `*ForSequenceClassification` (or a peft model around one) as r(x) → scalar.
+
+    `pair_forward` (one of PAIR_FORWARDS) decides how a call with `groups` runs; `pair_counts`
+    counts the calls each path took and the tokens they computed (padding included), for the
+    run log.
+    """
+
+    def __init__(self, hf_model: nn.Module, pair_forward: str = "auto"):
         super().__init__()
         self.hf = hf_model
+        self.pair_forward = pair_forward
+        self.pair_counts: dict[str, int] = {}
 
     @property
     def config(self):
@@ -75,10 +106,47 @@ class RewardModel(nn.Module):
     def num_layers(self) -> int:
         return int(self.config.get_text_config().num_hidden_layers)
 
+    def pair_path(self) -> str:
+        """The path calls with `groups` take: shared_prefix, or two_sequence (forced, or the model
+        cannot share exactly; `shared_prefix_refusal` says why)."""
+        if self.pair_forward == "two_sequence" or shared_prefix_refusal(self.hf) is not None:
+            return "two_sequence"
+        return "shared_prefix"
+
+    def packing(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, groups: torch.Tensor | None
+    ) -> Packing | None:
+        """How a call packs its sequences, or None when it runs them whole: no groups, the
+        two-sequence path, left padding, or a batch where sharing computes no fewer tokens."""
+        if groups is None or self.pair_path() != "shared_prefix" or not right_padded(attention_mask):
+            return None
+        packing = pack(input_ids, attention_mask, groups.to(input_ids.device))
+        return packing if packing.input_ids.numel() < input_ids.numel() else None
+
+    def _count(self, path: str, tokens: int) -> None:
+        self.pair_counts[path] = self.pair_counts.get(path, 0) + 1
+        self.pair_counts[f"{path}_tokens"] = self.pair_counts.get(f"{path}_tokens", 0) + tokens
+
     def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, output_hidden_states: bool = False
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        output_hidden_states: bool = False,
+        groups: torch.Tensor | None = None,
     ) -> RewardOutput:
+        """Rewards (and hidden states) of N sequences. `groups` (N,) marks the sequences that share
+        a prompt (a pair's two sides: `shared_prefix.pair_groups`); with it a decoder may compute
+        their common prefix once, and returns the same outputs in the same layout."""
         core = _peft_base(self.hf)
+        packing = self.packing(input_ids, attention_mask, groups)
+        if groups is not None:
+            path = "two_sequence" if packing is None else "shared_prefix"
+            self._count(path, input_ids.numel() if packing is None else packing.input_ids.numel())
+        if packing is not None:
+            out = self._packed(core, packing, output_hidden_states)
+            rewards = core.score(packing.read_last(out.last_hidden_state)).squeeze(-1)
+            hidden = tuple(packing.unpack(h) for h in out.hidden_states) if output_hidden_states else None
+            return RewardOutput(rewards.float(), hidden)
         if is_decoder_head(core):
             backbone = getattr(core, core.base_model_prefix)
             position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
@@ -102,16 +170,38 @@ class RewardModel(nn.Module):
             raise ModelLoadError(f"{type(core).__name__} returns no hidden states; anchor/drift need them")
         return RewardOutput(rewards.float(), hidden)
 
+    @staticmethod
+    def _packed(core: nn.Module, packing: Packing, output_hidden_states: bool):
+        """The backbone over the packed rows, under the 4-D mask its attention takes."""
+        backbone = getattr(core, core.base_model_prefix)
+        config = core.config.get_text_config()
+        eager = (getattr(config, "_attn_implementation", None) or "eager") == "eager"
+        dtype = backbone.get_input_embeddings().weight.dtype if eager else None
+        out = backbone(
+            input_ids=packing.input_ids,
+            attention_mask=packing.attention_mask(dtype),
+            position_ids=packing.position_ids,
+            output_hidden_states=output_hidden_states,
+            use_cache=False,
+        )
+        if output_hidden_states and not out.hidden_states:
+            raise ModelLoadError(f"{type(core).__name__} returns no hidden states; anchor/drift need them")
+        return out
+
 
 def reading_states(
-    model: RewardModel, input_ids: torch.Tensor, attention_mask: torch.Tensor, layers: Sequence[int]
+    model: RewardModel,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    layers: Sequence[int],
+    groups: torch.Tensor | None = None,
 ) -> dict[int, torch.Tensor]:
     """layer → [B, H] hidden states at the position the head reads the reward from.
 
     A decoder's head reads the last real token, an encoder's its first ([CLS]); what a linear
     probe finds there is what a freshly initialised head can learn without moving the backbone.
     """
-    out = model(input_ids, attention_mask, output_hidden_states=True)
+    out = model(input_ids, attention_mask, output_hidden_states=True, groups=groups)
     if is_decoder_head(_peft_base(model.hf)):
         positions = last_token_index(attention_mask)
     else:
@@ -180,10 +270,12 @@ def load_reward_model(
     revision: str | None = None,
     torch_dtype: torch.dtype | None = None,
     trained_head: bool = False,
+    pair_forward: str = "auto",
 ):
     """(RewardModel, tokenizer) from a hub id or a local dir; a causal-LM dir gets a fresh scalar head.
 
     `trained_head`: refuse a model whose head prefshift did not train (what scoring needs).
+    `pair_forward`: params `encode.pair_forward` (see `RewardModel`).
     """
     from safetensors import SafetensorError
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
@@ -215,7 +307,7 @@ def load_reward_model(
         require_trained_head(hf.config, name_or_path)
     ensure_pad_token(tokenizer, hf)
     disable_dropout(hf)
-    return RewardModel(hf), tokenizer
+    return RewardModel(hf, pair_forward), tokenizer
 
 
 def save_reward_model(model: nn.Module, tokenizer, out_dir: str | Path) -> None:

@@ -163,7 +163,11 @@ def fit(
     )
     with opened as run:
         seed_everything(params.seed)
-        model, tokenizer = load_reward_model(base_dir, trust_remote_code=params.backbone.trust_remote_code)
+        model, tokenizer = load_reward_model(
+            base_dir,
+            trust_remote_code=params.backbone.trust_remote_code,
+            pair_forward=params.encode.pair_forward,
+        )
         drift_pairs = _drift_pairs(layout)
         start_rows = reading_rows(model, tokenizer, drift_pairs, params)
         skips = SkipCounter()
@@ -207,5 +211,6 @@ def fit(
         run.log_metrics({"final_drift_mean_cosine": _mean_layers(final)})
         if "reference" in log:
             run.set_tags({"anchor.reference_route": log["reference"]["route"]})
+        run.set_tags({"prefshift.pair_forward": log["pair_forward"]["path"]})
         run.log_artifact(layout.train_log(name), "train")
     return log

@@ -48,7 +48,7 @@ def compute_reference(
     forward = hidden_upto(model, max(layers))
     for idx in track(sorted_batches([it.length for it in items], batch_size), "reference", len(items)):
         batch = collate([items[i] for i in idx], pad_id)
-        states = forward(batch["input_ids"], batch["attention_mask"])
+        states = forward(batch["input_ids"], batch["attention_mask"], batch["groups"])
         mask = batch["response_mask"].to(states[layers[-1]].device)
         for row, key in enumerate(batch["keys"]):
             rows = [h[row : row + 1] if h is not None else None for h in states]
@@ -99,7 +99,9 @@ def run(params: Params, layout: Layout) -> dict:
         if reason:
             return _unread(params, layout, tmp, reason)
         model, tokenizer = load_reward_model(
-            layout.base_model("strong"), trust_remote_code=params.backbone.trust_remote_code
+            layout.base_model("strong"),
+            trust_remote_code=params.backbone.trust_remote_code,
+            pair_forward=params.encode.pair_forward,
         )
         model.eval()
         layers = reference_layers(request, model.num_layers)
