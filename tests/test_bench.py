@@ -20,7 +20,7 @@ from prefshift.bench.common import (
 )
 from prefshift.bench.invocations import aggregate, run_invocations
 from prefshift.bench.readme import END, START, ReadmeError, readme_block, update_readme
-from prefshift.bench.training import check_equal_work
+from prefshift.bench.training import check_equal_work, limit_tokens
 from prefshift.bench.work import WorkCounter, fingerprint
 from prefshift.data.encode import collate
 from tiny_models import items, reward_model, tokenizer
@@ -125,6 +125,20 @@ def test_work_counter_counts_training_forwards_and_sees_the_arithmetic():
     assert not settings["gradient_checkpointing"]
     model(batch["input_ids"], batch["attention_mask"])  # hooks removed: nothing more is counted
     assert counter.forwards == 3
+
+
+def test_work_counter_counts_the_pairs_a_shared_prefix_forward_packs():
+    data = items(4)
+    batch = collate(data, tokenizer().pad_token_id)
+    seqs = [s.input_ids for it in data for s in (it.chosen, it.rejected)]
+    model = reward_model()
+    counter = WorkCounter(model, pad_to_multiple_of=None)
+    model(batch["input_ids"], batch["attention_mask"], groups=batch["groups"]).rewards.sum().backward()
+    work = counter.summary()["work"]
+    assert (work["pairs"], work["real_tokens"]) == (4, sum(len(ids) for ids in seqs))
+    assert work["fingerprint"] == fingerprint(seqs)  # the same sequences as the two-sequence path
+    assert work["computed_tokens"] == model.pair_counts["shared_prefix_tokens"]
+    assert limit_tokens(data) <= work["computed_tokens"] < batch["input_ids"].numel()
 
 
 def test_profile_table_ranks_operators_and_times_the_labelled_forwards():

@@ -76,7 +76,8 @@ def test_packing_reads_every_token_where_its_own_sequence_has_it():
     assert packing.tokens < real_tokens  # every pair computes its prompt once
     half = real.shape[0] // 2
     lengths = real.sum(-1)
-    common = lengths[:half] + lengths[half:] - (packing.branch >= 0).sum(-1)
+    per_group = torch.stack([(packing.segment == g).sum() for g in range(half)])
+    common = lengths[:half] + lengths[half:] - per_group
     mask_prompt = (~batch["response_mask"] & real).sum(-1)[:half]
     assert (common > mask_prompt).any(), "no pair sharing response tokens: the case is not covered"
     # A boundary merge: "assistant: " alone ends in a space token, which the full text merges
@@ -102,6 +103,25 @@ def test_rewards_and_hidden_states_match_on_ragged_padded_pairs():
         _close(ha[real], hb[real])
     identical = batch["input_ids"].shape[0] // 2 - 1  # the last pair: both sides the same tokens
     assert a.rewards[identical] == a.rewards[2 * identical + 1]
+
+
+def test_short_pairs_share_a_row_and_still_see_only_themselves():
+    long_pair = make_pair(
+        dataset="toy",
+        category="helpful",
+        prompt=[{"role": "user", "content": " ".join(["how do I fix the door and the window"] * 6)}],
+        chosen="first fix it gently, then check the door again and again",
+        rejected="no idea at all",
+    )
+    data = Encoder(tokenizer(), Params().encode).encode_pairs([long_pair]) + items(6)
+    batch = collate(data, tokenizer().pad_token_id)
+    shared, whole = _pair()
+    packing = shared.packing(batch["input_ids"], batch["attention_mask"], batch["groups"])
+    assert packing is not None and packing.input_ids.shape[0] < len(data)  # several pairs in a row
+    with torch.no_grad():
+        a = shared(batch["input_ids"], batch["attention_mask"], groups=batch["groups"])
+        b = whole(batch["input_ids"], batch["attention_mask"], groups=batch["groups"])
+    assert (a.rewards - b.rewards).abs().max() <= ATOL
 
 
 def _loss_and_grads(model, batch, method: str, lora: bool = False):

@@ -69,10 +69,12 @@ def _merge(values: list, where: str):
 
 def set_targets(result: dict) -> None:
     """Judge every target again on the merged (median) ratios."""
-    from prefshift.bench import anchor, evaluation, training
+    from prefshift.bench import anchor, evaluation, realistic, training
 
     for entry in (result.get("training") or {}).get("models", {}).values():
         entry["target"] = training.trl_target(entry["vs_ours"])
+    if result.get("realistic") and "shared_over_two_sequence" in result["realistic"]:
+        result["realistic"]["target"] = realistic.targets(result["realistic"])
     for entry in (result.get("anchor") or {}).values():
         anchor.set_targets(entry["ratios"])
     for entry in (result.get("evaluation") or {}).get("models", {}).values():

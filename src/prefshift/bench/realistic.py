@@ -5,8 +5,14 @@ HH harmless with a SmolLM2 tokenizer, whole transcripts have p5 32, p25 74, medi
 p75 225, p90 344, p95 427, p99 645 tokens, mean 170. Lengths are drawn from the piecewise
 linear quantile function through those points (seeded), cut at max_length 512, and each
 sequence is filled with token ids drawn from the tokenizer's vocabulary (throughput does
-not depend on which ids); the last third of each is the response. Such skew is where
-length-grouped batching and dynamic padding pay: TRL's defaults sample batches at random.
+not depend on which ids). Such skew is where length-grouped batching and dynamic padding pay:
+TRL's defaults sample batches at random.
+
+The two sides of a pair answer one prompt, as in HH (first 1,000 harmless-base test pairs:
+median prompt 79, chosen 29, rejected 38 tokens): the prompt is the first two thirds of the
+shorter side, the same ids on both sides, and the rest of each side is its own response. That
+is the work the shared-prefix forward removes: the same pairs cost 1.5x fewer tokens with the
+prompt computed once (`tokens_per_pair` in the result).
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from prefshift.bench.common import Workload, interleave, isolated, load_tokenizer, ratio, summary
-from prefshift.bench.training import run_ours, run_trl, trl_available
+from prefshift.bench.training import check_equal_work, ours_variants, run_trl, tokens_per_pair, trl_available
 
 QUANTILES = (
     (0.0, 8),
@@ -34,7 +40,13 @@ QUANTILES = (
 )
 """(probability, tokens): HH harmless transcripts; the 0 and 1 ends are our own bounds."""
 MAX_LENGTH = 512
-TARGET = 1.3
+TARGETS = {
+    "ours_over_trl_min": 1.8,
+    "shared_over_two_sequence_min": 1.4,
+    "rss_shared_over_two_sequence_max": 1.0,
+}
+"""Issue 35: the shared-prefix forward ≥ 1.4x our two-sequence loop and ≥ 1.8x TRL's defaults in
+pairs/s, at no more peak RSS than the two-sequence loop."""
 
 
 def draw_lengths(n: int, seed: int = 0) -> list[int]:
@@ -45,7 +57,8 @@ def draw_lengths(n: int, seed: int = 0) -> list[int]:
 
 
 def realistic_items(tok_dir: Path, pairs: int, seed: int = 0) -> list:
-    """Encoded pairs whose two transcripts have independently drawn realistic lengths."""
+    """Encoded pairs whose two transcripts have independently drawn realistic lengths and share
+    their prompt: the first two thirds of the shorter one."""
     from prefshift.data.encode import EncodedPair, EncodedSeq
 
     tokenizer = load_tokenizer(tok_dir)
@@ -54,16 +67,34 @@ def realistic_items(tok_dir: Path, pairs: int, seed: int = 0) -> list:
     rng = random.Random(seed)
     lengths = draw_lengths(2 * pairs, seed)
 
-    def seq(length: int) -> EncodedSeq:
-        kept = min(length, MAX_LENGTH)
-        response = max(1, kept // 3)
-        ids = [rng.choice(vocab) for _ in range(kept)]
-        return EncodedSeq(ids, [0] * (kept - response) + [1] * response, response)
+    def pair(i: int) -> EncodedPair:
+        kept = [min(lengths[2 * i + side], MAX_LENGTH) for side in (0, 1)]
+        prompt_len = max(1, 2 * min(kept) // 3)
+        prompt = [rng.choice(vocab) for _ in range(prompt_len)]
+        seqs = []
+        for length in kept:
+            response = max(1, length - prompt_len)
+            ids = prompt + [rng.choice(vocab) for _ in range(response)]
+            seqs.append(EncodedSeq(ids, [0] * prompt_len + [1] * response, response))
+        return EncodedPair(i, f"p{i}", seqs[0], seqs[1], rng.random())
 
-    return [
-        EncodedPair(i, f"p{i}", seq(lengths[2 * i]), seq(lengths[2 * i + 1]), rng.random())
-        for i in range(pairs)
-    ]
+    return [pair(i) for i in range(pairs)]
+
+
+def targets(section: dict) -> dict:
+    """The issue-35 targets, judged on the (merged) median ratios."""
+    shared = section["shared_over_two_sequence"]["ratio"]
+    rss = section["peak_rss_mb"]["ours"]["median"] / section["peak_rss_mb"]["ours_two_sequence"]["median"]
+    out = {
+        **TARGETS,
+        "shared_over_two_sequence_met": shared >= TARGETS["shared_over_two_sequence_min"],
+        "rss_shared_over_two_sequence": rss,
+        "rss_met": rss <= TARGETS["rss_shared_over_two_sequence_max"],
+    }
+    if "ours_over_trl" in section:
+        out["ours_over_trl_met"] = section["ours_over_trl"]["ratio"] >= TARGETS["ours_over_trl_min"]
+    out["met"] = all(value for key, value in out.items() if key.endswith("_met"))
+    return out
 
 
 def bench_realistic(tok_dir: Path, spec_name: str, pairs: int, reps: int, log: Callable[[str], None]) -> dict:
@@ -90,21 +121,22 @@ def bench_realistic(tok_dir: Path, spec_name: str, pairs: int, reps: int, log: C
     }
     out: dict = {"trl_skipped": skipped, "workload": described}
     log(f"realistic lengths, {spec_name}")
-    variants = {
-        "ours": partial(isolated, run_ours, spec_name, work, tok_dir, items, 1, "shipped", label="ours")
-    }
+    variants = ours_variants(spec_name, work, tok_dir, items, 1)
     if skipped is None:
         variants["trl_defaults"] = partial(
             isolated, run_trl, spec_name, work, tok_dir, items, steps, "random", label="trl_defaults"
         )
     runs = interleave(variants, reps, warmup=0, log=log)
+    described["work"] = check_equal_work(runs, items, 1)
     rates = {name: [r["pairs_per_s"] for r in rs] for name, rs in runs.items()}
     out["pairs_per_s"] = {name: summary(v) for name, v in rates.items()}
     out["peak_rss_mb"] = {name: summary([r["peak_rss_mb"] for r in rs]) for name, rs in runs.items()}
+    out["tokens_per_pair"] = tokens_per_pair(runs, items, 1)
+    out["shared_over_two_sequence"] = ratio(rates["ours"], rates["ours_two_sequence"])
     if "trl_defaults" in rates:
-        vs = ratio(rates["ours"], rates["trl_defaults"])
-        out["ours_over_trl"] = vs
-        out["target"] = {"ours_over_trl_min": TARGET, "met": vs["ratio"] >= TARGET}
+        out["ours_over_trl"] = ratio(rates["ours"], rates["trl_defaults"])
+        out["two_sequence_over_trl"] = ratio(rates["ours_two_sequence"], rates["trl_defaults"])
+    out["target"] = targets(out)
     return out
 
 
@@ -122,14 +154,38 @@ def render(section: dict) -> list[str]:
         " (random batches, padding to the batch's longest).",
         "",
     ]
-    if section.get("trl_skipped"):
-        return [*lines, f"TRL comparison skipped: {section['trl_skipped']}", ""]
-    lines += ["| variant | pairs/s median (min–max) | peak RSS MB |", "|---|---|---|"]
+    lines += [
+        "| variant | pairs/s median (min–max) | peak RSS MB | computed tokens per pair |",
+        "|---|---|---|---|",
+    ]
+    per_pair = section["tokens_per_pair"]
     for name, rate in section["pairs_per_s"].items():
         lines.append(
             f"| {name} | {rate['median']:.2f} ({rate['min']:.2f}–{rate['max']:.2f})"
-            f" | {section['peak_rss_mb'][name]['median']:.0f} |"
+            f" | {section['peak_rss_mb'][name]['median']:.0f} | {per_pair[name]:.0f} |"
         )
-    vs = section["ours_over_trl"]
-    met = "met" if section["target"]["met"] else "**missed**"
-    return [*lines, "", f"ours ÷ TRL defaults: {vs['ratio']:.2f}x; target >= {TARGET}: {met}.", ""]
+    target = section["target"]
+    met = {True: "met", False: "**missed**"}
+    lines += [
+        "",
+        f"Every variant trained on the same {section['workload']['work']['pairs']} pairs and"
+        f" {section['workload']['work']['real_tokens']} real tokens (fingerprint"
+        f" {section['workload']['work']['fingerprint']}, checked per run). Tokens per pair: the limit"
+        f" (prompt + chosen + rejected) {per_pair['limit']:.0f}; two whole sequences without padding"
+        f" {per_pair['two_sequences_unpadded']:.0f}.",
+        "",
+        f"Shared prefix ÷ two sequences (our loop): {section['shared_over_two_sequence']['ratio']:.2f}x;"
+        f" target >= {TARGETS['shared_over_two_sequence_min']}:"
+        f" {met[target['shared_over_two_sequence_met']]}."
+        f" Peak RSS shared ÷ two sequences {target['rss_shared_over_two_sequence']:.3f};"
+        f" target <= {TARGETS['rss_shared_over_two_sequence_max']}: {met[target['rss_met']]}.",
+    ]
+    if section.get("trl_skipped"):
+        return [*lines, "", f"TRL comparison skipped: {section['trl_skipped']}", ""]
+    return [
+        *lines,
+        f"Ours ÷ TRL defaults: {section['ours_over_trl']['ratio']:.2f}x (two sequences ÷ TRL"
+        f" {section['two_sequence_over_trl']['ratio']:.2f}x); target >= {TARGETS['ours_over_trl_min']}:"
+        f" {met[target['ours_over_trl_met']]}.",
+        "",
+    ]

@@ -91,8 +91,10 @@ def run_ours(
     batching: str,
     profile_top: int = 0,
     precision: str = "fp32",
+    pair_forward: str = "auto",
 ) -> dict:
-    """Our trainer with the naive objective, in this (fresh) process."""
+    """Our trainer with the naive objective, in this (fresh) process; `pair_forward` as params
+    `encode.pair_forward` (two_sequence: each pair as two whole sequences, as before issue 35)."""
     import prefshift.engine.train as train_module
     from prefshift.bench.batching import ablation
     from prefshift.methods.base import Objective
@@ -101,7 +103,8 @@ def run_ours(
     tokenizer = load_tokenizer(tok_dir)
 
     def prepared(data, n_epochs: int) -> tuple[RewardModel, Callable[[], None]]:
-        model = RewardModel(hf_reward_model(MODELS[spec_name], tokenizer, work.max_length, work.seed))
+        hf = hf_reward_model(MODELS[spec_name], tokenizer, work.max_length, work.seed)
+        model = RewardModel(hf, pair_forward)
 
         def run() -> None:
             with ablation(train_module, batching, work.max_length):
@@ -283,6 +286,52 @@ TRL_VARIANTS = {
 """name -> (TRL sampler, aligned to our fp32 arithmetic); the last runs only when asked for."""
 
 
+def ours_variants(spec_name: str, work: Workload, tok_dir: Path, items, epochs: int) -> dict:
+    """Our loop as shipped (shared-prefix forward) and on two whole sequences per pair."""
+    return {
+        name: partial(
+            isolated,
+            run_ours,
+            spec_name,
+            work,
+            tok_dir,
+            items,
+            epochs,
+            "shipped",
+            0,
+            "fp32",
+            pair_forward,
+            label=name,
+        )
+        for name, pair_forward in (("ours", "auto"), ("ours_two_sequence", "two_sequence"))
+    }
+
+
+def limit_tokens(items) -> int:
+    """Tokens the exact arithmetic cannot do without: per pair, prompt + chosen + rejected, i.e.
+    both sequences less their longest common token prefix (counted once)."""
+    total = 0
+    for it in items:
+        chosen, rejected = it.chosen.input_ids, it.rejected.input_ids
+        common = 0
+        while common < min(len(chosen), len(rejected)) and chosen[common] == rejected[common]:
+            common += 1
+        total += len(chosen) + len(rejected) - common
+    return total
+
+
+def tokens_per_pair(runs: dict[str, list[dict]], items, epochs: int) -> dict:
+    """Computed tokens per pair of each variant (padding included), beside the limit and the two
+    whole sequences without padding."""
+    pairs = epochs * len(items)
+    return {
+        "limit": limit_tokens(items) / len(items),
+        "two_sequences_unpadded": sum(len(s.input_ids) for it in items for s in (it.chosen, it.rejected))
+        / len(items),
+        **{name: rs[0]["work"]["computed_tokens"] / pairs for name, rs in runs.items()},
+    }
+
+
 def trl_target(vs: dict) -> dict | None:
     """Ours ÷ TRL (aligned, random sampler) >= 1.3, judged on the quoted median ratio."""
     return {"ours_over_trl_min": 1.3, "met": vs["trl"]["ratio"] >= 1.3} if "trl" in vs else None
@@ -325,16 +374,31 @@ def bench_training(
         work, items, described = _workload(tok_dir, pairs, epochs)
         steps = described["optimizer_steps"]
         log(f"training throughput, {spec_name}")
-        variants = {
-            f"ours{suffix}": partial(
-                isolated, run_ours, spec_name, work, tok_dir, items, epochs, kind, label=f"ours{suffix}"
-            )
-            for suffix, kind in (
-                ("", "shipped"),
-                ("_random_batches", "random_batches"),
-                ("_fixed_padding", "fixed_padding"),
-            )
-        }
+        variants = ours_variants(spec_name, work, tok_dir, items, epochs)
+        # The batching ablations are of the two-sequence path, where padding is what they vary
+        # (the shared-prefix forward packs by real lengths, so fixed padding would not reach it).
+        variants.update(
+            {
+                f"ours{suffix}": partial(
+                    isolated,
+                    run_ours,
+                    spec_name,
+                    work,
+                    tok_dir,
+                    items,
+                    epochs,
+                    kind,
+                    0,
+                    "fp32",
+                    "two_sequence",
+                    label=f"ours{suffix}",
+                )
+                for suffix, kind in (
+                    ("_random_batches", "random_batches"),
+                    ("_fixed_padding", "fixed_padding"),
+                )
+            }
+        )
         variants["bare_torch_loop"] = partial(
             isolated,
             run_bare,
@@ -365,6 +429,7 @@ def bench_training(
                 name: summary([r["real_tokens_per_s"] for r in rs]) for name, rs in runs.items()
             },
             "computed_tokens": {name: rs[0]["work"]["computed_tokens"] for name, rs in runs.items()},
+            "tokens_per_pair": tokens_per_pair(runs, items, epochs),
             "side_work": {
                 name: {
                     "no_grad_forwards": rs[0]["side_work"]["no_grad_forwards"],

@@ -9,6 +9,10 @@ dtype, parameter dtype, attention implementation, gradient checkpointing, torch 
 A global optimizer hook notes the optimizer and its kernel (fused / foreach / for-loop).
 The settings are observed, not taken from the configuration: TRL's `RewardConfig`
 defaults to bf16 autocast and gradient checkpointing even when the run is on CPU.
+
+Our `RewardModel` may pack a pair into one row (the shared-prefix forward), so for it the
+sequences, real tokens and fingerprint are read where the pair enters the model, and only the
+computed tokens (what the backbone actually ran, padding included) at the backbone.
 """
 
 from __future__ import annotations
@@ -84,33 +88,54 @@ class WorkCounter:
         self.autocast: set[str] = set()
         self.optimizer: dict | None = None
         self._side_range: record_function | None = None
+        self._outer = model if hasattr(model, "pair_counts") else None
         self._hooks = [
             self.backbone.register_forward_pre_hook(self._on_forward, with_kwargs=True),
             self.backbone.register_forward_hook(self._after_forward),
             register_optimizer_step_pre_hook(self._on_step),
         ]
+        if self._outer is not None:
+            self._hooks.append(self._outer.register_forward_pre_hook(self._on_sequences, with_kwargs=True))
 
-    def _on_forward(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+    @staticmethod
+    def _ids_and_mask(args: tuple, kwargs: dict) -> tuple[torch.Tensor, torch.Tensor]:
         input_ids = args[0] if args else kwargs["input_ids"]
         mask = kwargs.get("attention_mask")
         if mask is None:
             mask = args[1] if len(args) > 1 else torch.ones_like(input_ids)
+        return input_ids, mask
+
+    def _on_sequences(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        """Our RewardModel's input: the sequences a call scores, however it then computes them."""
+        input_ids, mask = self._ids_and_mask(args, kwargs)
+        if not torch.is_grad_enabled():
+            self.side_real_tokens += int(mask.sum())
+            return
+        self._count_sequences(input_ids, mask)
+
+    def _count_sequences(self, input_ids: torch.Tensor, mask: torch.Tensor) -> None:
+        self.sequences += input_ids.shape[0]
+        self.real_tokens += int(mask.sum())
+        for row, keep in zip(input_ids.tolist(), mask.bool().tolist(), strict=True):
+            real = [t for t, k in zip(row, keep, strict=True) if k]
+            self._hash_sum = (self._hash_sum + _sequence_hash(real)) % MODULUS
+
+    def _on_forward(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        input_ids, mask = self._ids_and_mask(args, kwargs)
         if not torch.is_grad_enabled():
             # Work a variant does besides training (our drift probes): counted apart, and
             # labelled so a profile can say what share of the time it takes.
             self.side_forwards += 1
-            self.side_real_tokens += int(mask.sum())
+            if self._outer is None:
+                self.side_real_tokens += int(mask.sum())
             self._side_range = record_function(SIDE_RANGE)
             self._side_range.__enter__()
             self._side_start = time.perf_counter()
             return
         self.forwards += 1
-        self.sequences += input_ids.shape[0]
-        self.real_tokens += int(mask.sum())
         self.computed_tokens += input_ids.numel()
-        for row, keep in zip(input_ids.tolist(), mask.bool().tolist(), strict=True):
-            real = [t for t, k in zip(row, keep, strict=True) if k]
-            self._hash_sum = (self._hash_sum + _sequence_hash(real)) % MODULUS
+        if self._outer is None:
+            self._count_sequences(input_ids, mask)
         device = input_ids.device.type
         dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
         self.autocast.add(str(dtype).removeprefix("torch.") if dtype is not None else "off")
