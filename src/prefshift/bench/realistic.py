@@ -9,10 +9,11 @@ not depend on which ids). Such skew is where length-grouped batching and dynamic
 TRL's defaults sample batches at random.
 
 The two sides of a pair answer one prompt, as in HH (first 1,000 harmless-base test pairs:
-median prompt 79, chosen 29, rejected 38 tokens): the prompt is the first two thirds of the
-shorter side, the same ids on both sides, and the rest of each side is its own response. That
-is the work the shared-prefix forward removes: the same pairs cost 1.5x fewer tokens with the
-prompt computed once (`tokens_per_pair` in the result).
+median prompt 79, chosen 29, rejected 38 tokens, so the prompt is about 70% of a transcript).
+So a pair draws one transcript length L from those quantiles; its prompt is 70% of L, the same
+ids on both sides, and each response 30% of L times its own factor in [0.5, 1.5]. Two whole
+sequences then cost about 1.54x the tokens of prompt + chosen + rejected, as the same HH pairs
+do: the work the shared-prefix forward removes (`tokens_per_pair` in the result).
 """
 
 from __future__ import annotations
@@ -56,26 +57,33 @@ def draw_lengths(n: int, seed: int = 0) -> list[int]:
     return [round(float(x)) for x in np.interp(u, probs, tokens)]
 
 
+PROMPT_SHARE = 0.7
+"""HH harmless-base: median prompt 79 of a median transcript of about 79 + 33 tokens."""
+
+
 def realistic_items(tok_dir: Path, pairs: int, seed: int = 0) -> list:
-    """Encoded pairs whose two transcripts have independently drawn realistic lengths and share
-    their prompt: the first two thirds of the shorter one."""
+    """Encoded pairs of realistic transcript lengths whose two sides share their prompt."""
     from prefshift.data.encode import EncodedPair, EncodedSeq
 
     tokenizer = load_tokenizer(tok_dir)
     special = set(tokenizer.all_special_ids)
     vocab = [i for i in range(len(tokenizer)) if i not in special]
     rng = random.Random(seed)
-    lengths = draw_lengths(2 * pairs, seed)
+    lengths = draw_lengths(pairs, seed)
 
     def pair(i: int) -> EncodedPair:
-        kept = [min(lengths[2 * i + side], MAX_LENGTH) for side in (0, 1)]
-        prompt_len = max(1, 2 * min(kept) // 3)
+        responses = [max(1, round((1 - PROMPT_SHARE) * lengths[i] * rng.uniform(0.5, 1.5))) for _ in range(2)]
+        responses = [min(r, MAX_LENGTH // 2) for r in responses]
+        prompt_len = max(1, min(round(PROMPT_SHARE * lengths[i]), MAX_LENGTH - max(responses)))
         prompt = [rng.choice(vocab) for _ in range(prompt_len)]
-        seqs = []
-        for length in kept:
-            response = max(1, length - prompt_len)
-            ids = prompt + [rng.choice(vocab) for _ in range(response)]
-            seqs.append(EncodedSeq(ids, [0] * prompt_len + [1] * response, response))
+        seqs = [
+            EncodedSeq(
+                prompt + [rng.choice(vocab) for _ in range(response)],
+                [0] * prompt_len + [1] * response,
+                response,
+            )
+            for response in responses
+        ]
         return EncodedPair(i, f"p{i}", seqs[0], seqs[1], rng.random())
 
     return [pair(i) for i in range(pairs)]
@@ -104,7 +112,7 @@ def bench_realistic(tok_dir: Path, spec_name: str, pairs: int, reps: int, log: C
     items = realistic_items(tok_dir, pairs, work.seed)
     items = items[: len(items) - len(items) % work.batch_size]
     steps = len(items) // work.batch_size
-    drawn = draw_lengths(2 * pairs, work.seed)
+    drawn = draw_lengths(pairs, work.seed)
     described = {
         "model": spec_name,
         "pairs": len(items),
@@ -149,9 +157,9 @@ def render(section: dict) -> list[str]:
         "",
         f"{work['model']}, {work['pairs']} pairs, 1 epoch ({work['optimizer_steps']} steps, batch"
         f" {work['batch_size']}), max length {work['max_length']}; lengths drawn to HH harmless"
-        f" (drawn mean {drawn['mean']:.0f}, median {drawn['p50']:.0f}, p95 {drawn['p95']:.0f}; after the"
-        f" cut {work['mean_tokens_per_sequence']:.0f} tokens per sequence). TRL: RewardTrainer defaults"
-        " (random batches, padding to the batch's longest).",
+        f" (transcripts drawn: mean {drawn['mean']:.0f}, median {drawn['p50']:.0f}, p95 {drawn['p95']:.0f};"
+        f" built {work['mean_tokens_per_sequence']:.0f} tokens per sequence, prompt shared)."
+        " TRL: RewardTrainer defaults (random batches, padding to the batch's longest).",
         "",
     ]
     lines += [
