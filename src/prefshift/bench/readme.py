@@ -62,6 +62,11 @@ def _training_rows(training: dict) -> list[str]:
                 f"| … ÷ TRL as shipped (bf16 autocast, gradient checkpointing), {name}"
                 f" | {_spread(vs['trl_group_by_length_as_shipped'])} | — |"
             )
+        if "ours_two_sequence" in vs:
+            rows.append(
+                f"| … shared-prefix forward ÷ two sequences per pair (our loop), {name}"
+                f" | {_spread(vs['ours_two_sequence'])} | — |"
+            )
         rows.append(
             f"| … ours ÷ bare PyTorch loop (random batches), {name} | {_spread(vs['bare_torch_loop'])} | — |"
         )
@@ -71,6 +76,33 @@ def _training_rows(training: dict) -> list[str]:
                 f"| … share of our wall time in drift probes (TRL runs none), {name}"
                 f" | {100 * share:.0f}% | — |"
             )
+    return rows
+
+
+def _realistic_rows(section: dict) -> list[str]:
+    """Issue 35's rows: the shared-prefix forward on HH-like lengths, where pairs share prompts."""
+    if "shared_over_two_sequence" not in section:
+        return []
+    name = MODELS.get(section["workload"]["model"], section["workload"]["model"])
+    target, per_pair = section["target"], section["tokens_per_pair"]
+    shared_met = _tick({"met": target["shared_over_two_sequence_met"]})
+    rows = [
+        f"| HH-like lengths, {name}: shared-prefix forward ÷ two sequences per pair, pairs/s"
+        f" | {_spread(section['shared_over_two_sequence'])}"
+        f" | ≥ {target['shared_over_two_sequence_min']} {shared_met} |",
+        f"| HH-like lengths, {name}: … peak RSS, shared ÷ two sequences"
+        f" | {target['rss_shared_over_two_sequence']:.2f}×"
+        f" | ≤ {target['rss_shared_over_two_sequence_max']:.2f} {_tick({'met': target['rss_met']})} |",
+        f"| HH-like lengths, {name}: computed tokens per pair, shared / two sequences / limit (prompt +"
+        f" chosen + rejected) | {per_pair['ours']:.0f} / {per_pair['ours_two_sequence']:.0f} /"
+        f" {per_pair['limit']:.0f} | — |",
+    ]
+    if "ours_over_trl" in section:
+        rows.append(
+            f"| HH-like lengths, {name}: ours ÷ `trl.RewardTrainer` at its defaults, pairs/s"
+            f" | {_spread(section['ours_over_trl'])}"
+            f" | ≥ {target['ours_over_trl_min']} {_tick({'met': target['ours_over_trl_met']})} |"
+        )
     return rows
 
 
@@ -157,6 +189,8 @@ def readme_block(result: dict) -> str:
     ]
     if result.get("training"):
         lines += _training_rows(result["training"])
+    if result.get("realistic"):
+        lines += _realistic_rows(result["realistic"])
     if result.get("anchor"):
         lines += _anchor_rows(result["anchor"])
     if result.get("evaluation"):

@@ -61,6 +61,15 @@ def last_token_index(attention_mask: torch.Tensor) -> torch.Tensor:
     return (positions * attention_mask.long()).argmax(-1)
 
 
+def forward_cost(rows: int, width: int, hidden: int, inner: int) -> int:
+    """Multiply-adds per layer, over the hidden size, of a decoder forward on `rows` × `width`
+    tokens: the linear layers (4h² attention projections, 3·h·i gated MLP) per token, and dense
+    attention (QKᵀ and AV, 2·width·h per token: a masked block is computed all the same). Packing
+    widens rows, so on a tiny model, where attention is a large share, fewer tokens can cost more.
+    """
+    return rows * width * (4 * hidden + 3 * inner + 2 * width)
+
+
 PAIR_FORWARDS = ("auto", "two_sequence")
 """`encode.pair_forward`: `auto` shares each group's prefix on a decoder whenever that computes
 fewer tokens; `two_sequence` runs every sequence whole (the path before issue 35; encoders always)."""
@@ -117,11 +126,15 @@ class RewardModel(nn.Module):
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, groups: torch.Tensor | None
     ) -> Packing | None:
         """How a call packs its sequences, or None when it runs them whole: no groups, the
-        two-sequence path, left padding, or a batch where sharing computes no fewer tokens."""
+        two-sequence path, left padding, or a batch that packing would not make cheaper."""
         if groups is None or self.pair_path() != "shared_prefix" or not right_padded(attention_mask):
             return None
         packing = pack(input_ids, attention_mask, groups.to(input_ids.device))
-        return packing if packing.input_ids.numel() < input_ids.numel() else None
+        config = self.config.get_text_config()
+        hidden = int(config.hidden_size)
+        inner = int(getattr(config, "intermediate_size", None) or 4 * hidden)
+        packed = forward_cost(*packing.input_ids.shape, hidden, inner)
+        return packing if packed < forward_cost(*input_ids.shape, hidden, inner) else None
 
     def _count(self, path: str, tokens: int) -> None:
         self.pair_counts[path] = self.pair_counts.get(path, 0) + 1

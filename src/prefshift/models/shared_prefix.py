@@ -82,11 +82,12 @@ class Packing:
     def unpack(self, states: torch.Tensor) -> torch.Tensor:
         """(R, W, ...) packed states → (N, T, ...) in the sequences' own layout."""
         flat = states.reshape(-1, *states.shape[2:])
-        return flat[self.source.reshape(-1)].reshape(*self.source.shape, *states.shape[2:])
+        picked = flat.index_select(0, self.source.reshape(-1))  # its backward is an index_add
+        return picked.reshape(*self.source.shape, *states.shape[2:])
 
     def read_last(self, states: torch.Tensor) -> torch.Tensor:
         """(R, W, D) → (N, D): each sequence's state at its last real token."""
-        return states.reshape(-1, states.shape[-1])[self.last]
+        return states.reshape(-1, states.shape[-1]).index_select(0, self.last)
 
 
 def right_padded(attention_mask: torch.Tensor) -> bool:

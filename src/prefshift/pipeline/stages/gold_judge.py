@@ -74,6 +74,7 @@ def run(params: Params, layout: Layout) -> pd.DataFrame:
             source,
             trust_remote_code=params.backbone.trust_remote_code,
             revision=params.downstream.judge_revision,
+            pair_forward=params.encode.pair_forward,
         )
         model.to("cuda" if torch.cuda.is_available() else "cpu").eval()
         judged = score_samples(model, tokenizer, samples, params)
