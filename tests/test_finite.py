@@ -126,8 +126,11 @@ class RowDependent(torch.nn.Module):
         super().__init__()
         self.inner = inner
 
-    def forward(self, input_ids, attention_mask):
-        out = self.inner(input_ids, attention_mask)
+    def pair_path(self) -> str:
+        return self.inner.pair_path()
+
+    def forward(self, input_ids, attention_mask, groups=None):
+        out = self.inner(input_ids, attention_mask, groups=groups)
         out.rewards = out.rewards + 1e-6 * torch.arange(len(input_ids), dtype=out.rewards.dtype)
         return out
 
