@@ -3,7 +3,8 @@
 On a tiny Llama decoder (fp32, CPU), for ragged prompts and responses with padding, pairs whose
 common token prefix is shorter than the prompt (a BPE merge across the boundary), longer than it
 (responses that begin alike), a whole sequence (one side a prefix of the other) and identical
-sides; with LoRA, ANCHOR's masked MSE and GRM. Tolerance: 1e-5 absolute on rewards and losses,
+sides; with LoRA, ANCHOR's masked MSE and GRM; on Qwen2 and GPT-2 too, while a BERT encoder keeps
+the two-sequence path bit for bit. Tolerance: 1e-5 absolute on rewards and losses,
 1e-4 relative (to the largest entry) on gradients and hidden states. The two paths differ only
 in float rounding: the same dot products in other matmul shapes and softmax orders.
 """
@@ -22,6 +23,7 @@ from prefshift.engine.scoring import score_groups
 from prefshift.engine.train import apply_lora, train_reward_model
 from prefshift.methods import build_objective
 from prefshift.methods.base import BatchOut
+from prefshift.models.reward import RewardModel
 from prefshift.models.shared_prefix import pack
 from tiny_models import SPEC, items, pairs, reward_model, tokenizer
 
@@ -203,3 +205,35 @@ def test_best_of_n_groups_score_the_same_on_both_paths():
     assert shared.pair_counts["shared_prefix"] >= 1 and "groups" not in whole.pair_counts
     for ra, rb in zip(a["rewards"], b["rewards"], strict=True):
         assert ra == pytest.approx(rb, abs=ATOL)
+
+
+def _gpt2():
+    from transformers import GPT2Config, GPT2ForSequenceClassification
+
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=len(tokenizer()), n_embd=32, n_layer=2, n_head=2, n_positions=256)
+    config.num_labels, config.pad_token_id = 1, tokenizer().pad_token_id
+    return GPT2ForSequenceClassification(config), tokenizer()
+
+
+@pytest.mark.parametrize("family", ["qwen2", "gpt2", "bert"])
+def test_other_architectures_share_exactly_and_encoders_do_not_share(family):
+    """Qwen2 (RoPE, its own chat template) and GPT-2 (learned absolute positions) take the packed
+    mask and position ids as Llama does; a BERT encoder keeps the two-sequence path, bit for bit."""
+    from rlhf_families import build
+
+    hf, tok = _gpt2() if family == "gpt2" else build(family)
+    hf.eval()
+    shared = RewardModel(hf)
+    whole = RewardModel(copy.deepcopy(hf), "two_sequence")
+    batch = collate(Encoder(tok, Params().encode).encode_pairs(pairs(8)), tok.pad_token_id)
+    args = (batch["input_ids"], batch["attention_mask"])
+    with torch.no_grad():
+        a = shared(*args, output_hidden_states=True, groups=batch["groups"])
+        b = whole(*args, output_hidden_states=True, groups=batch["groups"])
+    assert (a.rewards - b.rewards).abs().max() <= ATOL
+    if family == "bert":
+        assert shared.pair_counts == {"two_sequence": 1, "two_sequence_tokens": args[0].numel()}
+        assert torch.equal(a.rewards, b.rewards)
+    else:
+        assert shared.pair_counts["shared_prefix"] == 1
