@@ -98,6 +98,7 @@ def test_every_student_has_an_mlflow_run_with_metrics_and_lineage(pipeline):
     for run in trainings.values():
         assert run.data.tags["torch.cpu_capability"] == torch.backends.cpu.get_cpu_capability()
         assert run.data.tags["torch.version"] == torch.__version__
+        assert run.data.tags["prefshift.pair_forward"] == "shared_prefix"  # tiny Llama decoders
     assert any(r.data.tags.get("stage") == "teacher" for r in runs)
     # One DVC stage scores every proxy, and each model still gets its own MLflow run.
     best_of_n = {r.info.run_name: r for r in runs if r.data.tags.get("stage") == "downstream"}
