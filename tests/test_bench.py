@@ -304,7 +304,12 @@ def test_quick_bench_writes_well_formed_reports(tmp_path):
     assert reads["naive"]["max"] == 0 and reads["anchor_shared"]["min"] > 0  # only anchors read one
     assert all(reads[v]["median"] < anchor["wall_s"][v]["median"] for v in reads)
     evaluation = result["evaluation"]["models"]["tiny_2x64"]
-    assert set(evaluation["pairs_per_s"]) == {"batched_sorted", "per_pair", "fixed_padding"}
+    assert set(evaluation["pairs_per_s"]) == {
+        "batched_sorted",
+        "per_pair",
+        "batched_two_sequence",
+        "fixed_padding",
+    }
     assert max(evaluation["max_abs_margin_difference"].values()) < 1e-3  # same margins every way
     assert result["pipeline"]["date"] == "2026-01-01 00:00 UTC"  # kept until re-measured
     markdown = (tmp_path / "bench.md").read_text()
