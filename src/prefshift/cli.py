@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from prefshift.config.params import Params, check_listed, check_method, load_params
+from prefshift.config.params import Params, check_listed, check_method, for_seed, load_params
 from prefshift.core.atomic import STDOUT, check_output
 from prefshift.core.console import error_text, messages
 from prefshift.core.errors import PrefshiftError, file_error_message
@@ -32,6 +32,10 @@ ParamsOption = Annotated[Path, typer.Option("--params", "-p", help="params.yaml 
 SetOption = Annotated[
     list[str] | None,
     typer.Option("--set", "-S", help="Override a param, e.g. -S anchor.lambda=0.01 (repeatable)."),
+]
+SeedOption = Annotated[
+    int | None,
+    typer.Option("--seed", help="Which replicate seed of params `seeds` (default: the first)."),
 ]
 RootOption = Annotated[
     Path,
@@ -68,6 +72,12 @@ def _params(path: Path, overrides: list[str] | None) -> Params:
     return _call(load_params, path, overrides)
 
 
+def _seeded(path: Path, overrides: list[str] | None, seed: int | None, root: Path) -> tuple[Params, Layout]:
+    """Params and layout of one replicate seed, for the stages DVC runs once per seed."""
+    loaded = _call(for_seed, _params(path, overrides), seed)
+    return loaded, Layout(root).for_seed(loaded.seed)
+
+
 @app.command()
 def inputs(params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")):
     """Version the local data and model files params name: data/inputs/*.json (DVC runs it always)."""
@@ -101,23 +111,36 @@ def backbone(
 
 
 @app.command()
-def teacher(params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")):
+def teacher(
+    params: ParamsOption = Path("params.yaml"),
+    set_: SetOption = None,
+    seed: SeedOption = None,
+    root: RootOption = Path("."),
+):
     """Train the weak teacher on the gold labels of teacher_train (models/teacher/)."""
-    _call(_stage("pipeline.stages.teacher"), _params(params, set_), Layout(root))
+    _call(_stage("pipeline.stages.teacher"), *_seeded(params, set_, seed, root))
 
 
 @app.command()
-def label(params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")):
+def label(
+    params: ParamsOption = Path("params.yaml"),
+    set_: SetOption = None,
+    seed: SeedOption = None,
+    root: RootOption = Path("."),
+):
     """Soft labels q_i for student_train and the teacher's scores on every test split."""
-    _call(_stage("pipeline.stages.label"), _params(params, set_), Layout(root))
+    _call(_stage("pipeline.stages.label"), *_seeded(params, set_, seed, root))
 
 
 @app.command("seam-label")
 def seam_label(
-    params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")
+    params: ParamsOption = Path("params.yaml"),
+    set_: SetOption = None,
+    seed: SeedOption = None,
+    root: RootOption = Path("."),
 ):
     """SEAM soft labels for student_train: strong-LM principles, teacher judgements (data/targets/seam/)."""
-    _call(_stage("pipeline.stages.seam_label"), _params(params, set_), Layout(root))
+    _call(_stage("pipeline.stages.seam_label"), *_seeded(params, set_, seed, root))
 
 
 @app.command()
@@ -145,13 +168,14 @@ def targets(
     method: Annotated[str, typer.Option("--method", "-m", help="naive, confidence, seam, anchor_last, ...")],
     params: ParamsOption = Path("params.yaml"),
     set_: SetOption = None,
+    seed: SeedOption = None,
     root: RootOption = Path("."),
 ):
     """Write what student M trains on (data/targets/<M>/): teacher q, gold, or SEAM's labels."""
     _call(check_method, method)
-    loaded = _params(params, set_)
+    loaded, layout = _seeded(params, set_, seed, root)
     _call(check_listed, loaded, method)
-    _call(_stage("pipeline.stages.targets"), loaded, Layout(root), method)
+    _call(_stage("pipeline.stages.targets"), loaded, layout, method)
 
 
 @app.command()
@@ -159,13 +183,14 @@ def train(
     method: Annotated[str, typer.Option("--method", "-m", help="naive, confidence, seam, anchor_last, ...")],
     params: ParamsOption = Path("params.yaml"),
     set_: SetOption = None,
+    seed: SeedOption = None,
     root: RootOption = Path("."),
 ):
     """Train one strong student (models/students/<method>/)."""
     _call(check_method, method)
-    loaded = _params(params, set_)
+    loaded, layout = _seeded(params, set_, seed, root)
     _call(check_listed, loaded, method)
-    _call(_stage("pipeline.stages.train"), loaded, Layout(root), method)
+    _call(_stage("pipeline.stages.train"), loaded, layout, method)
 
 
 @app.command()
@@ -173,13 +198,14 @@ def evaluate(
     method: Annotated[str, typer.Option("--method", "-m", help="Which trained student to evaluate.")],
     params: ParamsOption = Path("params.yaml"),
     set_: SetOption = None,
+    seed: SeedOption = None,
     root: RootOption = Path("."),
 ):
     """Score ID and OOD splits with a student; write reports/metrics/<method>.json."""
     _call(check_method, method)
-    loaded = _params(params, set_)
+    loaded, layout = _seeded(params, set_, seed, root)
     _call(check_listed, loaded, method)
-    _call(_stage("pipeline.stages.evaluate"), loaded, Layout(root), method)
+    _call(_stage("pipeline.stages.evaluate"), loaded, layout, method)
 
 
 @app.command("policy-samples")

@@ -31,10 +31,11 @@ it), found in /proc and ended with SIGTERM (SIGKILL after a grace period), and t
 still queued are removed. It prints each step. The queue is the project's: a worker that another
 command started in this project is stopped too.
 
-Results are read from the experiment commit (`git show <rev>:reports/metrics/<m>.json`) and
-written to reports/sweeps/ as the report expects them: the full metrics JSON (with the
-confidence intervals that `dvc exp show` drops, lists not being metrics to DVC) plus
-{"sweep": {<dotted key>: <value from the experiment's params.yaml>}}. These copies outlive
+Results are read from the experiment commit (`git show <rev>:reports/metrics/seed-<k>/<m>.json`,
+for each seed the experiment's params list) and written to reports/sweeps/ as the report
+expects them: the full metrics JSON (with the confidence intervals that `dvc exp show` drops,
+lists not being metrics to DVC) plus {"sweep": {<dotted key>: <value from the experiment's
+params.yaml>, "seed": <replicate seed>}}. These copies outlive
 the experiments (which `dvc exp gc`/`remove` discard, and which `dvc exp show` lists only
 under their own baseline commit), so the report's ablation tables keep them.
 """
@@ -68,6 +69,7 @@ SWEEP_METHODS = ("anchor_last", "anchor_mid")
 TARGET = "report"  # see the module docstring: one consistent pipeline state per experiment
 HEADLINE = ("wrg", "mean_aog", "mean_nts")
 DONE_STATES = ("success", "failed")
+SEEDED_METRICS = re.compile(r"reports/metrics/seed-\d+/[^/]+\.json")
 POLL_S = 10.0  # one `dvc exp show --json` per poll: about a second of CPU
 EXP_SHOW_TIMEOUT_S = 30.0
 """A hung call is killed and retried like a failed one. `dvc exp show` sometimes blocks on a futex
@@ -359,13 +361,20 @@ def _is_number(value: Any) -> bool:
 
 
 def missing_numbers(metrics: Mapping[str, Any], methods: Sequence[str], layout: Layout) -> list[str]:
-    """`path:key` of every headline number that is absent or not a finite number in one row."""
+    """`path:key` of every headline number that is absent or not a finite number in one row.
+
+    Each method needs its numbers in every seed's metrics file the experiment holds (the seeds its
+    own params list), and at least one such file.
+    """
     summary = layout.metrics_summary.relative_to(layout.root).as_posix()
     missing = []
     for method in methods:
-        own = layout.metrics(method).relative_to(layout.root).as_posix()
-        for path, block in ((own, metrics.get(own)), (summary, (metrics.get(summary) or {}).get(method))):
-            prefix = f"{path}:" if path == own else f"{path}:{method}."
+        owns = sorted(k for k in metrics if SEEDED_METRICS.fullmatch(k) and k.endswith(f"/{method}.json"))
+        blocks = [(own, metrics.get(own), f"{own}:") for own in owns] or [
+            (f"reports/metrics/seed-<k>/{method}.json", None, f"reports/metrics/seed-<k>/{method}.json:")
+        ]
+        blocks.append((summary, (metrics.get(summary) or {}).get(method), f"{summary}:{method}."))
+        for _, block, prefix in blocks:
             missing += [f"{prefix}{key}" for key in HEADLINE if not _is_number((block or {}).get(key))]
     return missing
 
@@ -625,20 +634,24 @@ def stop_queue(root: Path, names: Sequence[str], grace_s: float = STOP_GRACE_S) 
 
 
 def collect(root: Path, experiment: Mapping[str, Any], methods: Sequence[str], layout: Layout) -> list[Path]:
-    """Write reports/sweeps/<method>__<key>=<value>.json for each method from the experiment commit."""
+    """Write reports/sweeps/<method>__<key>=<value>__seed=<k>.json per method and replicate seed
+    (the seeds the experiment's params list) from the experiment commit. `seed` in the record is the
+    replicate seed, so the report's ablation tables average a point over its seeds."""
     rev = experiment["rev"]
     params = read_yaml(_git(root, "show", f"{rev}:params.yaml"), f"{rev[:7]}:params.yaml")
     sweep = {key: _dotted(params, key, f"{rev[:7]}:params.yaml") for key in experiment["point"]}
     written = []
-    for method in methods:
-        rel = layout.metrics(method).relative_to(layout.root).as_posix()
-        try:
-            metrics = json.loads(_git(root, "show", f"{rev}:{rel}"))
-        except json.JSONDecodeError as err:
-            raise SweepError(f"{rev[:7]}:{rel}: not valid JSON ({err})") from None
-        path = layout.sweeps_dir / sweep_filename(method, sweep)
-        write_json(path, {**metrics, "sweep": sweep})
-        written.append(path)
+    for seed in params.get("seeds") or [0]:
+        record = sweep if "seed" in sweep else {**sweep, "seed": seed}
+        for method in methods:
+            rel = layout.for_seed(seed).metrics(method).relative_to(layout.root).as_posix()
+            try:
+                metrics = json.loads(_git(root, "show", f"{rev}:{rel}"))
+            except json.JSONDecodeError as err:
+                raise SweepError(f"{rev[:7]}:{rel}: not valid JSON ({err})") from None
+            path = layout.sweeps_dir / sweep_filename(method, record)
+            write_json(path, {**metrics, "sweep": record})
+            written.append(path)
     return written
 
 

@@ -249,7 +249,6 @@ def setting(params: Params, sizes: Mapping[str, int]) -> dict[str, Any]:
         "models": {"weak": _describe(params.backbone.weak), "strong": _describe(params.backbone.strong)},
         "sizes": dict(sizes),
         "seed": params.seed,
-        "seeds": list(params.seeds),
         "bootstrap": params.evaluate.bootstrap,
         "ci": params.evaluate.ci,
     }
