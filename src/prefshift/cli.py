@@ -117,7 +117,7 @@ def teacher(
     seed: SeedOption = None,
     root: RootOption = Path("."),
 ):
-    """Train the weak teacher on the gold labels of teacher_train (models/teacher/)."""
+    """Train one seed's weak teacher on the gold labels of teacher_train (models/teacher/seed-<k>/)."""
     _call(_stage("pipeline.stages.teacher"), *_seeded(params, set_, seed, root))
 
 
@@ -128,7 +128,7 @@ def label(
     seed: SeedOption = None,
     root: RootOption = Path("."),
 ):
-    """Soft labels q_i for student_train and the teacher's scores on every test split."""
+    """One seed's soft labels q_i for student_train (data/weak_labels/seed-<k>/) and the teacher's metrics."""
     _call(_stage("pipeline.stages.label"), *_seeded(params, set_, seed, root))
 
 
@@ -139,7 +139,7 @@ def seam_label(
     seed: SeedOption = None,
     root: RootOption = Path("."),
 ):
-    """SEAM soft labels for student_train: strong-LM principles, teacher judgements (data/targets/seam/)."""
+    """SEAM soft labels: strong-LM principles judged by the teacher (data/targets/seed-<k>/seam/)."""
     _call(_stage("pipeline.stages.seam_label"), *_seeded(params, set_, seed, root))
 
 
@@ -171,7 +171,7 @@ def targets(
     seed: SeedOption = None,
     root: RootOption = Path("."),
 ):
-    """Write what student M trains on (data/targets/<M>/): teacher q, gold, or SEAM's labels."""
+    """Write what student M trains on (data/targets/seed-<k>/<M>/): teacher q, gold, or SEAM's labels."""
     _call(check_method, method)
     loaded, layout = _seeded(params, set_, seed, root)
     _call(check_listed, loaded, method)
@@ -186,7 +186,7 @@ def train(
     seed: SeedOption = None,
     root: RootOption = Path("."),
 ):
-    """Train one strong student (models/students/<method>/)."""
+    """Train one strong student for one seed (models/students/seed-<k>/<method>/)."""
     _call(check_method, method)
     loaded, layout = _seeded(params, set_, seed, root)
     _call(check_listed, loaded, method)
@@ -201,7 +201,7 @@ def evaluate(
     seed: SeedOption = None,
     root: RootOption = Path("."),
 ):
-    """Score ID and OOD splits with a student; write reports/metrics/<method>.json."""
+    """Score ID and OOD splits with a student; write reports/metrics/seed-<k>/<method>.json."""
     _call(check_method, method)
     loaded, layout = _seeded(params, set_, seed, root)
     _call(check_listed, loaded, method)
