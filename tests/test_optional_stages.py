@@ -149,8 +149,8 @@ def test_report_with_both_optional_stages_skipped_names_them_and_why(tmp_path, c
     )
     assert "probe: skipped (probe.enabled is false)." in text
     line = capsys.readouterr().err.strip().splitlines()[-1]
-    best = max((m for m in summary if m not in ("split_version", "seeds", "teacher", "across_seeds", "ceiling")),
-               key=lambda m: summary[m]["mean_nts"])  # fmt: skip
+    not_students = ("split_version", "seeds", "teacher", "across_seeds", "ceiling")
+    best = max((m for m in summary if m not in not_students), key=lambda m: summary[m]["mean_nts"])
     assert line.startswith(f"report: {layout.summary}, {layout.metrics_summary} and ")
     assert f"highest mean NTS: {best} (ID {summary[best]['id_acc']:.1f}%" in line
     assert line.endswith("; skipped: best-of-n, probe")

@@ -389,6 +389,16 @@ def bench(
     readme: Annotated[
         Path | None, typer.Option("--readme", help="Rewrite this README's benchmark numbers block.")
     ] = None,
+    pipeline_params: Annotated[
+        Path | None,
+        typer.Option(
+            "--pipeline-params",
+            exists=True,
+            dir_okay=False,
+            help="Time the pipeline of this params file (e.g. from `prefshift preset robust-ft`), with "
+            "each method's train stage against naive's.",
+        ),
+    ] = None,
 ):
     """Training vs TRL, ANCHOR overhead, scoring throughput (and the pipeline): reports/bench.{json,md}."""
     for output in [out / "bench.json", out / "bench.md", *([readme] if readme else [])]:
@@ -405,6 +415,7 @@ def bench(
         invocations=invocations,
         trl_as_shipped=trl_as_shipped,
         readme=readme,
+        pipeline_params=pipeline_params,
     )
 
 
