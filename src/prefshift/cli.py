@@ -132,6 +132,14 @@ def label(
     _call(_stage("pipeline.stages.label"), *_seeded(params, set_, seed, root))
 
 
+@app.command("seam-principles")
+def seam_principles(
+    params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")
+):
+    """The strong LM's SEAM principles for every student_train prompt, shared by every seed (data/seam/)."""
+    _call(_stage("pipeline.stages.seam_principles"), _params(params, set_), Layout(root))
+
+
 @app.command("seam-label")
 def seam_label(
     params: ParamsOption = Path("params.yaml"),

@@ -128,7 +128,7 @@ class Layout:
 
     @property
     def seam_dir(self) -> Path:
-        """SEAM's labels, counts and generation cache: the targets of the seam method."""
+        """SEAM's labels and counts for one seed: the targets of the seam method."""
         return self.targets_dir("seam")
 
     @property
@@ -136,8 +136,14 @@ class Layout:
         return self.seam_dir / "student_train.parquet"
 
     @property
+    def seam_principles_dir(self) -> Path:
+        """The strong LM's principles per student_train prompt: shared by every seed (greedy
+        generation from the shared strong base does not depend on the training seed)."""
+        return self.root / "data" / "seam"
+
+    @property
     def seam_generations(self) -> Path:
-        return self.seam_dir / "generations.parquet"
+        return self.seam_principles_dir / "generations.parquet"
 
     @property
     def seam_counts(self) -> Path:
