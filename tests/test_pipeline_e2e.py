@@ -35,7 +35,8 @@ def pipeline(tmp_path_factory):
 def test_repro_runs_every_stage_and_writes_the_report(pipeline):
     root = pipeline["root"]
     ran = _ran_stages(pipeline["first"])
-    expected = {"prepare", "split", "backbone", "plan", "reference", "probe", "report", "promote"}
+    expected = {"prepare", "split", "backbone", "plan", "reference", "seam_principles", "probe", "report"}
+    expected |= {"promote"}
     expected |= {f"{stage}@{k}" for stage in ("teacher", "label") for k in SEEDS}
     expected |= per_seed(("targets", "train", "evaluate"), STUDENTS)
     expected |= {"policy_samples", "gold_judge", "downstream"}
@@ -173,6 +174,7 @@ def test_methods_is_the_pipeline(tmp_path_factory):
         "label@0",
         "plan",
         "reference",
+        "seam_principles",  # runs, and writes an empty cache, when seam is not listed
         "probe",
         "report",
     }
