@@ -406,7 +406,8 @@ class DownstreamConfig(Strict):
     generation_batch_size: int = Field(32, ge=1, description="Prompts per `generate` call (x n_max rows).")
     judge: str = Field(
         "ceiling",
-        description="Gold judge: `ceiling` (models/students/ceiling, a proxy for human gold), or a "
+        description="Gold judge: `ceiling` (the first seed's models/students/seed-<k>/ceiling, a proxy for "
+        "human gold), or a "
         "reward-model directory or hub id.",
     )
     judge_revision: str | None = Field(None, description="Hub revision of the judge.")

@@ -268,7 +268,7 @@ def metrics_document(
     sizes: Mapping[str, int],
     training_log: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
-    """The reports/metrics/<method>.json payload: compute_metrics' result plus provenance, rounded."""
+    """reports/metrics/seed-<k>/<method>.json: compute_metrics' result plus provenance, rounded."""
     document = {
         **result,
         "method": method,

@@ -1,9 +1,11 @@
 """`prefshift report`: tables, figures and DVC metrics/plots across every evaluated method.
 
-Inputs are only files other stages wrote: reports/metrics/<method>.json (the
-teacher row comes from their `teacher` block, computed on the same bootstrap
-draws), reports/train/<name>.json for curves and drift, and optional sweep
-results in reports/sweeps/*.json for the ablation tables.
+Inputs are only files other stages wrote: reports/metrics/seed-<k>/<method>.json for every seed
+params list (the teacher row comes from their `teacher` block, computed on the same bootstrap
+draws), the first seed's reports/train/seed-<k>/<name>.json for curves and drift, every seed's
+per-pair scores for the paired comparisons, and optional sweep results in reports/sweeps/*.json
+for the ablation tables. The across-seeds table and the paired verdicts use every seed; the
+detail tables (main table, diagnostics, drift, curves) show the first seed and say so.
 
 Sweep file format (written by whatever drives a sweep, e.g. `dvc exp` + a copy):
 a metrics JSON exactly as `prefshift evaluate` writes it, plus a top-level
