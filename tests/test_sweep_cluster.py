@@ -1,0 +1,247 @@
+"""Sweeps whose points run in clones of their own: through a real one-node SLURM cluster, and on
+the GPUs of one machine (a fake device list: no GPU here). The pipeline is a trivial two-stage
+DVC project (seconds per point); the sweep's code path, git, DVC, SLURM and MLflow are real."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from e2e_project import REPO
+from mlflow_support import free_port, running_server
+from slurm_support import running_cluster, why_not
+
+BIN = Path(sys.executable).parent
+PREPARE = """\
+import pathlib, sys
+trace = pathlib.Path(sys.argv[1])
+trace.mkdir(exist_ok=True)
+with open(trace / "prepare-runs", "a") as runs:
+    runs.write("prepare\\n")
+pathlib.Path("data").mkdir(exist_ok=True)
+pathlib.Path("data/base.txt").write_text("base 3\\n")
+"""
+EVALUATE = """\
+import json, os, pathlib, sys, time, yaml
+trace = pathlib.Path(sys.argv[1])
+lam = yaml.safe_load(open("params.yaml"))["anchor"]["lambda"]
+checkpoint = pathlib.Path("models/checkpoints/evaluate/step")
+seen = {"lambda": lam, "pid": os.getpid(), "devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "resumed": checkpoint.exists(), "start": time.time()}
+(trace / f"start-{lam}-{os.getpid()}.json").write_text(json.dumps(seen))
+checkpoint.parent.mkdir(parents=True, exist_ok=True)
+checkpoint.write_text("1")  # as training leaves its resumable checkpoint (no DVC output)
+deadline = time.time() + 120
+while (trace / f"hold-{lam}").exists() and time.time() < deadline:
+    time.sleep(0.2)
+sleep = trace / "sleep"
+time.sleep(float(sleep.read_text()) if sleep.exists() else 0)
+base = float(pathlib.Path("data/base.txt").read_text().split()[1])
+headline = {"wrg": 2.0 * lam, "mean_aog": base * lam, "mean_nts": -1.0 * lam}
+if os.environ.get("MLFLOW_TRACKING_URI", "").startswith("http"):
+    import mlflow
+    mlflow.set_experiment("cluster-sweep")
+    with mlflow.start_run(run_name=f"lambda={lam}"):
+        mlflow.log_param("lambda", lam)
+        mlflow.log_metric("wrg", headline["wrg"])
+pathlib.Path("reports/metrics").mkdir(parents=True, exist_ok=True)
+pathlib.Path("reports/metrics/anchor_last.json").write_text(json.dumps({"method": "anchor_last", **headline}))
+pathlib.Path("reports/metrics.json").write_text(json.dumps({"anchor_last": headline}))
+(trace / f"end-{lam}-{os.getpid()}.json").write_text(json.dumps({**seen, "end": time.time()}))
+"""
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    env.update({f"GIT_{w}_{x}": "t" for w in ("AUTHOR", "COMMITTER") for x in ("NAME", "EMAIL")})
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    return {**env, **extra}
+
+
+def _run(args, cwd, env) -> str:
+    done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, f"{args}: {done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def _project(tmp: Path, env: dict[str, str], remotes: bool) -> tuple[Path, Path]:
+    """A committed two-stage project (prepare → report) reproduced once; with `remotes`, a bare git
+    origin holding the baseline and a local DVC remote. Returns (project, trace folder)."""
+    root, trace = tmp / "project", tmp / "trace"
+    root.mkdir()
+    trace.mkdir()
+    shutil.copy2(REPO / "params.yaml", root / "params.yaml")
+    (root / "prepare.py").write_text(PREPARE)
+    (root / "evaluate.py").write_text(EVALUATE)
+    (root / ".gitignore").write_text("models/checkpoints/\n")
+    metrics = [{p: {"cache": False}} for p in ("reports/metrics/anchor_last.json", "reports/metrics.json")]
+    stages = {
+        "prepare": {
+            "cmd": f"{sys.executable} prepare.py {trace}",
+            "deps": ["prepare.py"],
+            "outs": ["data/base.txt"],
+        },
+        "report": {
+            "cmd": f"{sys.executable} evaluate.py {trace}",
+            "deps": ["evaluate.py", "data/base.txt"],
+            "params": ["anchor.lambda"],
+            "metrics": metrics,
+        },
+    }
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}))
+    _run(["git", "init", "-q", "-b", "main"], root, env)
+    _run(["dvc", "init", "-q"], root, env)
+    if remotes:
+        _run(["git", "init", "-q", "--bare", str(tmp / "origin.git")], tmp, env)
+        _run(["git", "remote", "add", "origin", str(tmp / "origin.git")], root, env)
+        _run(["dvc", "remote", "add", "-d", "shared", str(tmp / "dvc-remote")], root, env)
+    _run(["dvc", "repro"], root, env)
+    for baseline_trace in [*trace.glob("start-*"), *trace.glob("end-*")]:
+        baseline_trace.unlink()  # the traces left are the sweep's own
+    _run(["git", "add", "-A"], root, env)
+    _run(["git", "commit", "-qm", "baseline"], root, env)
+    if remotes:
+        _run(["git", "push", "-q", "origin", "main"], root, env)
+    return root, trace
+
+
+def _traces(trace: Path, kind: str) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(trace.glob(f"{kind}-*.json"))]
+
+
+def _wait(condition, what: str, timeout: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.3)
+
+
+@pytest.mark.slow
+def test_a_slurm_sweep_resumes_only_its_cancelled_point_and_gathers_both(tmp_path, monkeypatch):
+    reason = why_not()
+    if reason:
+        pytest.skip(reason)
+    from prefshift.pipeline import sweep_clones
+    from prefshift.pipeline.sweep_record import load
+
+    env = _env()
+    root, trace = _project(tmp_path, env, remotes=True)
+    scratch = tmp_path / "scratch"
+    sweep = [str(BIN / "prefshift"), "sweep", "-S", "anchor.lambda=0.5,2", "--methods", "anchor_last"]
+    sweep += ["--no-report", "--executor", "slurm", "--scratch", str(scratch), "--time", "10:00"]
+
+    # No server: the project's sqlite file would take writers from every node. Refused, nothing submitted.
+    refused = subprocess.run([*sweep, "--no-wait"], cwd=root, env=env, capture_output=True, text=True)
+    assert refused.returncode == 2 and "cannot log to a sqlite file" in refused.stderr
+    assert "mlflow server" in refused.stderr and not scratch.exists()
+
+    with (
+        running_server(tmp_path / "mlflow", free_port()) as uri,
+        running_cluster(tmp_path / "slurm") as slurm,
+    ):
+        env = _env(MLFLOW_TRACKING_URI=uri, **slurm)
+        monkeypatch.setenv("SLURM_CONF", slurm["SLURM_CONF"])  # this process asks squeue too
+        (trace / "hold-2").write_text("")  # point 1 (lambda 2) waits mid-run until the test cancels it
+        started = subprocess.run([*sweep, "--no-wait"], cwd=root, env=env, capture_output=True, text=True)
+        assert started.returncode == 0, started.stderr
+        sweep_id = started.stdout.strip().splitlines()[-1]
+        record = load(scratch, sweep_id)
+        script = record.script(1).read_text()
+        assert "#SBATCH --array=0,1" in script and "#SBATCH --time=10:00" in script
+        assert f"export MLFLOW_TRACKING_URI={uri}" in script
+
+        _wait(lambda: any(t["lambda"] == 2 for t in _traces(trace, "start")), "point 1 to start")
+        job = record.data["jobs"][0]["job"]
+        _run(["scancel", f"{job}_1"], root, env)
+        _wait(
+            lambda: (
+                set(sweep_clones.point_states(load(scratch, sweep_id)).values()) <= {"success", "stopped"}
+                and "success" in sweep_clones.point_states(load(scratch, sweep_id)).values()
+            ),
+            "point 0 to finish and point 1 to stop",
+        )
+        status = _run(
+            [str(BIN / "prefshift"), "sweep", "status", sweep_id, "--scratch", str(scratch)], root, env
+        )
+        assert "0  sweep-anchor.lambda-0.5  success" in status
+        assert "1  sweep-anchor.lambda-2  stopped" in status and f"log: {record.log(1)}" in status
+        unfinished = subprocess.run(
+            [str(BIN / "prefshift"), "sweep", "collect", sweep_id, "--scratch", str(scratch)],
+            cwd=root, env=env, capture_output=True, text=True,
+        )  # fmt: skip
+        assert unfinished.returncode == 2 and f"prefshift sweep resume {sweep_id}" in unfinished.stderr
+
+        (trace / "hold-2").unlink()
+        resumed = subprocess.run(
+            [str(BIN / "prefshift"), "sweep", "resume", sweep_id, "--scratch", str(scratch)],
+            cwd=root, env=env, capture_output=True, text=True,
+        )  # fmt: skip
+        assert resumed.returncode == 0, resumed.stderr
+        assert "resubmitting point 1 (sweep-anchor.lambda-2, stopped)" in resumed.stderr
+        assert "resubmitting point 0" not in resumed.stderr
+        assert "#SBATCH --array=1\n" in load(scratch, sweep_id).script(2).read_text()
+
+        from mlflow import MlflowClient
+
+        runs = MlflowClient(uri).search_runs(
+            [MlflowClient(uri).get_experiment_by_name("cluster-sweep").experiment_id]
+        )
+        assert sorted((r.data.params["lambda"], r.info.status) for r in runs) == [
+            ("0.5", "FINISHED"),
+            ("2", "FINISHED"),
+        ]
+
+    starts = _traces(trace, "start")
+    assert sorted(t["lambda"] for t in starts if t["lambda"] in (0.5, 2)) == [0.5, 2, 2]  # 0.5 never reran
+    second = max((t for t in starts if t["lambda"] == 2), key=lambda t: t["start"])
+    assert second["resumed"], "the resumed point found its checkpoint in its clone"
+    assert (trace / "prepare-runs").read_text() == "prepare\n", (
+        "tasks pulled prepare's output, never reran it"
+    )
+    show = json.loads(_run(["dvc", "exp", "show", "--json"], root, env))
+    rows = {
+        exp["name"]: exp["revs"][0]["data"]["metrics"]["reports/metrics.json"]["data"]["anchor_last"]["wrg"]
+        for baseline in show
+        for exp in baseline.get("experiments") or []
+    }
+    assert rows == {"sweep-anchor.lambda-0.5": 1.0, "sweep-anchor.lambda-2": 4.0}
+    filed = json.loads((root / "reports" / "sweeps" / "anchor_last__anchor.lambda=2.json").read_text())
+    assert filed["wrg"] == 4.0 and filed["sweep"] == {"anchor.lambda": 2}
+
+
+@pytest.mark.slow
+def test_local_gpus_give_each_running_point_its_own_devices(tmp_path):
+    """Before, `--jobs 8` on an 8-GPU machine trained every experiment on the first GPU."""
+    env = _env()
+    root, trace = _project(tmp_path, env, remotes=False)
+    (trace / "sleep").write_text("1.5")  # points overlap, so disjointness is tested, not granted
+    done = subprocess.run(
+        [
+            str(BIN / "prefshift"), "sweep", "-S", "anchor.lambda=0.5,1,2", "--methods", "anchor_last", "--no-report",
+            "--executor", "local-gpus", "--gpus", "0,1", "--scratch", str(tmp_path / "scratch"),
+        ],
+        cwd=root, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    runs = [t for t in _traces(trace, "end") if t["lambda"] in (0.5, 1, 2)]
+    assert sorted(t["lambda"] for t in runs) == [0.5, 1, 2]
+    assert {t["devices"] for t in runs} == {"0", "1"}
+    overlapping = [
+        (a, b)
+        for i, a in enumerate(runs)
+        for b in runs[i + 1 :]
+        if a["start"] < b["end"] and b["start"] < a["end"]
+    ]
+    assert overlapping, "two points ran at once"
+    assert all(a["devices"] != b["devices"] for a, b in overlapping)
+    # The experiments came back into the workspace itself (its own git remote, on one machine).
+    names = _run(["dvc", "exp", "list", "--name-only"], root, env).split()
+    assert sorted(names) == ["sweep-anchor.lambda-0.5", "sweep-anchor.lambda-1", "sweep-anchor.lambda-2"]
