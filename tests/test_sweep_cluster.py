@@ -46,12 +46,23 @@ sleep = trace / "sleep"
 time.sleep(float(sleep.read_text()) if sleep.exists() else 0)
 base = float(pathlib.Path("data/base.txt").read_text().split()[1])
 headline = {"wrg": 2.0 * lam, "mean_aog": base * lam, "mean_nts": -1.0 * lam}
-if os.environ.get("MLFLOW_TRACKING_URI", "").startswith("http"):
-    import mlflow
-    mlflow.set_experiment("cluster-sweep")
-    with mlflow.start_run(run_name=f"lambda={lam}"):
-        mlflow.log_param("lambda", lam)
-        mlflow.log_metric("wrg", headline["wrg"])
+uri = os.environ.get("MLFLOW_TRACKING_URI", "")
+if uri.startswith("http"):  # MLflow's REST API: a stage's run without the seconds of `import mlflow`
+    import urllib.parse, urllib.request
+    def call(path, body=None):
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"Content-Type": "application/json"}
+        request = urllib.request.Request(f"{uri}/api/2.0/mlflow/{path}", data, headers)
+        return json.load(urllib.request.urlopen(request, timeout=60))
+    name = urllib.parse.quote("cluster-sweep")
+    experiment = call(f"experiments/get-by-name?experiment_name={name}")["experiment"]["experiment_id"]
+    now = int(time.time() * 1000)
+    run = call("runs/create", {"experiment_id": experiment, "run_name": f"lambda={lam}", "start_time": now})
+    run_id = run["run"]["info"]["run_id"]
+    call("runs/log-parameter", {"run_id": run_id, "key": "lambda", "value": str(lam)})
+    metric = {"key": "wrg", "value": headline["wrg"], "timestamp": now, "step": 0}
+    call("runs/log-metric", {"run_id": run_id, **metric})
+    call("runs/update", {"run_id": run_id, "status": "FINISHED", "end_time": int(time.time() * 1000)})
 pathlib.Path("reports/metrics").mkdir(parents=True, exist_ok=True)
 pathlib.Path("reports/metrics/anchor_last.json").write_text(json.dumps({"method": "anchor_last", **headline}))
 pathlib.Path("reports/metrics.json").write_text(json.dumps({"anchor_last": headline}))
@@ -124,85 +135,93 @@ def _wait(condition, what: str, timeout: float = 180.0) -> None:
         time.sleep(0.3)
 
 
+def _cli(*args: str, code: int = 0):
+    """A prefshift command in this process (its subprocesses are real: git, dvc, sbatch)."""
+    from typer.testing import CliRunner
+
+    from prefshift.cli import app
+
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr, result.exception)
+    return result
+
+
 @pytest.mark.slow
 def test_a_slurm_sweep_resumes_only_its_cancelled_point_and_gathers_both(tmp_path, monkeypatch):
     reason = why_not()
     if reason:
         pytest.skip(reason)
+    from mlflow import MlflowClient
+
     from prefshift.pipeline import sweep_clones
     from prefshift.pipeline.sweep_record import load
 
     env = _env()
+    for key in ("PATH", *(k for k in env if k.startswith("GIT_"))):
+        monkeypatch.setenv(key, env[key])  # sbatch hands this process's environment to the tasks
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     root, trace = _project(tmp_path, env, remotes=True)
     scratch = tmp_path / "scratch"
-    sweep = [str(BIN / "prefshift"), "sweep", "-S", "anchor.lambda=0.5,2", "--methods", "anchor_last"]
-    sweep += ["--no-report", "--executor", "slurm", "--scratch", str(scratch), "--time", "10:00"]
+    sweep = [
+        "sweep",
+        "-S",
+        "anchor.lambda=0.5,2",
+        "--methods",
+        "anchor_last",
+        "--no-report",
+        "--root",
+        str(root),
+    ]
+    sweep += ["--executor", "slurm", "--scratch", str(scratch), "--time", "10:00", "--no-wait"]
 
     # No server: the project's sqlite file would take writers from every node. Refused, nothing submitted.
-    refused = subprocess.run([*sweep, "--no-wait"], cwd=root, env=env, capture_output=True, text=True)
-    assert refused.returncode == 2 and "cannot log to a sqlite file" in refused.stderr
-    assert "mlflow server" in refused.stderr and not scratch.exists()
+    refused = _cli(*sweep, code=2).stderr
+    assert "cannot log to a sqlite file" in refused and "mlflow server" in refused and not scratch.exists()
 
     with (
         running_server(tmp_path / "mlflow", free_port()) as uri,
         running_cluster(tmp_path / "slurm") as slurm,
     ):
-        env = _env(MLFLOW_TRACKING_URI=uri, **slurm)
-        monkeypatch.setenv("SLURM_CONF", slurm["SLURM_CONF"])  # this process asks squeue too
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+        monkeypatch.setenv("SLURM_CONF", slurm["SLURM_CONF"])
+        MlflowClient(uri).create_experiment("cluster-sweep")
         (trace / "hold-2").write_text("")  # point 1 (lambda 2) waits mid-run until the test cancels it
-        started = subprocess.run([*sweep, "--no-wait"], cwd=root, env=env, capture_output=True, text=True)
-        assert started.returncode == 0, started.stderr
-        sweep_id = started.stdout.strip().splitlines()[-1]
+        sweep_id = _cli(*sweep).stdout.strip().splitlines()[-1]
         record = load(scratch, sweep_id)
         script = record.script(1).read_text()
         assert "#SBATCH --array=0,1" in script and "#SBATCH --time=10:00" in script
         assert f"export MLFLOW_TRACKING_URI={uri}" in script
 
         _wait(lambda: any(t["lambda"] == 2 for t in _traces(trace, "start")), "point 1 to start")
-        job = record.data["jobs"][0]["job"]
-        _run(["scancel", f"{job}_1"], root, env)
+        _run(["scancel", f"{record.data['jobs'][0]['job']}_1"], root, {**env, **slurm})
         _wait(
-            lambda: (
-                set(sweep_clones.point_states(load(scratch, sweep_id)).values()) <= {"success", "stopped"}
-                and "success" in sweep_clones.point_states(load(scratch, sweep_id)).values()
-            ),
+            lambda: sorted(sweep_clones.point_states(record).values()) == ["stopped", "success"],
             "point 0 to finish and point 1 to stop",
         )
-        status = _run(
-            [str(BIN / "prefshift"), "sweep", "status", sweep_id, "--scratch", str(scratch)], root, env
-        )
+        status = _cli("sweep", "status", sweep_id, "--scratch", str(scratch), "--root", str(root)).stdout
         assert "0  sweep-anchor.lambda-0.5  success" in status
         assert "1  sweep-anchor.lambda-2  stopped" in status and f"log: {record.log(1)}" in status
-        unfinished = subprocess.run(
-            [str(BIN / "prefshift"), "sweep", "collect", sweep_id, "--scratch", str(scratch)],
-            cwd=root, env=env, capture_output=True, text=True,
-        )  # fmt: skip
-        assert unfinished.returncode == 2 and f"prefshift sweep resume {sweep_id}" in unfinished.stderr
+        early = _cli(
+            "sweep", "collect", sweep_id, "--scratch", str(scratch), "--root", str(root), code=2
+        ).stderr
+        assert f"prefshift sweep resume {sweep_id}" in early
 
         (trace / "hold-2").unlink()
-        resumed = subprocess.run(
-            [str(BIN / "prefshift"), "sweep", "resume", sweep_id, "--scratch", str(scratch)],
-            cwd=root, env=env, capture_output=True, text=True,
-        )  # fmt: skip
-        assert resumed.returncode == 0, resumed.stderr
-        assert "resubmitting point 1 (sweep-anchor.lambda-2, stopped)" in resumed.stderr
-        assert "resubmitting point 0" not in resumed.stderr
+        resumed = sweep_clones.resume(root, sweep_id, scratch, poll_s=1.0)  # the command, polling faster
+        assert resumed["resubmitted"] == [1]  # never point 0, which finished
         assert "#SBATCH --array=1\n" in load(scratch, sweep_id).script(2).read_text()
-
-        from mlflow import MlflowClient
-
-        runs = MlflowClient(uri).search_runs(
-            [MlflowClient(uri).get_experiment_by_name("cluster-sweep").experiment_id]
-        )
+        client = MlflowClient(uri)
+        runs = client.search_runs([client.get_experiment_by_name("cluster-sweep").experiment_id])
         assert sorted((r.data.params["lambda"], r.info.status) for r in runs) == [
             ("0.5", "FINISHED"),
             ("2", "FINISHED"),
         ]
 
     starts = _traces(trace, "start")
-    assert sorted(t["lambda"] for t in starts if t["lambda"] in (0.5, 2)) == [0.5, 2, 2]  # 0.5 never reran
-    second = max((t for t in starts if t["lambda"] == 2), key=lambda t: t["start"])
-    assert second["resumed"], "the resumed point found its checkpoint in its clone"
+    assert sorted(t["lambda"] for t in starts) == [0.5, 2, 2]  # 0.5 never reran
+    assert max((t for t in starts if t["lambda"] == 2), key=lambda t: t["start"])["resumed"], (
+        "the resumed point found its checkpoint in its clone"
+    )
     assert (trace / "prepare-runs").read_text() == "prepare\n", (
         "tasks pulled prepare's output, never reran it"
     )
@@ -218,21 +237,27 @@ def test_a_slurm_sweep_resumes_only_its_cancelled_point_and_gathers_both(tmp_pat
 
 
 @pytest.mark.slow
-def test_local_gpus_give_each_running_point_its_own_devices(tmp_path):
+def test_local_gpus_give_each_running_point_its_own_devices(tmp_path, monkeypatch):
     """Before, `--jobs 8` on an 8-GPU machine trained every experiment on the first GPU."""
     env = _env()
+    for key in ("PATH", *(k for k in env if k.startswith("GIT_"))):
+        monkeypatch.setenv(key, env[key])
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     root, trace = _project(tmp_path, env, remotes=False)
     (trace / "sleep").write_text("1.5")  # points overlap, so disjointness is tested, not granted
-    done = subprocess.run(
-        [
-            str(BIN / "prefshift"), "sweep", "-S", "anchor.lambda=0.5,1,2", "--methods", "anchor_last", "--no-report",
-            "--executor", "local-gpus", "--gpus", "0,1", "--scratch", str(tmp_path / "scratch"),
-        ],
-        cwd=root, env=env, capture_output=True, text=True,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    runs = [t for t in _traces(trace, "end") if t["lambda"] in (0.5, 1, 2)]
-    assert sorted(t["lambda"] for t in runs) == [0.5, 1, 2]
+    sweep = [
+        "sweep",
+        "-S",
+        "anchor.lambda=0.5,2,3",
+        "--methods",
+        "anchor_last",
+        "--no-report",
+        "--root",
+        str(root),
+    ]
+    _cli(*sweep, "--executor", "local-gpus", "--gpus", "0,1", "--scratch", str(tmp_path / "scratch"))
+    runs = _traces(trace, "end")
+    assert sorted(t["lambda"] for t in runs) == [0.5, 2, 3]
     assert {t["devices"] for t in runs} == {"0", "1"}
     overlapping = [
         (a, b)
@@ -244,4 +269,24 @@ def test_local_gpus_give_each_running_point_its_own_devices(tmp_path):
     assert all(a["devices"] != b["devices"] for a, b in overlapping)
     # The experiments came back into the workspace itself (its own git remote, on one machine).
     names = _run(["dvc", "exp", "list", "--name-only"], root, env).split()
-    assert sorted(names) == ["sweep-anchor.lambda-0.5", "sweep-anchor.lambda-1", "sweep-anchor.lambda-2"]
+    assert sorted(names) == ["sweep-anchor.lambda-0.5", "sweep-anchor.lambda-2", "sweep-anchor.lambda-3"]
+    assert (root / "reports" / "sweeps" / "anchor_last__anchor.lambda=3.json").is_file()
+
+
+def test_device_sets_are_disjoint_and_come_back():
+    from prefshift.pipeline.sweep_local_gpus import DeviceError, DevicePool, parse_devices
+
+    pool = DevicePool(parse_devices("0, 1,2,3,4"), per_task=2)
+    first, second = pool.take(), pool.take()
+    assert (first, second, pool.take()) == (("0", "1"), ("2", "3"), None)  # one device left: not a set
+    pool.give(first)
+    assert set(pool.take()) == {"4", "0"}
+    for text, message in (
+        ("0,0", "listed twice"),
+        ("0,,1", "separated by commas"),
+        ("", "separated by commas"),
+    ):
+        with pytest.raises(DeviceError, match=message):
+            parse_devices(text)
+    with pytest.raises(DeviceError, match="give 1 to 2"):
+        DevicePool(["0", "1"], per_task=3)
