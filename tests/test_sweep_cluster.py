@@ -189,7 +189,7 @@ def test_a_slurm_sweep_resumes_only_its_cancelled_point_and_gathers_both(tmp_pat
         sweep_id = _cli(*sweep).stdout.strip().splitlines()[-1]
         record = load(scratch, sweep_id)
         script = record.script(1).read_text()
-        assert "#SBATCH --array=0,1" in script and "#SBATCH --time=10:00" in script
+        assert "#SBATCH --array=0-1" in script and "#SBATCH --time=10:00" in script
         assert f"export MLFLOW_TRACKING_URI={uri}" in script
 
         _wait(lambda: any(t["lambda"] == 2 for t in _traces(trace, "start")), "point 1 to start")

@@ -511,6 +511,11 @@ def _dry_run(root: Path, grid: Any, points: list, chosen: Any, scratch: Path | N
             for line in _call(grid_module.estimate, grid, root / "params.yaml").lines()[1:]:
                 typer.echo(line)
     if chosen is not None and chosen.kind == "slurm":
+        clones = importlib.import_module("prefshift.pipeline.sweep_clones")
+        try:
+            clones.check_shared_tracking(clones.tracking_uri(Layout(root)))
+        except PrefshiftError as err:
+            typer.echo(f"note: the sweep itself would stop here: {err}")
         typer.echo("sbatch script:")
         typer.echo(
             _call(_stage("pipeline.sweep_clones", "dry_run_script"), root, chosen, points, scratch), nl=False

@@ -164,11 +164,12 @@ def estimate(grid: GridFile, params_path: Path) -> Estimate:
           data_axis: setting         # the axis whose label picks the data sizes
           rate_axis: family          # the axis whose label picks the training rates
           data: {harmless: {train_pairs: 42537, tokens_per_sequence: 250, source: "..."}}
-          rates: {llama: {weak: 46000, strong: 7200, source: "..."}}   # tokens/s per GPU
+          rates: {llama: {weak: 46000, strong: 7200, strong_full: 5400, source: "..."}}  # tokens/s/GPU
           epochs: {teacher: 1, student: 1}
 
     The source split's train pairs are halved between teacher and students (the split protocol);
-    each pair is two sequences (chosen and rejected). Scoring, labelling, generation and
+    each pair is two sequences (chosen and rejected). `strong_full`, where given, is the rate of a
+    student whose point turns LoRA off (`student.lora.enabled: false`). Scoring, labelling, generation and
     best-of-n are forward passes and are not counted."""
     spec = grid.estimate
     where = f"{grid.path}: estimate"
@@ -191,7 +192,8 @@ def estimate(grid: GridFile, params_path: Path) -> Estimate:
         teacher_s += tokens * epochs["teacher"] / rate["weak"]
         trained = len(_methods(point, params_path))
         students += trained
-        student_s += trained * tokens * epochs["student"] / rate["strong"]
+        full = point.get("student.lora.enabled") == "false" and "strong_full" in rate
+        student_s += trained * tokens * epochs["student"] / rate["strong_full" if full else "strong"]
     notes = [f"data ({name}): {entry.get('source', 'no source given')}" for name, entry in data.items()]
     notes += [f"rates ({name}): {entry.get('source', 'no source given')}" for name, entry in rates.items()]
     return Estimate(len(grid.points), len(grid.points), students, teacher_s / 3600, student_s / 3600, notes)

@@ -75,6 +75,17 @@ def directives(resources: SlurmResources) -> list[str]:
     return lines
 
 
+def array_spec(indices: Sequence[int]) -> str:
+    """`0-3,7,9-10`: SLURM's array syntax, runs of consecutive indices as ranges."""
+    runs: list[list[int]] = []
+    for index in sorted(indices):
+        if runs and index == runs[-1][1] + 1:
+            runs[-1][1] = index
+        else:
+            runs.append([index, index])
+    return ",".join(str(low) if low == high else f"{low}-{high}" for low, high in runs)
+
+
 def render_script(
     record: SweepRecord, indices: Sequence[int], resources: SlurmResources, env: Mapping[str, str]
 ) -> str:
@@ -91,7 +102,7 @@ def render_script(
         f"# Sweep {record.id}: {len(record.points)} grid point(s) of `prefshift sweep --executor slurm`;",
         "# array task i runs grid point i in its own clone (see sweep.json beside this file).",
         f"#SBATCH --job-name={job_name(record)}",
-        f"#SBATCH --array={','.join(str(i) for i in indices)}",
+        f"#SBATCH --array={array_spec(indices)}",
         f"#SBATCH --output={folder}/logs/%a.log",
         "#SBATCH --open-mode=append",
         *directives(resources),
