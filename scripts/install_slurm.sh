@@ -10,4 +10,4 @@ SUDO=$([ "$(id -u)" -eq 0 ] && echo "" || echo sudo)
 # Debian starts a package's service on install; in a container without an init that only fails.
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -q
-$SUDO apt-get install -y -q --no-install-recommends slurmctld slurmd slurm-client munge
+$SUDO apt-get install -y -q -o DPkg::Lock::Timeout=300 --no-install-recommends slurmctld slurmd slurm-client munge
