@@ -290,3 +290,58 @@ def test_device_sets_are_disjoint_and_come_back():
             parse_devices(text)
     with pytest.raises(DeviceError, match="give 1 to 2"):
         DevicePool(["0", "1"], per_task=3)
+
+
+def test_a_point_state_reads_silence_after_running_as_stopped():
+    from prefshift.pipeline.sweep_record import point_state
+
+    assert point_state({"state": "success"}, "running") == "success"  # a requeued finished task
+    assert point_state({"state": "running"}, "running") == "running"
+    assert point_state({}, "pending") == "pending"
+    assert point_state({"state": "running"}, None) == "stopped"  # killed before it could say more
+    assert point_state({"state": "failed"}, None) == "failed"
+    assert point_state({}, None) == "missing"  # cancelled while pending
+
+
+def test_the_sbatch_script_carries_resources_then_the_users_template(tmp_path):
+    from prefshift.pipeline.sweep_record import SweepRecord
+    from prefshift.pipeline.sweep_slurm import (
+        SlurmError,
+        SlurmResources,
+        _array_indices,
+        array_spec,
+        render_script,
+    )
+
+    template = tmp_path / "extra.sh"
+    template.write_text("#SBATCH --qos=long\nmodule load cuda\n")
+    resources = SlurmResources(
+        gpus_per_task=2, partition="gpu", time="1-00:00:00", account="lab", template=template
+    )
+    resources.check()
+    record = SweepRecord(tmp_path / "s1", {"id": "s1", "points": [{}] * 5, "names": [], "jobs": []})
+    script = render_script(record, [0, 1, 2, 4], resources, {"MLFLOW_TRACKING_URI": "http://h:5000"})
+    lines = script.splitlines()
+    assert (
+        "#SBATCH --array=0-2,4" in lines
+        and "#SBATCH --gres=gpu:2" in lines
+        and "#SBATCH --account=lab" in lines
+    )
+    # Every #SBATCH line comes before the first command, or sbatch would ignore it.
+    first_command = lines.index("module load cuda")
+    assert lines.index("#SBATCH --qos=long") < first_command < lines.index("set -euo pipefail")
+    assert lines[-1].endswith(f'sweep task {tmp_path / "s1"} "$SLURM_ARRAY_TASK_ID"')
+    assert array_spec([3, 1, 2, 7]) == "1-3,7" and _array_indices("[0-2,5%4]") == [0, 1, 2, 5]
+    with pytest.raises(SlurmError, match="SLURM's form"):
+        SlurmResources(time="12h").check()
+    with pytest.raises(SlurmError, match="no such file"):
+        SlurmResources(template=tmp_path / "absent.sh").check()
+
+
+def test_a_long_point_gets_a_short_stable_name():
+    from prefshift.pipeline.sweep import MAX_NAME, experiment_name
+
+    point = {f"backbone.strong.option_{i}": "meta-llama/Llama-3.1-8B" for i in range(6)}
+    name = experiment_name(point)
+    assert len(name) <= MAX_NAME and name == experiment_name(dict(point))
+    assert name != experiment_name({**point, "seed": "2"})

@@ -14,6 +14,7 @@ its folder (sweep_record), so `--no-wait`, a cancelled task or a later shell los
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from prefshift.core.paths import Layout
+from prefshift.core.signals import Terminated, exit_code, signals_as_exceptions, stop_signal
 from prefshift.pipeline import sweep_local_gpus, sweep_slurm
 from prefshift.pipeline.sweep import (
     SweepError,
@@ -299,7 +301,19 @@ def collect(root: Path, record: SweepRecord) -> dict[str, Any]:
 
 
 def finish(root: Path, record: SweepRecord, poll_s: float = POLL_S) -> dict[str, Any]:
-    wait_for(record, poll_s)
+    """Wait, then collect. Stopped while waiting (Ctrl-C, SIGTERM), it stops waiting only: the
+    points keep running on the cluster, and the sweep's id is all it takes to come back."""
+    try:
+        with signals_as_exceptions():
+            wait_for(record, poll_s)
+    except (Terminated, KeyboardInterrupt) as stop:
+        signum = stop_signal(stop)
+        sys.stderr.write(
+            f"sweep {record.id}: stopped waiting ({signal.Signals(signum).name}); its points keep running. "
+            f"Follow them with `prefshift sweep status {record.id}`, gather them with `prefshift sweep "
+            f"collect {record.id}`, or cancel them with `scancel --name=prefshift-{record.id}`\n"
+        )
+        raise SystemExit(exit_code(signum)) from stop
     return collect(root, record)
 
 
