@@ -42,6 +42,7 @@ under their own baseline commit), so the report's ablation tables keep them.
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import itertools
 import json
@@ -58,7 +59,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from prefshift.config.params import check_method, load_params, read_yaml, split_override
+from prefshift.config.params import (
+    apply_overrides,
+    check_method,
+    load_params,
+    parse_params,
+    read_yaml,
+    split_override,
+)
 from prefshift.core.atomic import write_json
 from prefshift.core.errors import PrefshiftError
 from prefshift.core.paths import Layout
@@ -136,11 +144,18 @@ def check_distinct(params_path: Path, points: Sequence[Mapping[str, str]]) -> No
     Points are compared by the params they resolve to, not by their text: `1` and `1.0`, or `1e-4`
     and `0.0001`, are one value once parsed, and two axes can set one param. Two experiments of one
     name would also collide in DVC's queue, so distinct points whose names coincide are refused too.
+
+    The file is read and parsed once (a grid file's hundreds of points made parsing it again per
+    point the dry run's main cost); each point's overrides go onto a copy of that tree.
     """
+    load_params(params_path)  # the file itself, checked once with its own errors
+    raw = read_yaml(Path(params_path).read_text(encoding="utf-8"), str(params_path))
     by_params: dict[str, Mapping[str, str]] = {}
     by_name: dict[str, Mapping[str, str]] = {}
     for point in points:
-        params = load_params(params_path, [f"{k}={v}" for k, v in point.items()])
+        overrides = [f"{k}={v}" for k, v in point.items()]
+        tree = apply_overrides(copy.deepcopy(raw), overrides)
+        params = parse_params(tree, " -S ".join([str(params_path), *overrides]))
         resolved = json.dumps(params.resolved(), sort_keys=True)
         for seen, key, why in (
             (by_params, resolved, "give the same params"),

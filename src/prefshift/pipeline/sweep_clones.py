@@ -14,6 +14,7 @@ its folder (sweep_record), so `--no-wait`, a cancelled task or a later shell los
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import time
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prefshift.core.locks import private_dir
 from prefshift.core.paths import Layout
 from prefshift.core.signals import Terminated, exit_code, signals_as_exceptions, stop_signal
 from prefshift.pipeline import sweep_local_gpus, sweep_slurm
@@ -42,6 +44,7 @@ from prefshift.pipeline.sweep import (
 from prefshift.pipeline.sweep_record import (
     FINISHED,
     MISSING,
+    SCRATCH_ENV,
     SweepRecord,
     create,
     default_scratch,
@@ -200,6 +203,8 @@ def start(
         check_shared_tracking(uri)
     baseline = check_baseline(root)
     remotes = _remotes(root, executor, baseline)
+    if scratch is None and not os.environ.get(SCRATCH_ENV, "").strip():
+        private_dir(root)  # .prefshift/ with its own .gitignore: the clones never show in `git status`
     record = create(
         Path(scratch or default_scratch(root)),
         {
