@@ -15,6 +15,7 @@ its folder (sweep_record), so `--no-wait`, a cancelled task or a later shell los
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
 import time
@@ -71,6 +72,10 @@ class Executor:
     def check(self) -> None:
         if self.kind == "slurm":
             self.resources.check()
+            if self.devices:
+                raise SweepError(
+                    "--gpus: SLURM gives each task its GPUs; ask for them with --gpus-per-task N"
+                )
         elif self.kind == "local-gpus":
             if not self.devices:
                 raise SweepError("--executor local-gpus: name the devices to use, e.g. --gpus 0,1,2,3")
@@ -201,6 +206,10 @@ def start(
     uri = tracking_uri(Layout(root))
     if executor.kind == "slurm":
         check_shared_tracking(uri)
+        if shutil.which("sbatch") is None:
+            raise SweepError(
+                "--executor slurm: no `sbatch` on PATH; run the sweep where SLURM jobs can be submitted"
+            )
     baseline = check_baseline(root)
     remotes = _remotes(root, executor, baseline)
     if scratch is None and not os.environ.get(SCRATCH_ENV, "").strip():
