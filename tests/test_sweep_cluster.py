@@ -346,3 +346,32 @@ def test_a_long_point_gets_a_short_stable_name():
     name = experiment_name(point)
     assert len(name) <= MAX_NAME and name == experiment_name(dict(point))
     assert name != experiment_name({**point, "seed": "2"})
+
+
+def test_status_names_each_unfinished_point_with_why_and_its_log(tmp_path):
+    import socket
+
+    from prefshift.core.atomic import write_json
+    from prefshift.pipeline.sweep_clones import status_lines
+    from prefshift.pipeline.sweep_record import create
+
+    names = [f"sweep-seed-{i}" for i in range(4)]
+    record = create(tmp_path, {"points": [{"seed": str(i)} for i in range(4)], "names": names})
+    record.data["executor"] = {"kind": "local-gpus"}
+    here = socket.gethostname()
+    error = "`dvc exp run ...` failed (exit 1):\nRunning stage 'report':\nERROR: failed to reproduce 'report'"
+    write_json(record.state_file(0), {"state": "success"})
+    write_json(
+        record.state_file(1), {"state": "failed", "step": "run", "error": error, "host": here, "pid": 1}
+    )
+    write_json(record.state_file(2), {"state": "running", "step": "run", "host": here, "pid": 2**22 + 1})
+    lines = status_lines(record)
+    assert lines[0] == "0  sweep-seed-0  success"
+    assert lines[1] == (
+        "1  sweep-seed-1  failed  (failed during run: ERROR: failed to reproduce 'report')  "
+        f"log: {record.log(1)}"
+    )
+    assert lines[2].startswith(
+        "2  sweep-seed-2  stopped  (ended during run without a word: cancelled, preempted"
+    )
+    assert lines[3] == f"3  sweep-seed-3  missing  (never started)  log: {record.log(3)}"

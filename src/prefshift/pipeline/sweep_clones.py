@@ -259,6 +259,20 @@ def wait_for(record: SweepRecord, poll_s: float = POLL_S) -> dict[int, str]:
         time.sleep(poll_s)
 
 
+def _why(state: str, entry: Mapping[str, Any]) -> str:
+    """What ended a point that has no result, in one line."""
+    if state == MISSING:
+        return "never started"
+    error = (entry.get("error") or "").strip().splitlines()
+    if state == "failed":
+        return f"failed during {entry.get('step')}: {error[-1] if error else 'no message'}"
+    return (
+        error[0]
+        if error
+        else f"ended during {entry.get('step')} without a word: cancelled, preempted or killed"
+    )
+
+
 def status_lines(record: SweepRecord) -> list[str]:
     """One line per grid point: its state, and for any not finished why and where its log is."""
     lines = []
@@ -266,10 +280,7 @@ def status_lines(record: SweepRecord) -> list[str]:
         entry = record.read_state(index)
         line = f"{index}  {record.names[index]}  {state}"
         if state not in (FINISHED, *LIVE):
-            why = entry.get("error") or {MISSING: "never started"}.get(
-                state, f"stopped during {entry.get('step')}"
-            )
-            line += f"  ({why.splitlines()[0] if why else state})  log: {record.log(index)}"
+            line += f"  ({_why(state, entry)})  log: {record.log(index)}"
         lines.append(line)
     return lines
 
