@@ -411,7 +411,11 @@ def sweep(
         typer.Option("--grid-file", help="A grid written down: blocks of axes (configs/paper-grid.yaml)."),
     ] = None,
     methods: Annotated[
-        str | None, typer.Option("--methods", help="Comma-separated methods to collect.")
+        str | None,
+        typer.Option(
+            "--methods",
+            help="Comma-separated methods to collect (default anchor_last,anchor_mid or the grid file's).",
+        ),
     ] = None,
     report: Annotated[bool, typer.Option("--report/--no-report", help="Rebuild the report after.")] = True,
     jobs: Annotated[
