@@ -480,6 +480,10 @@ def sweep(
     points = grid.points if grid else _call(lambda: sweep_module.grid_points(sweep_module.parse_grid(set_)))
     default_methods = ",".join((grid.methods_collected if grid else None) or sweep_module.SWEEP_METHODS)
     listed = [m.strip() for m in (methods or default_methods).split(",") if m.strip()]
+    if executor == "queue" and (not wait or gpus is not None):
+        option = "--no-wait: for --executor slurm" if not wait else "--gpus: for --executor local-gpus"
+        err_console.print(error_text(f"{option} (see docs/cluster.md); DVC's queue takes --jobs"))
+        raise typer.Exit(2)
     if executor != "queue":
         from prefshift.pipeline.sweep_clones import Executor
         from prefshift.pipeline.sweep_local_gpus import parse_devices
