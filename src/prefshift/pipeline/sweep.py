@@ -1,5 +1,9 @@
 """`prefshift sweep`: a grid of params queued as DVC experiments, results filed for the report.
 
+This module is the default executor, DVC's queue on this machine, and the helpers every executor
+shares (grid parsing, names, the checks of an experiment's numbers, filing). Points that run in
+clones of their own, through SLURM or one device set each on local GPUs, are sweep_clones.py's.
+
 Each grid point is queued with `dvc exp run --queue --name sweep-<key>-<value> -S key=value
 report`, then `dvc queue start -j N` runs the queue (N = `--jobs`, default 1: each run already
 uses every core for torch). DVC stashes the workspace at queue time, applies the overrides in
