@@ -77,6 +77,18 @@ def _stop_pid_file(path: Path, grace_s: float = 15.0) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
+def _cancel_all(env: dict[str, str], wait_s: float = 20.0) -> None:
+    """Cancel every job still on this private cluster (a test that failed midway leaves some) and
+    wait for them to end: a job's slurmstepd outlives `scontrol shutdown` by design."""
+    subprocess.run(["scancel", f"--user={os.getuid()}"], env=env, capture_output=True)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        left = subprocess.run(["squeue", "-h", "-o", "%i"], env=env, capture_output=True, text=True)
+        if left.returncode != 0 or not left.stdout.strip():
+            return
+        time.sleep(0.3)
+
+
 @contextmanager
 def running_cluster(folder: Path) -> Iterator[dict[str, str]]:
     """munged, slurmctld and slurmd for one test; yields the environment that reaches them."""
@@ -115,6 +127,7 @@ def running_cluster(folder: Path) -> Iterator[dict[str, str]]:
             time.sleep(0.3)
         yield {"SLURM_CONF": env["SLURM_CONF"]}
     finally:
+        _cancel_all(env)
         subprocess.run(["scontrol", "shutdown"], env=env, capture_output=True)
         for daemon in ("slurmd", "slurmctld", "munged"):
             _stop_pid_file(folder / f"{daemon}.pid")
