@@ -104,6 +104,7 @@ def render_script(
         f"#SBATCH --job-name={job_name(record)}",
         f"#SBATCH --array={array_spec(indices)}",
         f"#SBATCH --output={folder}/logs/%a.log",
+        f"#SBATCH --chdir={folder}",  # on the shared filesystem, wherever the sweep was started
         "#SBATCH --open-mode=append",
         *directives(resources),
     ]
