@@ -10,6 +10,8 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -160,28 +162,24 @@ def test_a_slurm_sweep_resumes_only_its_cancelled_point_and_gathers_both(tmp_pat
     for key in ("PATH", *(k for k in env if k.startswith("GIT_"))):
         monkeypatch.setenv(key, env[key])  # sbatch hands this process's environment to the tasks
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    root, trace = _project(tmp_path, env, remotes=True)
-    scratch = tmp_path / "scratch"
-    sweep = [
-        "sweep",
-        "-S",
-        "anchor.lambda=0.5,2",
-        "--methods",
-        "anchor_last",
-        "--no-report",
-        "--root",
-        str(root),
-    ]
-    sweep += ["--executor", "slurm", "--scratch", str(scratch), "--time", "10:00", "--no-wait"]
+    with ExitStack() as stack:
+        building = stack.enter_context(ThreadPoolExecutor(1)).submit(_project, tmp_path, env, True)
+        # The MLflow server starts while the project builds.
+        uri = stack.enter_context(running_server(tmp_path / "mlflow", free_port()))
+        root, trace = building.result()
+        scratch = tmp_path / "scratch"
+        sweep = ["sweep", "-S", "anchor.lambda=0.5,2", "--methods", "anchor_last", "--no-report"]
+        sweep += ["--root", str(root), "--executor", "slurm", "--scratch", str(scratch), "--time", "10:00"]
+        sweep.append("--no-wait")
 
-    # No server: the project's sqlite file would take writers from every node. Refused, nothing submitted.
-    refused = _cli(*sweep, code=2).stderr
-    assert "cannot log to a sqlite file" in refused and "mlflow server" in refused and not scratch.exists()
+        # No tracking URI set: the project's sqlite file would take writers from every node. Refused,
+        # with the server to start named; nothing is submitted.
+        refused = _cli(*sweep, code=2).stderr
+        assert (
+            "cannot log to a sqlite file" in refused and "mlflow server" in refused and not scratch.exists()
+        )
 
-    with (
-        running_server(tmp_path / "mlflow", free_port()) as uri,
-        running_cluster(tmp_path / "slurm") as slurm,
-    ):
+        slurm = stack.enter_context(running_cluster(tmp_path / "slurm"))
         monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
         monkeypatch.setenv("SLURM_CONF", slurm["SLURM_CONF"])
         MlflowClient(uri).create_experiment("cluster-sweep")
