@@ -43,8 +43,12 @@ checkpoint.write_text("1")  # as training leaves its resumable checkpoint (no DV
 deadline = time.time() + 120
 while (trace / f"hold-{lam}").exists() and time.time() < deadline:
     time.sleep(0.2)
-sleep = trace / "sleep"
-time.sleep(float(sleep.read_text()) if sleep.exists() else 0)
+barrier = trace / "barrier"  # wait (bounded) until this many points have started: they overlap
+deadline = time.time() + 300
+while barrier.exists() and len(list(trace.glob("start-*"))) < int(barrier.read_text()):
+    if time.time() > deadline:
+        break
+    time.sleep(0.2)
 base = float(pathlib.Path("data/base.txt").read_text().split()[1])
 headline = {"wrg": 2.0 * lam, "mean_aog": base * lam, "mean_nts": -1.0 * lam}
 uri = os.environ.get("MLFLOW_TRACKING_URI", "")
@@ -248,7 +252,7 @@ def test_local_gpus_give_each_running_point_its_own_devices(tmp_path, monkeypatc
         monkeypatch.setenv(key, env[key])
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     root, trace = _project(tmp_path, env, remotes=False)
-    (trace / "sleep").write_text("1.5")  # points overlap, so disjointness is tested, not granted
+    (trace / "barrier").write_text("2")  # each point waits for the other: disjointness is tested, not granted
     sweep = [
         "sweep",
         "-S",

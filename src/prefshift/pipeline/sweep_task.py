@@ -35,12 +35,31 @@ TASK_HEADER = "=== sweep task"
 """Starts each attempt's part of a point's log, so the gatherer reads the last attempt alone."""
 
 
+DVC_LOCKS = ("lock", "rwlock", "rwlock.lock")
+"""DVC's lock files under .dvc/tmp: the repository lock and the stage read/write lock."""
+
+
+def _clear_dead_locks(clone: Path, say: Callable[[str], None]) -> None:
+    """A reused clone's DVC locks are the dead attempt's: one attempt of a point runs at a time.
+
+    An attempt killed mid-write (scancel, preemption, a time limit) can leave .dvc/tmp/rwlock
+    empty, and DVC then refuses every later run ("Unable to read RWLock-file ... JSON structure
+    is corrupted"), so a resumed point would fail where it should have resumed.
+    """
+    for name in DVC_LOCKS:
+        path = clone / ".dvc" / "tmp" / name
+        if path.is_file():
+            path.unlink()
+            say(f"removed {path}, left by the attempt before")
+
+
 def _clone(record: SweepRecord, index: int, say: Callable[[str], None]) -> Path:
     """The point's clone at the baseline commit: made once (atomically: a half-made clone is never
     mistaken for one), reused by every later attempt."""
     clone = record.clone(index)
     if (clone / ".git").is_dir():
         say(f"reusing {clone} (an earlier attempt's checkpoints stay)")
+        _clear_dead_locks(clone, say)
         return clone
     staging = clone.with_name(f".{index}.{os.getpid()}.tmp")
     remote = record.data["git_remote"]
