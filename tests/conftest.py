@@ -66,7 +66,7 @@ def fixtures_dir() -> Path:
 @pytest.fixture
 def tmp_layout(tmp_path: Path) -> Layout:
     """A project root in a temporary directory, as stages see it."""
-    return Layout(tmp_path)
+    return Layout(tmp_path, seed=0)
 
 
 @pytest.fixture

@@ -28,6 +28,7 @@ from prefshift.bench.pipeline import copy_project_sources
 REPO = Path(__file__).resolve().parents[1]
 
 SMALL = {
+    "seeds": [0, 1],  # two: per-seed stages and seed-level verdicts run end to end
     "synthetic": {"train_pairs": 400, "test_pairs": 160, "groups": 12, "corpus_docs": 600},
     "data": {"caps": {"teacher_train": 200, "student_train": 200, "id_test": 120, "ood": 120, "groups": 12}},
     "backbone": {
@@ -52,7 +53,14 @@ SMALL = {
 }
 
 STUDENTS = ("naive", "confidence", "seam", "anchor_last", "anchor_mid", "ceiling")
-"""The embedded default's students: one train and evaluate stage each."""
+"""The embedded default's students: one train and evaluate stage each per seed."""
+SEEDS = tuple(SMALL["seeds"])
+
+
+def per_seed(stages, methods, seeds=SEEDS) -> set[str]:
+    """DVC's names for the matrix stages: train@naive-0, ..."""
+    return {f"{stage}@{m}-{k}" for stage in stages for m in methods for k in seeds}
+
 
 _BUILT: dict[str, dict] = {}
 

@@ -222,8 +222,8 @@ def test_unusable_rows_are_skipped_counted_and_located(tmp_path, row, reason, te
 
 def test_prepare_writes_the_skip_counts_next_to_the_pairs(tmp_path):
     rows = [GOOD, _row(gold=0.5), _row(rejected=""), _row(chosen="x", rejected="x"), GOOD]
-    prepare.run(load_params(_params_file(tmp_path, _local_params(tmp_path, rows))), Layout(tmp_path))
-    skips = json.loads(Layout(tmp_path).skips("mine").read_text())["train"]
+    prepare.run(load_params(_params_file(tmp_path, _local_params(tmp_path, rows))), Layout(tmp_path, seed=0))
+    skips = json.loads(Layout(tmp_path, seed=0).skips("mine").read_text())["train"]
     assert skips["kept"] == 1 and skips["skipped_total"] == 4
     assert skips["skipped"] == {"bad_gold": 1, "duplicate": 1, "empty_response": 1, "identical_responses": 1}
 
@@ -365,7 +365,7 @@ def test_overlap_between_source_and_target_is_removed_and_counted(tmp_path):
     )
     from prefshift.pipeline.stages import split
 
-    params, layout = load_params(_params_file(tmp_path, raw)), Layout(tmp_path)
+    params, layout = load_params(_params_file(tmp_path, raw)), Layout(tmp_path, seed=0)
     prepare.run(params, layout)
     split.run(params, layout)
     manifest = json.loads(layout.split_manifest.read_text())
@@ -384,7 +384,7 @@ def _labels(path: Path, version: bytes | None) -> Path:
 
 
 def test_weak_labels_from_another_split_version_are_refused(tmp_path):
-    layout = Layout(tmp_path)
+    layout = Layout(tmp_path, seed=0)
     layout.split_manifest.parent.mkdir(parents=True)
     layout.split_manifest.write_text(json.dumps({"version": "v2"}))
     path = _labels(layout.weak_labels, b"v1")
@@ -443,4 +443,7 @@ def test_remote_code_is_off_by_default_and_tagged_when_on(tmp_path):
     assert Params().backbone.trust_remote_code is False
     on = Params.model_validate({"backbone": {"trust_remote_code": True}})
     for params, tag in ((on, "true"), (Params(), "false")):
-        assert tracking.run_tags(params, Layout(tmp_path), "teacher", None, "p1")["trust_remote_code"] == tag
+        assert (
+            tracking.run_tags(params, Layout(tmp_path, seed=0), "teacher", None, "p1")["trust_remote_code"]
+            == tag
+        )

@@ -52,7 +52,7 @@ def _rows(prefix: str, n: int = 4) -> list[dict]:
 def test_a_prepare_failing_on_one_dataset_replaces_no_dataset(tmp_path):
     raw = _local_params(tmp_path, _rows("first"))
     _prepare(tmp_path, raw)
-    pairs = Layout(tmp_path).pairs_dir
+    pairs = Layout(tmp_path, seed=0).pairs_dir
     before = _tree(pairs)
     _jsonl(tmp_path / "raw" / "mine" / "train.jsonl", _rows("second"))  # the source changes and is fine
     _jsonl(tmp_path / "raw" / "theirs.jsonl", [GOOD, '{"prompt": '])  # the target breaks on line 2
@@ -64,14 +64,16 @@ def test_a_prepare_failing_on_one_dataset_replaces_no_dataset(tmp_path):
 
 
 def test_split_refuses_pairs_that_one_prepare_run_did_not_write(tmp_path):
-    layout = Layout(tmp_path)
+    layout = Layout(tmp_path, seed=0)
     other = tmp_path / "other"
     other.mkdir()
     raw = _local_params(tmp_path, _rows("first"))
     _prepare(other, raw)  # a second run of the same prepare, on other data
     _jsonl(tmp_path / "raw" / "mine" / "train.jsonl", _rows("second"))
     _prepare(tmp_path, raw)
-    shutil.copy(Layout(other).pairs("mine", "train"), layout.pairs("mine", "train"))  # old file, new set
+    shutil.copy(
+        Layout(other, seed=0).pairs("mine", "train"), layout.pairs("mine", "train")
+    )  # old file, new set
     params = str(_params_file(tmp_path, raw))
     message = _cli_error("split", "-p", params, "--root", str(tmp_path))
     assert f"{layout.pairs('mine', 'train')} differs from the file it recorded" in message
@@ -83,7 +85,7 @@ def test_split_refuses_pairs_that_one_prepare_run_did_not_write(tmp_path):
 
 
 def test_teacher_and_train_refuse_a_weak_and_strong_from_different_backbone_runs(tmp_path):
-    layout = Layout(tmp_path)
+    layout = Layout(tmp_path, seed=0)
     install_backbones(layout, base_dir(tmp_path, seed=1), base_dir(tmp_path, seed=2))
     params = str(_params_file(tmp_path, {"seed": 0}))
     shutil.rmtree(layout.base_model("weak"))
@@ -100,7 +102,7 @@ def test_evaluate_refuses_teacher_scores_that_one_teacher_run_did_not_write(tmp_
     from prefshift.pipeline.stages import evaluate
     from test_report import TARGETS, _params, _splits
 
-    layout = Layout(tmp_path)
+    layout = Layout(tmp_path, seed=0)
     _splits(layout, {"id_test": 2, **{t: 2 for t in TARGETS}})
     frame = pd.DataFrame(
         {"pair_id": ["p1"], "delta": [1.0], "gold": [1.0], "len_chosen": [3], "len_rejected": [4]}
@@ -114,7 +116,7 @@ def test_evaluate_refuses_teacher_scores_that_one_teacher_run_did_not_write(tmp_
 
 
 def test_a_models_base_assembled_by_hand_is_refused(tmp_path):
-    layout = Layout(tmp_path)
+    layout = Layout(tmp_path, seed=0)
     for which in ("weak", "strong"):
         shutil.copytree(base_dir(tmp_path), layout.base_model(which))
     message = _cli_error("teacher", "-p", str(_params_file(tmp_path, {"seed": 0})), "--root", str(tmp_path))
@@ -217,7 +219,7 @@ def test_backbone_refuses_a_broken_local_model_directory(tmp_path, breakage, mes
     path = _params_file(tmp_path, {"backbone": {"weak": spec, "strong": spec}})
     error = _cli_error("backbone", "-p", str(path), "--root", str(tmp_path))
     assert f"model directory {broken} {message}" in error
-    assert not Layout(tmp_path).base_dir.exists()
+    assert not Layout(tmp_path, seed=0).base_dir.exists()
 
 
 def test_a_broken_local_directory_is_not_reported_as_a_missing_hub_copy(tmp_path):
@@ -251,7 +253,7 @@ def test_a_relative_model_path_that_does_not_exist_is_called_a_path(tmp_path, mo
 
 
 def test_scoring_refuses_a_backbone_whose_head_was_never_trained(tmp_path):
-    layout = Layout(tmp_path)
+    layout = Layout(tmp_path, seed=0)
     install_backbones(layout, base_dir(tmp_path), base_dir(tmp_path))
     message = _score_error(tmp_path, str(layout.base_model("strong")))
     assert f"{layout.base_model('strong')} has no trained reward head (LlamaForCausalLM" in message

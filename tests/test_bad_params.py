@@ -277,7 +277,7 @@ def test_a_writing_stage_checks_its_tracking_database_first(tmp_path, monkeypatc
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{db}")
     started = time.monotonic()
     refused = pytest.raises(tracking.TrackingError, match=rf"directory {tmp_path / 'missing'} does not exist")
-    with refused, tracking.stage_run(Params(), Layout(tmp_path), "teacher"):
+    with refused, tracking.stage_run(Params(), Layout(tmp_path, seed=0), "teacher"):
         pass
     assert time.monotonic() - started < QUICK_FAILURE_S
 

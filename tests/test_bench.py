@@ -368,3 +368,18 @@ def test_realistic_lengths_follow_the_measured_hh_quantiles():
         assert abs(np.quantile(drawn, q) - tokens) <= 0.05 * tokens + 2, q
     assert 160 <= drawn.mean() <= 180  # HH harmless: mean 170
     assert draw_lengths(50, seed=3) == draw_lengths(50, seed=3)
+
+
+def test_method_costs_are_medians_over_seeds_against_naive():
+    from prefshift.bench.pipeline import method_costs
+    from prefshift.bench.report import _method_costs
+
+    stages = {"train@naive-0": 10.0, "train@naive-1": 12.0, "train@naive-2": 30.0, "train@lp_ft-0": 18.0}
+    stages |= {"train@lp_ft-1": 15.0, "train@lp_ft-2": 99.0, "evaluate@naive-0": 5.0, "teacher@0": 7.0}
+    costs = method_costs(stages)
+    assert costs == {
+        "naive": {"seeds": 3, "median_s": 12.0, "vs_naive": 1.0},
+        "lp_ft": {"seeds": 3, "median_s": 18.0, "vs_naive": 1.5},  # medians 18 and 12
+    }
+    assert "| lp_ft | 18.0 s | 3 | 1.50× |" in _method_costs(costs)
+    assert method_costs({"train@lp_ft-0": 3.0})["lp_ft"]["vs_naive"] is None  # no naive to compare with

@@ -1,4 +1,4 @@
-"""Paired method comparisons against a hand-computed bootstrap, seed agreement and verdict lines."""
+"""Paired method comparisons against hand-computed bootstraps and seed-level intervals, and verdict lines."""
 
 from __future__ import annotations
 
@@ -16,10 +16,39 @@ def test_paired_interval_matches_a_hand_computed_bootstrap():
     # default_rng(0).integers(0, 4, (3, 4)) draws the pair indices [3 2 2 1], [1 0 0 0], [0 3 2 3]:
     # d means -0.125, 0.75, 0 → sorted -12.5, 0, 75 pp. numpy's linear percentiles of 3 values:
     # 2.5th at position 0.05 → -12.5 + 0.05·12.5 = -11.875; 97.5th at 1.95 → 0 + 0.95·75 = 71.25.
-    result = cmp.paired_difference(a, b, draws=3, level=0.95, rng=np.random.default_rng(0))
+    result = cmp.paired_difference([a], [b], draws=3, level=0.95, rng=np.random.default_rng(0))
     assert result["diff"] == pytest.approx(12.5)
-    assert result["ci"] == pytest.approx([-11.875, 71.25])
-    assert result["n"] == 4
+    assert result["ci"] == pytest.approx([-11.875, 71.25])  # one seed: the pairs interval
+    assert result["n"] == 4 and result["seeds"]["n"] == 1
+
+
+T_TABLE_975 = {1: 12.706, 2: 4.303}
+"""Student's t, 97.5th percentile, by degrees of freedom, from a printed table (3 decimals)."""
+
+
+def test_seed_level_interval_matches_the_formula_by_hand():
+    # Seeds' differences 1, 2, 3 pp: mean 2, s² = 1; pair variance 0.25.
+    # var = 1/3 + 0.25 = 0.58333, √ = 0.76376; half-width = t(2) · 0.76376 = 4.303 · 0.76376 = 3.2865.
+    lo, hi = cmp.seed_level_interval([1.0, 2.0, 3.0], 0.25, 0.95)
+    assert (lo, hi) == pytest.approx((2 - 3.2865, 2 + 3.2865), rel=1e-3)
+    with pytest.raises(cmp.MetricsError, match="two seeds"):
+        cmp.seed_level_interval([1.0], 0.25, 0.95)
+
+
+def test_paired_difference_across_two_seeds_by_hand():
+    a = [np.array([1.0, 0.0, 1.0, 0.5]), np.array([1.0, 1.0, 0.0, 0.0])]
+    b = [np.array([0.0, 0.0, 1.0, 1.0]), np.array([0.0, 1.0, 0.0, 0.0])]
+    # Per-seed differences: seed 0 d = [1, 0, 0, -0.5] → 12.5 pp; seed 1 d = [1, 0, 0, 0] → 25 pp.
+    # Mean 18.75; s² = (6.25² + 6.25²) / 1 = 78.125, so s²/S = 39.0625.
+    # The seed-averaged per-pair difference is [1, 0, 0, -0.25]; the draws [3 2 2 1], [1 0 0 0],
+    # [0 3 2 3] (default_rng(0), one index set for every model of every seed) give -6.25, 75, 12.5 pp:
+    # mean 27.0833, sample variance ((-33.3333)² + 47.9167² + (-14.5833)²) / 2 = 1809.896.
+    # var = 39.0625 + 1809.896 = 1848.958, √ = 43.0000; half-width = t(1) · 43.0 = 12.706 · 43.0 = 546.36.
+    result = cmp.paired_difference(a, b, draws=3, level=0.95, rng=np.random.default_rng(0))
+    assert result["diff"] == pytest.approx(18.75)
+    assert result["seeds"]["per_seed"] == pytest.approx([12.5, 25.0])
+    assert result["ci"] == pytest.approx([18.75 - 546.36, 18.75 + 546.36], rel=1e-3)
+    assert result["pairs_ci"] == pytest.approx([-6.25 + 0.05 * 18.75, 12.5 + 0.95 * 62.5])
 
 
 def test_nts_difference_point_and_teacher_baseline():
@@ -28,12 +57,20 @@ def test_nts_difference_point_and_teacher_baseline():
     target = {"teacher": np.array([1.0, 0.0, 0.0, 0.0])}  # 25
     target |= {"a": np.array([1.0, 1.0, 1.0, 0.0]), "b": np.array([1.0, 1.0, 0.0, 0.0])}  # 75, 50
     # NTS_a = (75 - 25) - max(0, 50 - 25) = 25; NTS_b = (50 - 25) - 0 = 25.
-    same = cmp.nts_difference(ident, target, "a", "b", target="x", draws=50, level=0.95, seed=0)
+    same = cmp.nts_difference([ident], [target], "a", "b", target="x", draws=50, level=0.95, seed=0)
     assert same["diff"] == pytest.approx(0.0)
-    vs_teacher = cmp.nts_difference(ident, target, "a", "teacher", target="x", draws=50, level=0.95, seed=0)
+    vs_teacher = cmp.nts_difference(
+        [ident], [target], "a", "teacher", target="x", draws=50, level=0.95, seed=0
+    )
     assert vs_teacher["diff"] == pytest.approx(25.0)
-    itself = cmp.nts_difference(ident, target, "a", "a", target="x", draws=50, level=0.95, seed=0)
+    itself = cmp.nts_difference([ident], [target], "a", "a", target="x", draws=50, level=0.95, seed=0)
     assert itself["ci"] == [0.0, 0.0]
+    # A second seed where b's target accuracy drops to 25: NTS_b = 0 there, so a − b = 25 in seed 1.
+    second = {**target, "b": np.array([1.0, 0.0, 0.0, 0.0])}
+    two = cmp.nts_difference(
+        [ident, ident], [target, second], "a", "b", target="x", draws=50, level=0.95, seed=0
+    )
+    assert two["seeds"]["per_seed"] == pytest.approx([0.0, 25.0]) and two["diff"] == pytest.approx(12.5)
 
 
 def test_aligned_credits_use_only_pairs_every_model_scored():
@@ -45,18 +82,23 @@ def test_aligned_credits_use_only_pairs_every_model_scored():
     assert credits["a"].tolist() == [1.0, 0.5] and credits["b"].tolist() == [0.0, 1.0]
 
 
-def test_seed_agreement_and_verdicts():
-    seeds = cmp.seed_agreement([1.0, -0.5, 2.0])
-    assert seeds["mean"] == pytest.approx(2.5 / 3)
-    assert seeds["std"] == pytest.approx(np.std([1.0, -0.5, 2.0], ddof=1))
-    assert (seeds["n"], seeds["agree"]) == (3, 2)
-    line = cmp.verdict("anchor_last", "naive", "X", {"diff": 1.2, "ci": [-0.4, 2.9]}, seeds)
-    assert line == "anchor_last vs naive on X: +1.2 pp [−0.4, +2.9], 2/3 seeds agree: not distinguishable"
+def _result(per_seed, ci):
+    seeds = cmp._seed_summary(per_seed)
+    return {"diff": seeds["mean"], "ci": ci, "seeds": seeds}
+
+
+def test_verdicts_state_their_seeds_and_never_call_one_seed():
+    line = cmp.verdict("anchor_last", "naive", "X", _result([1.0, -0.5, 2.0], [-0.4, 2.9]))
+    assert line == "anchor_last vs naive on X: +0.8 pp [−0.4, +2.9], 3 seeds, 2/3 agree: not distinguishable"
     # An interval clear of 0 is still not a finding when a seed disagrees in sign ...
-    assert cmp.verdict("a", "b", "X", {"diff": 3.0, "ci": [1.0, 5.0]}, seeds).endswith("not distinguishable")
-    # ... but is when every seed agrees, or only one seed ran.
-    agree = cmp.seed_agreement([2.0, 3.0])
-    assert cmp.verdict("a", "b", "X", {"diff": 3.0, "ci": [1.0, 5.0]}, agree).endswith(
-        "2/2 seeds agree: a better"
+    assert cmp.verdict("a", "b", "X", _result([4.0, -0.5, 5.5], [1.0, 5.0])).endswith("not distinguishable")
+    # ... it is when two or more seeds all agree ...
+    assert cmp.verdict("a", "b", "X", _result([2.0, 4.0], [1.0, 5.0])).endswith(
+        "2 seeds, 2/2 agree: a better"
     )
-    assert cmp.verdict("a", "b", "X", {"diff": -3.0, "ci": [-5.0, -1.0]}, None).endswith("1 seed: a worse")
+    assert cmp.verdict("a", "b", "X", _result([-2.0, -4.0], [-5.0, -1.0])).endswith("2/2 agree: a worse")
+    # ... and never from one seed, however far its pairs interval is from 0.
+    for ci in ([1.0, 5.0], [-5.0, -1.0], [-1.0, 1.0]):
+        one = cmp.verdict("a", "b", "X", _result([3.0 if ci[0] > 0 else -3.0], ci))
+        assert one.endswith("(pairs only), one seed: no verdict"), one
+        assert not cmp.distinguishable(_result([3.0], ci))

@@ -14,7 +14,7 @@ from tiny_project import pipeline_root, run_pipeline, tiny_params
 
 @pytest.mark.slow
 def test_two_runs_give_byte_identical_metrics(tmp_path_factory):
-    first = Layout(pipeline_root(tmp_path_factory))
+    first = Layout(pipeline_root(tmp_path_factory), seed=0)
     root = tmp_path_factory.mktemp("tiny-pipeline-again")
     seed_database(tmp_path_factory, root / "mlflow.db")
     second = run_pipeline(root, tiny_params())

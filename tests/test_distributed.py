@@ -61,7 +61,7 @@ def worker(root: Path, batch: int, method: str) -> None:
     params = _params(batch)
     fit(
         params,
-        Layout(root),
+        Layout(root, seed=0),
         name=method,
         method=method,
         base_dir=root / "base",
@@ -82,7 +82,7 @@ def _prepare(root: Path, factory) -> None:
     root.mkdir(parents=True)
     seed_database(factory, root / "mlflow.db")
     tiny_models.base_dir(root, seed=1).rename(root / "base")
-    layout = Layout(root)
+    layout = Layout(root, seed=0)
     for split in ("id_test", *_params(BATCH).data.targets):  # fit scores the saved model on them
         write_pairs(layout.split(split), tiny_models.pairs(8))
     write_json(layout.split_manifest, {"version": "v1"})
@@ -186,7 +186,10 @@ def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path, tm
     moved = max((one[k] - base[k]).abs().max().item() for k in one if k in base)
     assert moved > 1e-3, "training did not change the weights, so the comparison proves nothing"
 
-    logs = [json.loads((r / "reports" / "train" / f"{METHOD}.json").read_text()) for r in (single, double)]
+    logs = [
+        json.loads((r / "reports" / "train" / "seed-0" / f"{METHOD}.json").read_text())
+        for r in (single, double)
+    ]
     steps = PAIRS // (2 * BATCH)
     assert [log["total_steps"] for log in logs] == [steps, steps]
     assert [len(log["steps"]) for log in logs] == [steps, steps]

@@ -103,7 +103,7 @@ def test_missing_inputs_name_the_stage_to_run(tmp_path, make_params):
 
     with pytest.raises(PrefshiftError, match="no-such-org/no-such-policy"):
         PolicySampler("no-such-org/no-such-policy", DownstreamConfig())
-    layout = Layout(tmp_path)
+    layout = Layout(tmp_path, seed=0)
     with pytest.raises(PrefshiftError, match="prefshift train --method naive"):
         downstream.run(make_params(), layout, "naive")
     with pytest.raises(PrefshiftError, match="prefshift policy-samples"):

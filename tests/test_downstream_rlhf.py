@@ -68,7 +68,7 @@ def project(tmp_path_factory):
         seed_database(tmp_path_factory, root / "mlflow.db")
         (root / "params.yaml").write_text(yaml.safe_dump({"encode": {"max_length": MAX_LENGTH}}))
         params = Params.model_validate({"encode": {"max_length": MAX_LENGTH}})
-        layout = Layout(root)
+        layout = Layout(root, seed=0)
         id_test = [
             make_pair(
                 dataset="syn",

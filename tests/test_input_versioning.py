@@ -42,11 +42,11 @@ def _write_raw(root: Path) -> None:
 
 
 def _snapshot(root: Path) -> dict[str, bytes]:
-    return {c: inputs_file(Layout(root), c).read_bytes() for c in CONSUMERS}
+    return {c: inputs_file(Layout(root, seed=0), c).read_bytes() for c in CONSUMERS}
 
 
 def _record(root: Path, consumer: str) -> dict:
-    return json.loads(inputs_file(Layout(root), consumer).read_text(encoding="utf-8"))
+    return json.loads(inputs_file(Layout(root, seed=0), consumer).read_text(encoding="utf-8"))
 
 
 @pytest.fixture
@@ -74,7 +74,7 @@ def project(tmp_path, monkeypatch, make_params):
 
 def test_each_consumer_gets_its_inputs_with_content_hashes(project):
     root, params = project
-    inputs.run(params, Layout(root))
+    inputs.run(params, Layout(root, seed=0))
     prepare = _record(root, "prepare")
     assert set(prepare["mine"]["splits"]) == {"train", "test"}
     train = prepare["mine"]["splits"]["train"]
@@ -90,7 +90,7 @@ def test_each_consumer_gets_its_inputs_with_content_hashes(project):
 
 def test_nothing_changed_gives_identical_bytes_and_one_row_changes_only_prepare(project):
     root, params = project
-    layout = Layout(root)
+    layout = Layout(root, seed=0)
     inputs.run(params, layout)
     first = _snapshot(root)
     inputs.run(params, layout)
@@ -109,12 +109,12 @@ def test_nothing_changed_gives_identical_bytes_and_one_row_changes_only_prepare(
 
 def test_a_moved_project_records_the_same_bytes(project, monkeypatch):
     root, params = project
-    inputs.run(params, Layout(root))
+    inputs.run(params, Layout(root, seed=0))
     moved = root.parent / "moved"
     shutil.copytree(root, moved)
     shutil.rmtree(moved / "data")
     monkeypatch.chdir(moved)
-    inputs.run(params, Layout(moved))
+    inputs.run(params, Layout(moved, seed=0))
     assert _snapshot(moved) == _snapshot(root)
 
 
@@ -128,14 +128,14 @@ def test_a_directory_source_versions_every_file_under_it(tmp_path, monkeypatch, 
     (source / ".git" / "HEAD").write_text("ref: refs/heads/main\n", encoding="utf-8")
     sources = {"prefs": {**MINE, "path": "prefs"}}
     params = make_params(data={"source": "prefs", "targets": ["syn_help_chat"], "sources": sources})
-    inputs.run(params, Layout(tmp_path))
+    inputs.run(params, Layout(tmp_path, seed=0))
     first = _record(tmp_path, "prepare")["prefs"]
     assert set(first["files"]) == {"train.jsonl", "nested/test.jsonl"}
     (source / ".git" / "HEAD").write_text("ref: refs/heads/other\n", encoding="utf-8")
-    inputs.run(params, Layout(tmp_path))
+    inputs.run(params, Layout(tmp_path, seed=0))
     assert _record(tmp_path, "prepare")["prefs"] == first  # a clone's history is not data
     (source / "nested" / "extra.jsonl").write_text(_rows(1, "c"), encoding="utf-8")
-    inputs.run(params, Layout(tmp_path))
+    inputs.run(params, Layout(tmp_path, seed=0))
     assert set(_record(tmp_path, "prepare")["prefs"]["files"]) == {
         "train.jsonl",
         "nested/test.jsonl",
@@ -152,7 +152,7 @@ def test_hub_sources_are_recorded_with_the_revision_asked_for(tmp_path, monkeypa
             "sources": {"helpsteer3": {"revision": "0123abc"}},
         }
     )
-    inputs.run(params, Layout(tmp_path))
+    inputs.run(params, Layout(tmp_path, seed=0))
     prepare = _record(tmp_path, "prepare")
     asked = {"hub": "nvidia/HelpSteer3", "config": "preference", "revision": "0123abc"}
     assert prepare["helpsteer3"] == asked
@@ -165,12 +165,12 @@ def test_hub_sources_are_recorded_with_the_revision_asked_for(tmp_path, monkeypa
 def test_a_missing_input_is_recorded_and_its_arrival_changes_the_record(project):
     root, params = project
     (root / "raw" / "mine_test.jsonl").unlink()
-    inputs.run(params, Layout(root))
+    inputs.run(params, Layout(root, seed=0))
     test_split = _record(root, "prepare")["mine"]["splits"]["test"]
     assert test_split == {"path": "raw/mine_test.jsonl", "missing": True}
     before = _snapshot(root)["prepare"]
     _write_raw(root)
-    inputs.run(params, Layout(root))
+    inputs.run(params, Layout(root, seed=0))
     assert _snapshot(root)["prepare"] != before
 
 
@@ -178,7 +178,7 @@ def test_a_fifo_named_as_data_is_recorded_not_read(project):
     root, params = project
     (root / "raw" / "mine_test.jsonl").unlink()
     os.mkfifo(root / "raw" / "mine_test.jsonl")  # opening it to hash would block forever
-    inputs.run(params, Layout(root))
+    inputs.run(params, Layout(root, seed=0))
     test_split = _record(root, "prepare")["mine"]["splits"]["test"]
     assert test_split == {"path": "raw/mine_test.jsonl", "not_a_file_or_directory": True}
 
@@ -202,7 +202,7 @@ def test_the_stat_cache_reads_a_file_again_only_when_its_stat_changes(project):
     the recorded hash stays; with a new mtime it is read again."""
     root, params = project
     (root / ".dvc").mkdir()
-    inputs.run(params, Layout(root))
+    inputs.run(params, Layout(root, seed=0))
     cache = json.loads((root / ".dvc" / "tmp" / STAT_CACHE_NAME).read_text(encoding="utf-8"))
     weights = root / "local-weak" / "model.safetensors"
     assert str(weights.resolve()) in cache
@@ -211,10 +211,10 @@ def test_the_stat_cache_reads_a_file_again_only_when_its_stat_changes(project):
     with weights.open("r+b") as handle:  # in place: same inode, same size
         handle.write(b"\7" * 4096)
     os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    inputs.run(params, Layout(root))
+    inputs.run(params, Layout(root, seed=0))
     assert _record(root, "backbone") == before
     os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
-    inputs.run(params, Layout(root))
+    inputs.run(params, Layout(root, seed=0))
     assert _record(root, "backbone") != before
 
 
@@ -240,7 +240,7 @@ def test_under_dvc_a_changed_row_reruns_prepare_and_what_follows_and_a_noop_only
     assert ran_stages(run(["dvc", "repro", "split"], root, env)) == {"inputs"}
     assert _dvc_status(root, env, "prepare", "split") == {}
 
-    backbone_inputs = inputs_file(Layout(root), "backbone").read_bytes()
+    backbone_inputs = inputs_file(Layout(root, seed=0), "backbone").read_bytes()
     with (root / "raw" / "mine_train.jsonl").open("a", encoding="utf-8") as handle:
         handle.write(_rows(1, "added"))
     # `dvc status` runs no command, so it cannot hash; it no longer says "up to date", though:
@@ -248,7 +248,9 @@ def test_under_dvc_a_changed_row_reruns_prepare_and_what_follows_and_a_noop_only
     run(["prefshift", "inputs"], root, env)  # after which it names what the change re-runs
     status = _dvc_status(root, env, "prepare", "split")
     assert status == {"prepare": [{"changed deps": {"data/inputs/prepare.json": "modified"}}]}
-    assert inputs_file(Layout(root), "backbone").read_bytes() == backbone_inputs  # backbone stays cached
+    assert (
+        inputs_file(Layout(root, seed=0), "backbone").read_bytes() == backbone_inputs
+    )  # backbone stays cached
 
     assert ran_stages(run(["dvc", "repro", "split"], root, env)) == {"inputs", "prepare", "split"}
     assert ran_stages(run(["dvc", "repro", "split"], root, env)) == {"inputs"}

@@ -89,7 +89,7 @@ import sys, time
 from pathlib import Path
 from prefshift.pipeline.output_set import output_set
 from prefshift.core.paths import Layout
-layout = Layout(Path(sys.argv[1]))
+layout = Layout(Path(sys.argv[1]), seed=0)
 with output_set(layout.root, "prefshift evaluate --method naive", files=[layout.metrics("naive")]):
     print("holding", flush=True)
     time.sleep(600)

@@ -129,13 +129,13 @@ def test_a_method_from_an_installed_package_runs_plan_to_report(tmp_path, tmp_pa
     }
     for stage in ("targets", "train", "evaluate"):
         _run(layout.root, env, stage, "--method", "toy_margin")
-    log = json.loads(Layout(layout.root).train_log("toy_margin").read_text())
+    log = json.loads(Layout(layout.root, seed=0).train_log("toy_margin").read_text())
     assert log["objective"] == "toy_margin"
     assert {row["margin"] for row in log["steps"]} == {0.25}  # the plug-in's loss ran, with its settings
     assert log["after_training"] == {"hook": "toy_margin_method.mark"}
-    saved = json.loads((Layout(layout.root).student_dir("toy_margin") / "config.json").read_text())
+    saved = json.loads((Layout(layout.root, seed=0).student_dir("toy_margin") / "config.json").read_text())
     assert saved["toy_margin_after_training"] == 0.25  # the step after training ran before the save
-    metrics = json.loads(Layout(layout.root).metrics("toy_margin").read_text())
+    metrics = json.loads(Layout(layout.root, seed=0).metrics("toy_margin").read_text())
     assert metrics["method"] == "toy_margin"
     _run(layout.root, env, "report")
     summary = (layout.root / "reports" / "summary.md").read_text()

@@ -269,7 +269,7 @@ def registered(tmp_path_factory) -> Iterator[tuple[Layout, str]]:
         root = tmp_path_factory.mktemp("registered")
         seed_database(tmp_path_factory, root / "mlflow.db")
         params = Params(methods=["naive"], promote={"min_mean_aog": 0.0})
-        layout = Layout(root)
+        layout = Layout(root, seed=0)
         write_metrics(layout, "naive", 70.0, 70.5, 1.0, 2.0)
         tiny_reward_model(layout.student_dir("naive"), seed=1)
         promote.run(params, layout)

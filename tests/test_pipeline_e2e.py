@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from e2e_project import SMALL, STUDENTS, copy_reproduced, project, reproduced
+from e2e_project import SEEDS, SMALL, STUDENTS, copy_reproduced, per_seed, project, reproduced
 from e2e_project import ran_stages as _ran_stages
 from e2e_project import run as _run
 from prefshift.pipeline.sweep import experiment_rows
@@ -35,9 +35,10 @@ def pipeline(tmp_path_factory):
 def test_repro_runs_every_stage_and_writes_the_report(pipeline):
     root = pipeline["root"]
     ran = _ran_stages(pipeline["first"])
-    expected = {"prepare", "split", "backbone", "teacher", "label", "plan", "reference", "probe", "report"}
+    expected = {"prepare", "split", "backbone", "plan", "reference", "seam_principles", "probe", "report"}
     expected |= {"promote"}
-    expected |= {f"{stage}@{m}" for m in STUDENTS for stage in ("targets", "train", "evaluate")}
+    expected |= {f"{stage}@{k}" for stage in ("teacher", "label") for k in SEEDS}
+    expected |= per_seed(("targets", "train", "evaluate"), STUDENTS)
     expected |= {"policy_samples", "gold_judge", "downstream"}
     assert expected <= ran
     summary = (root / "reports" / "summary.md").read_text()
@@ -46,6 +47,8 @@ def test_repro_runs_every_stage_and_writes_the_report(pipeline):
     assert "## Best-of-n against a gold judge" in summary
     assert "## Shortcut cues and what the frozen strong base exposes" in summary
     assert "anchor_last vs naive on syn_help_chat" in summary
+    assert f"{len(SEEDS)} seeds, " in summary and "one seed: no verdict" not in summary
+    assert "## Across seeds" in summary and f"## Main table (seed {SEEDS[0]})" in summary
     headline = json.loads((root / "reports" / "metrics.json").read_text())
     assert set(STUDENTS) <= set(json.dumps(headline).replace('"', " ").split())
     assert sorted(p.name for p in (root / "reports" / "figures").glob("*.png"))
@@ -65,7 +68,7 @@ def test_anchor_students_read_the_one_shared_reference(pipeline):
     manifest = json.loads((root / "data" / "reference" / "manifest.json").read_text())
     assert manifest["stored"] and manifest["layers"] == layers
     for method in ("anchor_last", "anchor_mid"):
-        log = json.loads((root / "reports" / "train" / f"{method}.json").read_text())
+        log = json.loads((root / "reports" / "train" / "seed-0" / f"{method}.json").read_text())
         assert log["reference"]["route"] == "shared" and log["reference"]["forward_rows"] == 0, method
 
 
@@ -83,14 +86,15 @@ def test_every_student_has_an_mlflow_run_with_metrics_and_lineage(pipeline):
     client = MlflowClient(pipeline["env"]["MLFLOW_TRACKING_URI"])
     experiment = client.get_experiment_by_name("prefshift")
     runs = client.search_runs([experiment.experiment_id], max_results=500)
-    evaluations = {r.data.tags.get("method"): r for r in runs if r.data.tags.get("stage") == "evaluate"}
-    assert set(STUDENTS) <= set(evaluations)
+    evaluations = {r.info.run_name: r for r in runs if r.data.tags.get("stage") == "evaluate"}
+    assert set(evaluations) == {f"evaluate@{m}-{k}" for m in STUDENTS for k in SEEDS}
     for run in evaluations.values():
         assert {"wrg", "mean_aog", "mean_nts"} <= set(run.data.metrics)
         assert run.data.tags["git.commit"] and run.data.tags["prefshift.pipeline_run_id"]
         assert any(key.startswith("dvc.dep.") for key in run.data.tags)
-    trainings = {r.data.tags.get("method"): r for r in runs if r.data.tags.get("stage") == "train"}
-    assert set(STUDENTS) <= set(trainings)
+    trainings = {r.info.run_name: r for r in runs if r.data.tags.get("stage") == "train"}
+    assert set(trainings) == {f"train@{m}-{k}" for m in STUDENTS for k in SEEDS}
+    assert {trainings[f"train@naive-{k}"].data.tags["seed"] for k in SEEDS} == {str(k) for k in SEEDS}
     import torch  # what the numbers were computed on: metrics match across runs on one machine only
 
     for run in [*trainings.values(), *evaluations.values()]:
@@ -102,9 +106,9 @@ def test_every_student_has_an_mlflow_run_with_metrics_and_lineage(pipeline):
     assert any(r.data.tags.get("stage") == "teacher" for r in runs)
     # One DVC stage scores every proxy, and each model still gets its own MLflow run.
     best_of_n = {r.info.run_name: r for r in runs if r.data.tags.get("stage") == "downstream"}
-    assert set(best_of_n) == {f"downstream@{m}" for m in ("teacher", *STUDENTS)}
+    assert set(best_of_n) == {f"downstream@{m}-{SEEDS[0]}" for m in ("teacher", *STUDENTS)}  # first seed
     assert {r.data.tags["dvc.stage"] for r in best_of_n.values()} == {"downstream"}
-    history = client.get_metric_history(trainings["anchor_last"].info.run_id, "train/loss")
+    history = client.get_metric_history(trainings["train@anchor_last-0"].info.run_id, "train/loss")
     assert len({m.step for m in history}) > 1, "training curves are logged per step"
     pipelines = {r.data.tags.get("prefshift.pipeline_run_id") for r in runs}
     assert len(pipelines - {None}) == 1, "one dvc repro must share one pipeline run id"
@@ -162,10 +166,19 @@ def test_methods_is_the_pipeline(tmp_path_factory):
     root, env = project(
         tmp_path_factory.mktemp("two-methods"), {**TINY, "promote": SMALL["promote"]}, tmp_path_factory
     )
-    per_method = {
-        f"{stage}@{m}" for m in ("naive", "anchor_last") for stage in ("targets", "train", "evaluate")
+    per_method = per_seed(("targets", "train", "evaluate"), ("naive", "anchor_last"), seeds=[0])
+    expected = {
+        "prepare",
+        "split",
+        "backbone",
+        "teacher@0",
+        "label@0",
+        "plan",
+        "reference",
+        "seam_principles",  # runs, and writes an empty cache, when seam is not listed
+        "probe",
+        "report",
     }
-    expected = {"prepare", "split", "backbone", "teacher", "label", "plan", "reference", "probe", "report"}
     expected |= {"inputs", "promote"}
     expected |= {"policy_samples", "gold_judge", "downstream"}  # judged by the rule only: no ceiling
     assert _stages(root, env) == expected | per_method
@@ -206,14 +219,12 @@ def test_lambda_sweep_queues_experiments_that_carry_their_metrics(sweep_project)
     output = _run(sweep, root, env)
 
     assert (root / "params.yaml").read_bytes() == before
-    assert "git add dvc.lock reports/metrics/teacher.json" in output  # the uncommitted baseline is named
+    assert "git add dvc.lock reports/metrics/seed-0/teacher.json" in output  # the uncommitted baseline
     # What a λ change re-runs, in each experiment (its echoed queue log): plan and the two anchor
     # students with what reads them (gold_judge re-runs on any student and rewrites identical scores;
     # downstream scores every proxy in one stage); the shared `reference` and the other four
     # students stay cached.
-    anchor_stages = {
-        f"{stage}@{method}" for method in ("anchor_last", "anchor_mid") for stage in ("train", "evaluate")
-    }
+    anchor_stages = per_seed(("train", "evaluate"), ("anchor_last", "anchor_mid"))
     per_point = {"inputs", "plan", "gold_judge", "downstream", "report"} | anchor_stages
     logs = output.split("--- experiment ")[1:]
     assert len(logs) == 1
@@ -226,10 +237,12 @@ def test_lambda_sweep_queues_experiments_that_carry_their_metrics(sweep_project)
     assert baseline != 0.1
     row = _show_rows(root, env)[name]
     assert row["state"] == "success"
+    own = [
+        f"reports/metrics/seed-{k}/{m}.json" for k in SEEDS for m in ("anchor_last", "ceiling")
+    ]  # ceiling: not rerun
     for path, block in (
-        ("reports/metrics/anchor_last.json", row["metrics"]["reports/metrics/anchor_last.json"]),
+        *((path, row["metrics"][path]) for path in own),
         ("reports/metrics.json", row["metrics"]["reports/metrics.json"]["anchor_last"]),
-        ("reports/metrics/ceiling.json", row["metrics"]["reports/metrics/ceiling.json"]),  # not rerun
     ):
         assert all(isinstance(block[k], float) for k in ("wrg", "mean_aog", "mean_nts")), path
     params = yaml.safe_load(_run(["git", "show", f"{row['rev']}:params.yaml"], root, env))
@@ -237,7 +250,7 @@ def test_lambda_sweep_queues_experiments_that_carry_their_metrics(sweep_project)
 
     # Against the workspace (the baseline the sweep started from): what a user compares first.
     diff = _json(["dvc", "exp", "diff", name, "--all", "--json"], root, env)
-    assert set(diff["metrics"]["reports/metrics/anchor_last.json"]) >= {"wrg", "mean_aog", "mean_nts"}
+    assert set(diff["metrics"]["reports/metrics/seed-0/anchor_last.json"]) >= {"wrg", "mean_aog", "mean_nts"}
     assert {k: v for k, v in diff["params"]["params.yaml"]["anchor.lambda"].items() if k != "diff"} == {
         "old": 0.1,
         "new": baseline,
@@ -249,11 +262,11 @@ def test_lambda_sweep_queues_experiments_that_carry_their_metrics(sweep_project)
     assert not plots.get("errors")
 
     files = sorted(p.name for p in (root / "reports" / "sweeps").glob("*.json"))
-    assert files == ["anchor_last__anchor.lambda=0.1.json"]
+    assert files == [f"anchor_last__anchor.lambda=0.1__seed={k}.json" for k in SEEDS]
     result = json.loads((root / "reports" / "sweeps" / files[0]).read_text())
-    assert result["sweep"] == {"anchor.lambda": 0.1} and result["method"] == "anchor_last"
-    assert result["wrg"] == row["metrics"]["reports/metrics/anchor_last.json"]["wrg"]
-    workspace = json.loads((root / "reports" / "metrics" / "anchor_last.json").read_text())
+    assert result["sweep"] == {"anchor.lambda": 0.1, "seed": 0} and result["method"] == "anchor_last"
+    assert result["wrg"] == row["metrics"]["reports/metrics/seed-0/anchor_last.json"]["wrg"]
+    workspace = json.loads((root / "reports" / "metrics" / "seed-0" / "anchor_last.json").read_text())
     assert result["split_version"] == workspace["split_version"]
 
     summary = (root / "reports" / "summary.md").read_text()

@@ -213,7 +213,7 @@ def test_a_resumed_run_replays_the_restored_rows_to_the_observer_once(tmp_path):
 
 
 def _teacher_project(root) -> Layout:
-    layout = Layout(root)
+    layout = Layout(root, seed=0)
     data = pairs(16)
     write_pairs(layout.split("teacher_train"), data[:8])
     write_pairs(layout.split("student_train"), data[8:12])  # the teacher scores it (its labels)

@@ -219,7 +219,7 @@ def test_without_an_anchor_method_the_reference_stage_loads_no_model_and_stores_
     from prefshift.engine.reference_manifest import read_manifest
     from prefshift.pipeline.stages.reference import run
 
-    layout = Layout(root=tmp_path)  # no strong base on disk: loading it would fail
+    layout = Layout(root=tmp_path, seed=0)  # no strong base on disk: loading it would fail
     params = parse_params({"methods": ["naive", "confidence", "ceiling"]}, "test params")
     run(params, layout)
     manifest = read_manifest(layout.reference_dir)

@@ -94,7 +94,7 @@ def _project(root: Path, factory) -> tuple[Params, Layout]:
     root.mkdir(parents=True, exist_ok=True)
     seed_database(factory, root / "mlflow.db")
     params = Params(methods=["naive", "confidence", "anchor_last", "ceiling"], promote={"min_mean_aog": 0.0})
-    return params, Layout(root)
+    return params, Layout(root, seed=0)
 
 
 @pytest.fixture(autouse=True)
@@ -424,11 +424,11 @@ def test_promote_refuses_metrics_edited_by_hand_and_trusts_dvc_lock(tmp_path, tm
     # A checkout brings no local record, but dvc.lock's md5 vouches for the file it committed.
     shutil.rmtree(layout.root / ".prefshift" / "outputs")
     out = {
-        "path": "reports/metrics/naive.json",
+        "path": "reports/metrics/seed-0/naive.json",
         "hash": "md5",
         "md5": hashlib.md5(path.read_bytes()).hexdigest(),
     }
-    lock = {"schema": "2.0", "stages": {"evaluate@naive": {"cmd": "x", "outs": [out]}}}
+    lock = {"schema": "2.0", "stages": {"evaluate@naive-0": {"cmd": "x", "outs": [out]}}}
     (layout.root / "dvc.lock").write_text(json.dumps(lock))
     assert promote.run(params, layout)["decisions"][0]["status"] == "FAIL"  # read: AOG -3 fails
     path.write_text(path.read_text().replace('"mean_aog": -3.0', '"mean_aog": 9.0'))

@@ -31,13 +31,15 @@ def _regenerate_module():
     return module
 
 
-def _params() -> Params:
-    return Params.model_validate({"data": {"targets": TARGETS}, "evaluate": {"bootstrap": 200}})
+def _params(seeds=(0, 1)) -> Params:
+    return Params.model_validate(
+        {"seeds": list(seeds), "data": {"targets": TARGETS}, "evaluate": {"bootstrap": 200}}
+    )
 
 
 @pytest.fixture()
 def layout(tmp_path: Path) -> Layout:
-    layout = Layout(tmp_path)
+    layout = Layout(tmp_path, seed=0)
     for sub in ("metrics", "train", "sweeps", "downstream"):
         shutil.copytree(FIXTURES / sub, tmp_path / "reports" / sub)
     _regenerate_module().write_score_files(layout)
@@ -62,17 +64,20 @@ def test_report_renders_every_method_and_target(layout: Layout):
     assert "| seam |" not in main
     for target in TARGETS:
         assert f"{target} acc" in main and f"{target} NTS" in main
-    naive = json.loads((layout.root / "reports" / "metrics" / "naive.json").read_text())
+    naive = json.loads((layout.root / "reports" / "metrics" / "seed-0" / "naive.json").read_text())
     wrg = naive["wrg"]
     lo, hi = naive["ci"]["wrg"]
     assert f"| {wrg:.1f} [{lo:.1f}, {hi:.1f}] |" in main
     # Diagnostics, drift, seeds and the lambda ablation are all present.
     assert "r(Δ, Δlen)" in text and "Best-of-n" in text
     assert "## Representation drift" in text and "layer_3" in text
-    assert "## Across seeds" in text
+    across = text.split("## Across seeds", 1)[1].split("##", 1)[0]
+    assert "| teacher | 2 |" in across and "| naive | 2 |" in across
+    assert f"0: {wrg:.1f} [{lo:.1f}, {hi:.1f}]; 1: " in across  # each seed's WRG with its interval
     assert "### anchor.lambda" in text and "| anchor_last | 0.01 | 2 |" in text
     mechanism = text.split("## Staying close and OOD accuracy", 1)[1].split("##", 1)[0]
-    assert "| anchor_last | 0.9900 |" in mechanism and "| naive | 0.9500 |" in mechanism
+    assert "| anchor_last | 0 | 0.9900 |" in mechanism and "| naive | 1 | 0.9500 |" in mechanism
+    assert "One point per seed (2 seeds)" in mechanism
     alpha = text.split("## WiSE-FT: accuracy against α", 1)[1].split("##", 1)[0]
     assert "naive: α = 0.5, chosen on id_validation" in alpha and "| id_test | 50.0 | 60.5 | 60.0 |" in alpha
     for png in ("id_vs_ood", "gains", "training", "drift", "lambda_ablation", "mechanism", "alpha_naive"):
@@ -80,7 +85,8 @@ def test_report_renders_every_method_and_target(layout: Layout):
         assert f"(figures/{png}.png)" in text
     # DVC metrics file: headline numbers for the teacher and each method.
     dvc = json.loads(layout.metrics_summary.read_text())
-    assert set(dvc) == {"split_version", "teacher", *PRESENT}
+    assert set(dvc) == {"split_version", "seeds", "teacher", "across_seeds", *PRESENT}
+    assert dvc["seeds"] == [0, 1] and dvc["across_seeds"]["naive"]["wrg"]["n"] == 2
     assert dvc["naive"]["wrg"] == pytest.approx(wrg)
     assert set(dvc["naive"]["targets"]) == set(TARGETS)
     assert summary == dvc
@@ -95,32 +101,21 @@ def test_report_renders_every_method_and_target(layout: Layout):
     assert sorted(lam["lambda"]) == [1e-4, 1e-2, 1.0] and set(lam["seeds"]) == {2}
 
 
-def test_a_seed_sweep_that_also_narrows_methods_is_still_a_seed_replicate(layout: Layout):
+def test_a_sweep_over_methods_only_adds_no_ablation_table(layout: Layout):
     """`-S seed=1 -S methods=[naive,anchor_last]` trains two students the same way as the full list."""
-    from prefshift.pipeline.stages import report_comparisons
-
-    for name in ("naive-seed1.json", "anchor_last-seed1.json"):
-        path = layout.sweeps_dir / name
-        doc = json.loads(path.read_text())
-        doc["sweep"] = {"seed": 1, "methods": ["naive", "anchor_last"]}
-        path.write_text(json.dumps(doc))
-    sweeps = report.load_sweeps(layout)
-    rows = report_comparisons.compare(_params(), layout, report.load_metrics(_params(), layout), sweeps)
-    vs_naive = next(r for r in rows if (r["a"], r["b"], r["metric"]) == ("anchor_last", "naive", "acc"))
-    assert vs_naive["seeds"]["n"] == 2
-    assert "| anchor_last | 2 |" in report.seeds_table(report.load_metrics(_params(), layout), sweeps)
-    assert "methods" not in report.ablation_tables(sweeps)
+    doc = json.loads(layout.for_seed(1).metrics("naive").read_text())
+    write = layout.sweeps_dir / "naive-seed1.json"
+    write.write_text(json.dumps({**doc, "sweep": {"seed": 1, "methods": ["naive", "anchor_last"]}}))
+    assert "methods" not in report.ablation_tables(report.load_sweeps(layout))
 
 
 def test_seed_replicates_bring_their_own_split_but_one_per_seed(layout: Layout):
-    """`seed` reshuffles the split, so a replicate's version differs from the main run's by design."""
-    for name in ("naive-seed1.json", "anchor_last-seed1.json"):
-        path = layout.sweeps_dir / name
-        doc = json.loads(path.read_text())
-        doc["split_version"] = "seed1-split"
-        path.write_text(json.dumps(doc))
+    """A sweep over `seed` reshuffles the split, so its version differs from the main run's by design."""
+    for method in ("naive", "anchor_last"):
+        doc = json.loads(layout.for_seed(1).metrics(method).read_text())
+        doc.update(split_version="seed1-split", sweep={"seed": 1})
+        (layout.sweeps_dir / f"{method}-seed1.json").write_text(json.dumps(doc))
     report.run(_params(), layout)
-    assert "## Across seeds" in layout.summary.read_text(encoding="utf-8")
     path = layout.sweeps_dir / "naive-seed1.json"
     doc = json.loads(path.read_text())
     doc["split_version"] = "another-split"
@@ -129,39 +124,45 @@ def test_seed_replicates_bring_their_own_split_but_one_per_seed(layout: Layout):
         report.run(_params(), layout)
 
 
-def test_paired_comparisons_agree_with_the_metrics_files_and_the_seed_replicates(layout: Layout):
+def test_paired_comparisons_agree_with_the_metrics_files_of_every_seed(layout: Layout):
     from prefshift.pipeline.stages import report_comparisons
 
-    metrics = report.load_metrics(_params(), layout)
-    rows = report_comparisons.compare(_params(), layout, metrics, report.load_sweeps(layout))
+    runs = report.load_runs(_params(), layout)
+    rows = report_comparisons.compare(_params(), layout, PRESENT)
     cell = {(r["a"], r["b"], r["split"], r["metric"]): r for r in rows}
-    anchor, naive = metrics["anchor_last"], metrics["naive"]
-    # Against the teacher the paired bootstrap is evaluate's own: same pairs, same draws.
-    vs_teacher = cell[("anchor_last", "teacher", "syn_help_chat", "acc")]
-    assert vs_teacher["diff"] == pytest.approx(anchor["targets"]["syn_help_chat"]["aog"], abs=1e-3)
-    assert vs_teacher["ci"] == pytest.approx(anchor["targets"]["syn_help_chat"]["ci"]["aog"], abs=1e-3)
-    nts = cell[("anchor_last", "teacher", "syn_help_chat", "nts")]
-    assert nts["ci"] == pytest.approx(anchor["targets"]["syn_help_chat"]["ci"]["nts"], abs=1e-3)
-    # Against naive: the accuracy difference, and seeds 0 (main runs) and 1 (sweep replicates).
-    vs_naive = cell[("anchor_last", "naive", "syn_help_instruct", "acc")]
     target = "syn_help_instruct"
-    assert vs_naive["diff"] == pytest.approx(
-        anchor["targets"][target]["acc"] - naive["targets"][target]["acc"], abs=1e-3
+    for key in [("anchor_last", "teacher", "syn_help_chat", "acc"), ("anchor_last", "naive", target, "acc")]:
+        a, b, split, _ = key
+        per_seed = []
+        for docs in runs.values():  # each seed's difference is its metrics files' difference
+            baseline = docs[a]["teacher"] if b == "teacher" else docs[b]
+            left, right = docs[a]["targets"][split]["acc"], baseline["targets"][split]["acc"]
+            per_seed.append(left - right)
+        result = cell[key]
+        assert result["seeds"]["per_seed"] == pytest.approx(per_seed, abs=1e-3)
+        assert result["diff"] == pytest.approx(np.mean(per_seed), abs=1e-3)
+        assert result["seed_ids"] == [0, 1] and result["verdict"].count("2 seeds, ") == 1
+        lo, hi = result["ci"]
+        assert lo < result["diff"] < hi and (hi - lo) > (result["pairs_ci"][1] - result["pairs_ci"][0]) / 2
+    # One seed: the pairs interval is evaluate's own bootstrap, and there is no verdict.
+    one = report_comparisons.compare(_params(seeds=[0]), layout, PRESENT)
+    vs_teacher = next(
+        r
+        for r in one
+        if (r["a"], r["b"], r["split"], r["metric"]) == ("anchor_last", "teacher", "syn_help_chat", "acc")
     )
-    seed1 = {
-        r["method"]: r["targets"][target]["acc"]
-        for r in report.load_sweeps(layout)
-        if r["sweep"] == {"seed": 1}
-    }
-    per_seed = [vs_naive["diff"], seed1["anchor_last"] - seed1["naive"]]
-    assert vs_naive["seeds"]["n"] == 2 and vs_naive["seeds"]["mean"] == pytest.approx(
-        np.mean(per_seed), abs=1e-3
-    )
+    anchor = runs[0]["anchor_last"]["targets"]["syn_help_chat"]
+    assert vs_teacher["diff"] == pytest.approx(anchor["aog"], abs=1e-3)
+    assert vs_teacher["ci"] == pytest.approx(anchor["ci"]["aog"], abs=1e-3)
+    assert all(r["verdict"].endswith("one seed: no verdict") for r in one)
     assert {r["a"] for r in rows} == set(PRESENT) and ("naive", "naive", target, "acc") not in cell
 
     report.run(_params(), layout)
     text = layout.summary.read_text(encoding="utf-8")
-    assert "## Paired comparisons" in text and f"- {vs_naive['verdict']}" in text
+    assert (
+        "## Paired comparisons" in text
+        and f"- {cell[('anchor_last', 'naive', target, 'acc')]['verdict']}" in text
+    )
     best = text.split("## Best-of-n against a gold judge", 1)[1].split("## ", 1)[0]
     assert "a proxy for human gold" in best and "| ceiling | id_test | 12 | " in best
     for png in ("best_of_n", "best_of_n_rule"):
@@ -176,7 +177,7 @@ def test_report_refuses_best_of_n_from_other_splits(layout: Layout):
 
 
 def test_headline_carries_length_shortcut_and_null_pgr():
-    naive = json.loads((FIXTURES / "metrics" / "naive.json").read_text())
+    naive = json.loads((FIXTURES / "metrics" / "seed-0" / "naive.json").read_text())
     head = evaluate.headline(naive, TARGETS)
     shortcut = naive["length_shortcut"]["id_test"]
     assert head["length_r_id"] == shortcut["pearson_r"]
@@ -206,7 +207,7 @@ def test_report_refuses_metrics_against_different_teacher_scores(layout: Layout)
 
 def test_report_without_metrics_says_what_to_run(tmp_path: Path):
     with pytest.raises(report.ReportError, match="prefshift evaluate --method"):
-        report.run(_params(), Layout(tmp_path))
+        report.run(_params(), Layout(tmp_path, seed=0))
 
 
 def _splits(layout: Layout, sizes: dict[str, int], version: str = "v1") -> None:
@@ -226,21 +227,21 @@ def _splits(layout: Layout, sizes: dict[str, int], version: str = "v1") -> None:
 
 
 def test_evaluate_without_teacher_scores_says_run_teacher(tmp_path: Path):
-    layout = Layout(tmp_path)
+    layout = Layout(tmp_path, seed=0)
     _splits(layout, {"id_test": 3, **{t: 3 for t in TARGETS}})
     with pytest.raises(evaluate.EvaluateError, match="run `prefshift teacher`"):
         evaluate.run(_params(), layout, "naive")
 
 
 def test_evaluate_names_an_empty_target(tmp_path: Path):
-    layout = Layout(tmp_path)
+    layout = Layout(tmp_path, seed=0)
     _splits(layout, {"id_test": 3, TARGETS[0]: 3, TARGETS[1]: 0})
     with pytest.raises(evaluate.EvaluateError, match=f"split '{TARGETS[1]}' has zero pairs"):
         evaluate.run(_params(), layout, "naive")
 
 
 def test_evaluate_refuses_scores_of_another_split_version(tmp_path: Path):
-    layout = Layout(tmp_path)
+    layout = Layout(tmp_path, seed=0)
     _splits(layout, {"id_test": 2, **{t: 2 for t in TARGETS}}, version="new")
     frame = pd.DataFrame(
         {

@@ -49,7 +49,7 @@ def _env() -> dict[str, str]:
 
 def _kill_after_checkpoint(root: Path, min_step: int, timeout: float = 240.0) -> int:
     """Start training, SIGKILL it once a checkpoint at step >= min_step exists; return the last one's step."""
-    state = Layout(root).checkpoint_dir(METHOD) / "last" / STATE_FILE
+    state = Layout(root, seed=0).checkpoint_dir(METHOD) / "last" / STATE_FILE
     proc = subprocess.Popen(_train_cmd(root), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + timeout
     try:

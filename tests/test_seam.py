@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import shutil
 from dataclasses import replace
 
 import numpy as np
@@ -29,7 +30,7 @@ from prefshift.engine.seam import (
     principles_for,
 )
 from prefshift.models.reward import load_reward_model, save_reward_model
-from prefshift.pipeline.stages import seam_label
+from prefshift.pipeline.stages import seam_label, seam_principles
 from prefshift.pipeline.stages.label import read_labels
 from tiny_models import base_dir, install_backbones, reward_model, tokenizer
 
@@ -145,7 +146,7 @@ def _pairs():
 
 def _project(root) -> Layout:
     """student_train, the held-out splits, a manifest, a tiny strong LM and a tiny, decisive teacher."""
-    layout = Layout(root)
+    layout = Layout(root, seed=0)
     write_pairs(layout.split("student_train"), _pairs())
     write_pairs(layout.split("id_test"), _pairs()[:2])  # train scores the held-out splits
     for target in Params().data.targets:
@@ -162,9 +163,13 @@ def _project(root) -> Layout:
 PARAMS = Params.model_validate({"seam": {"max_new_tokens": 12, "keep_top_k": 2, "weighting": "confidence"}})
 
 
-def test_stage_falls_back_on_junk_and_a_second_run_generates_nothing(tmp_path):
+def test_principles_are_generated_once_for_every_seed_and_junk_falls_back(tmp_path):
     layout = _project(tmp_path)
-    first = seam_label.run(PARAMS, layout)
+    alone = seam_label.run(PARAMS, layout)  # by hand, before seam-principles: generated, not stored
+    assert (alone["generated"], alone["cache_hits"]) == (3, 0)
+    assert not layout.seam_generations.exists()
+
+    first = seam_principles.run(PARAMS, layout)
     assert (first["prompts"], first["generated"], first["cache_hits"], first["generate_calls"]) == (
         3,
         3,
@@ -172,6 +177,8 @@ def test_stage_falls_back_on_junk_and_a_second_run_generates_nothing(tmp_path):
         1,
     )
     assert first["fallback"] == 3 and first["parsed_ok"] == 0 and first["pairs_fallback"] == 7
+    labelled = seam_label.run(PARAMS, layout)
+    assert (labelled["generated"], labelled["cache_hits"], labelled["generate_calls"]) == (0, 3, 0)
     labels = pq.read_table(layout.seam_labels)
     assert labels.schema.metadata[b"split_version"] == b"v1"
     assert labels.column_names == ["pair_id", "q", "teacher_delta", "n_principles", "fallback"]
@@ -179,10 +186,15 @@ def test_stage_falls_back_on_junk_and_a_second_run_generates_nothing(tmp_path):
     assert all(labels.column("fallback").to_pylist())
     assert set(read_labels(layout.seam_labels, layout)) == {p.pair_id for p in _pairs()}
 
-    second = seam_label.run(PARAMS, layout)
+    second = seam_principles.run(PARAMS, layout)
     assert (second["generated"], second["cache_hits"], second["generate_calls"]) == (0, 3, 0)
-    assert pq.read_table(layout.seam_labels).equals(labels)
     assert pq.read_table(layout.seam_generations).num_rows == 3
+    shutil.copytree(layout.teacher_dir, layout.for_seed(1).teacher_dir)
+    other_seed = seam_label.run(PARAMS, layout.for_seed(1))  # another seed's labels: no generation
+    assert other_seed["generated"] == 0 and layout.for_seed(1).seam_labels.exists()
+    unlisted = PARAMS.model_copy(update={"methods": ["naive"]})
+    assert seam_principles.run(unlisted, layout)["prompts"] == 0
+    assert pq.read_table(layout.seam_generations).num_rows == 0
 
 
 def test_seam_labels_follow_the_teacher_under_the_parsed_principles(tmp_path):

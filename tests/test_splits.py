@@ -171,7 +171,7 @@ def test_split_is_reproducible_and_seeded(small_params, tmp_path):
 
     runs = {}
     for name, seed in (("a", 0), ("b", 0), ("c", 1)):
-        layout = Layout(tmp_path / name)
+        layout = Layout(tmp_path / name, seed=0)
         params = small_params(seed=seed)
         prepare.run(params, layout)
         split.run(params, layout)

@@ -131,7 +131,7 @@ def _row(name, state="success", wrg=1.5):
     """One `experiment_rows` row as `dvc exp show --json` yields it for a one-method sweep."""
     headline = {"wrg": wrg, "mean_aog": -0.5, "mean_nts": 0.0}
     metrics = {
-        "reports/metrics/anchor_last.json": {"method": "anchor_last", **headline},
+        "reports/metrics/seed-0/anchor_last.json": {"method": "anchor_last", **headline},
         "reports/metrics.json": {"anchor_last": headline},
     }
     return {"name": name, "task_id": f"task-{name}", "state": state, "rev": "ab" * 20, "metrics": metrics}
@@ -153,7 +153,9 @@ def test_experiment_rows_read_queue_state_task_and_metrics_from_exp_show_json():
                             "data": {
                                 "metrics": {
                                     "reports/metrics.json": {"data": {"anchor_last": {"wrg": 2.0}}},
-                                    "reports/metrics/naive.json": {"error": {"type": "FileNotFoundError"}},
+                                    "reports/metrics/seed-0/naive.json": {
+                                        "error": {"type": "FileNotFoundError"}
+                                    },
                                 }
                             },
                         }
@@ -171,7 +173,7 @@ def test_experiment_rows_read_queue_state_task_and_metrics_from_exp_show_json():
             "rev": "e" * 40,
             "metrics": {
                 "reports/metrics.json": {"anchor_last": {"wrg": 2.0}},
-                "reports/metrics/naive.json": None,
+                "reports/metrics/seed-0/naive.json": None,
             },
         },
         {"name": "exp-1", "task_id": None, "state": None, "rev": "d" * 40, "metrics": {}},
@@ -182,7 +184,7 @@ def test_only_successful_experiments_with_every_headline_number_pass():
     from prefshift.core.paths import Layout
     from prefshift.pipeline.sweep import check_experiments, missing_numbers
 
-    layout = Layout(Path("/project"))
+    layout = Layout(Path("/project"), seed=0)
     good = _row("a")
     assert missing_numbers(good["metrics"], ["anchor_last"], layout) == []
     tasks = {"a": "task-a"}
@@ -190,10 +192,10 @@ def test_only_successful_experiments_with_every_headline_number_pass():
 
     bad_values = _row("b", wrg=float("nan"))
     bad_values["metrics"]["reports/metrics.json"]["anchor_last"]["mean_nts"] = True
-    del bad_values["metrics"]["reports/metrics/anchor_last.json"]["mean_aog"]
+    del bad_values["metrics"]["reports/metrics/seed-0/anchor_last.json"]["mean_aog"]
     assert missing_numbers(bad_values["metrics"], ["anchor_last"], layout) == [
-        "reports/metrics/anchor_last.json:wrg",
-        "reports/metrics/anchor_last.json:mean_aog",
+        "reports/metrics/seed-0/anchor_last.json:wrg",
+        "reports/metrics/seed-0/anchor_last.json:mean_aog",
         "reports/metrics.json:anchor_last.wrg",
         "reports/metrics.json:anchor_last.mean_nts",
     ]
@@ -203,7 +205,7 @@ def test_only_successful_experiments_with_every_headline_number_pass():
     with pytest.raises(SweepError) as err:
         check_experiments(rows, tasks, ["anchor_last"], layout)
     message = str(err.value)
-    assert "b (ababab" in message and "reports/metrics/anchor_last.json:wrg" in message
+    assert "b (ababab" in message and "reports/metrics/seed-0/anchor_last.json:wrg" in message
     assert "c: failed" in message and "d: task task-d is not in `dvc exp show`" in message
     assert "a:" not in message and "a (" not in message
 
@@ -242,8 +244,10 @@ lam = yaml.safe_load(open("params.yaml"))["anchor"]["lambda"]
 if lam == 13:
     sys.exit(f"evaluate.py: no result for lambda {lam}")
 headline = {"wrg": 2.0 * lam, "mean_aog": float(lam), "mean_nts": -1.0 * lam}
-pathlib.Path("reports/metrics").mkdir(parents=True, exist_ok=True)
-pathlib.Path("reports/metrics/anchor_last.json").write_text(json.dumps({"method": "anchor_last", **headline}))
+for seed in yaml.safe_load(open("params.yaml"))["seeds"]:
+    out = pathlib.Path(f"reports/metrics/seed-{seed}")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "anchor_last.json").write_text(json.dumps({"method": "anchor_last", **headline}))
 pathlib.Path("reports/metrics.json").write_text(json.dumps({"anchor_last": headline}))
 """
 
@@ -258,7 +262,9 @@ def test_a_failed_experiment_fails_the_sweep_with_its_queue_log(tmp_path, monkey
         monkeypatch.setenv(f"GIT_{who}_EMAIL", "t@t")
     shutil.copy2(REPO / "params.yaml", tmp_path / "params.yaml")
     (tmp_path / "evaluate.py").write_text(EVALUATE)
-    metrics = [{p: {"cache": False}} for p in ("reports/metrics/anchor_last.json", "reports/metrics.json")]
+    seeds = yaml.safe_load((REPO / "params.yaml").read_text())["seeds"]
+    files = [f"reports/metrics/seed-{k}/anchor_last.json" for k in seeds] + ["reports/metrics.json"]
+    metrics = [{p: {"cache": False}} for p in files]
     report = {"cmd": f"{sys.executable} evaluate.py", "deps": ["evaluate.py"], "params": ["anchor.lambda"]}
     (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"report": {**report, "metrics": metrics}}}))
     env = dict(os.environ)
@@ -288,9 +294,11 @@ def test_a_failed_experiment_fails_the_sweep_with_its_queue_log(tmp_path, monkey
     # running it); the old failed task of another name stays out of it.
     result = sweep.run(tmp_path, ["anchor.lambda=0.5"], ["anchor_last"], report=False, poll_s=1)
     assert [e["name"] for e in result["experiments"]] == ["sweep-anchor.lambda-0.5"]
-    filed = json.loads((tmp_path / "reports" / "sweeps" / "anchor_last__anchor.lambda=0.5.json").read_text())
     headline = {"wrg": 1.0, "mean_aog": 0.5, "mean_nts": -0.5}
-    assert filed == {"method": "anchor_last", **headline, "sweep": {"anchor.lambda": 0.5}}
+    for seed in seeds:  # one record per replicate seed of the experiment
+        name = f"anchor_last__anchor.lambda=0.5__seed={seed}.json"
+        filed = json.loads((tmp_path / "reports" / "sweeps" / name).read_text())
+        assert filed == {"method": "anchor_last", **headline, "sweep": {"anchor.lambda": 0.5, "seed": seed}}
 
 
 def test_a_hung_exp_show_is_killed_and_retried(monkeypatch, tmp_path):

@@ -62,7 +62,7 @@ def test_stage_runs_log_config_tags_metrics_under_one_pipeline_parent(project, m
     monkeypatch.setenv(tracking.PIPELINE_ENV, "pr-unit")
     params = Params()
     params.data.sources = {"x": {"hf_id": FAKE_TOKEN}}  # a secret pasted into params must still not leak
-    layout = Layout(Path("."))
+    layout = Layout(Path("."), seed=0)
     manifest = layout.split_manifest
     manifest.parent.mkdir(parents=True)
     manifest.write_text('{"version": "v1"}')
@@ -115,13 +115,16 @@ def test_stage_runs_log_config_tags_metrics_under_one_pipeline_parent(project, m
 def test_failed_stage_marks_its_run_failed(project, monkeypatch):
     root, _ = project
     monkeypatch.setenv(tracking.PIPELINE_ENV, "pr-fail")
-    with pytest.raises(RuntimeError), tracking.stage_run(Params(), Layout(Path(".")), "teacher") as run:
+    with (
+        pytest.raises(RuntimeError),
+        tracking.stage_run(Params(), Layout(Path("."), seed=0), "teacher") as run,
+    ):
         raise RuntimeError("boom")
     assert _client(root).get_run(run.run_id).info.status == "FAILED"
 
 
 def test_pipeline_id_outside_dvc_follows_code_and_params(project):
-    layout = Layout(Path("."))
+    layout = Layout(Path("."), seed=0)
     base = tracking.pipeline_run_id(Params(), layout)
     assert base == tracking.pipeline_run_id(Params(), layout)
     changed = Params()
@@ -131,7 +134,9 @@ def test_pipeline_id_outside_dvc_follows_code_and_params(project):
 
 def test_dvc_root_wins_for_the_default_database(project, monkeypatch, tmp_path):
     monkeypatch.setenv("DVC_ROOT", str(tmp_path / "original"))
-    assert tracking.tracking_uri(Layout(Path("."))) == f"sqlite:///{tmp_path / 'original' / 'mlflow.db'}"
+    assert (
+        tracking.tracking_uri(Layout(Path("."), seed=0)) == f"sqlite:///{tmp_path / 'original' / 'mlflow.db'}"
+    )
 
 
 def test_unreachable_server_fails_naming_the_uri_unless_optional(project, monkeypatch):
@@ -141,13 +146,13 @@ def test_unreachable_server_fails_naming_the_uri_unless_optional(project, monkey
     monkeypatch.setenv(tracking.PIPELINE_ENV, "pr-down")
     with (
         pytest.raises(tracking.TrackingError, match=uri.replace(".", r"\.")),
-        tracking.stage_run(Params(), Layout(Path(".")), "teacher"),
+        tracking.stage_run(Params(), Layout(Path("."), seed=0), "teacher"),
     ):
         pytest.fail("the stage body must not run")
 
     optional = Params()
     optional.tracking.required = False
-    with tracking.stage_run(optional, Layout(Path(".")), "teacher") as run:
+    with tracking.stage_run(optional, Layout(Path("."), seed=0), "teacher") as run:
         run.log_metrics({"loss": 1.0})
     offline = MlflowClient(f"sqlite:///{root / '.prefshift' / 'offline.db'}")
     assert offline.get_run(run.run_id).data.metrics == {"loss": 1.0}
@@ -165,7 +170,7 @@ def test_input_hashes_equal_what_dvc_records(project):
         "stages:\n  work:\n    foreach: [m1]\n    do:\n      cmd: cp cfg.txt out_${item}.txt\n"
         "      deps: [data, cfg.txt]\n      outs:\n        - out_${item}.txt\n"
     )
-    ours = tracking.input_hashes(Layout(root), "work@m1")
+    ours = tracking.input_hashes(Layout(root, seed=0), "work@m1")
     subprocess.run([sys.executable, "-m", "dvc", "repro", "-q"], cwd=root, check=True)
     import yaml
 
@@ -184,7 +189,7 @@ def test_stages_of_one_dvc_repro_share_a_pipeline_id_and_the_next_repro_gets_ano
         "from pathlib import Path; from prefshift.config.params import Params; "
         "from prefshift.core.paths import Layout; "
         "from prefshift.tracking.runs import pipeline_run_id; "
-        "Path('{out}').write_text(pipeline_run_id(Params(), Layout()))"
+        "Path('{out}').write_text(pipeline_run_id(Params(), Layout(seed=0)))"
     )
     stages = {
         "first": {"cmd": f'{sys.executable} -c "{write_id.format(out="id_a")}"', "outs": ["id_a"]},
@@ -221,7 +226,7 @@ def test_server_dropping_mid_run_loses_nothing_and_sync_uploads_the_run(project,
     params.tracking.required = False
     server_dir = tmp_path / "server"
 
-    stage = tracking.stage_run(params, Layout(Path(".")), "train", "naive")
+    stage = tracking.stage_run(params, Layout(Path("."), seed=0), "train", "naive")
     with running_server(server_dir, port):
         run = stage.__enter__()
         remote_id = run.run_id
@@ -231,7 +236,7 @@ def test_server_dropping_mid_run_loses_nothing_and_sync_uploads_the_run(project,
     assert tracking.is_offline(run.uri)
 
     with running_server(server_dir, port):
-        result = sync(Layout(Path(".")))
+        result = sync(Layout(Path("."), seed=0))
         assert len(result["copied"]) == 1
         client = MlflowClient(uri)
         uploaded = client.get_run(result["copied"][0]["run"])
@@ -246,22 +251,22 @@ def test_server_dropping_mid_run_loses_nothing_and_sync_uploads_the_run(project,
         assert stub.info.status == "FAILED"
         assert stub.data.tags[REPLACED_TAG] == uploaded.info.run_id
         assert uploaded.data.tags["mlflow.parentRunId"] == stub.data.tags["mlflow.parentRunId"]
-        assert sync(Layout(Path(".")))["copied"] == []
+        assert sync(Layout(Path("."), seed=0))["copied"] == []
 
 
 def test_ui_serves_the_project_database_and_refuses_a_remote_server(project, monkeypatch):
     from prefshift.tracking import ui
 
     root, _ = project
-    cmd = ui.command(Layout(Path(".")), "127.0.0.1", 5123)
+    cmd = ui.command(Layout(Path("."), seed=0), "127.0.0.1", 5123)
     assert cmd[1:] == [
         "-m", "mlflow", "ui", "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
         "--host", "127.0.0.1", "--port", "5123",
     ]  # fmt: skip
-    assert ui.command(Layout(Path(".")), "127.0.0.1", 5123, workers=1)[-2:] == ["--workers", "1"]
+    assert ui.command(Layout(Path("."), seed=0), "127.0.0.1", 5123, workers=1)[-2:] == ["--workers", "1"]
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://tracking.example:5000")
     with pytest.raises(PrefshiftError, match=r"server http://tracking\.example:5000: open it in a browser"):
-        ui.command(Layout(Path(".")), "127.0.0.1", 5123)
+        ui.command(Layout(Path("."), seed=0), "127.0.0.1", 5123)
 
 
 STAGE_THAT_WAITS = """
@@ -271,7 +276,7 @@ from prefshift.tracking import runs as tracking
 from prefshift.config.params import Params
 from prefshift.core.paths import Layout
 
-with tracking.stage_run(Params(), Layout(Path(".")), "train", "naive") as run:
+with tracking.stage_run(Params(), Layout(Path("."), seed=0), "train", "naive") as run:
     print(run.run_id, flush=True)
     time.sleep(600)
 """
@@ -306,10 +311,13 @@ def test_a_stage_stopped_by_a_signal_ends_its_run_killed_and_exits_by_it(project
 def test_ctrl_c_ends_the_run_killed_and_an_error_failed(project, monkeypatch):
     root, _ = project
     monkeypatch.setenv(tracking.PIPELINE_ENV, "pr-stop")
-    with pytest.raises(KeyboardInterrupt), tracking.stage_run(Params(), Layout(Path(".")), "train") as run:
+    with (
+        pytest.raises(KeyboardInterrupt),
+        tracking.stage_run(Params(), Layout(Path("."), seed=0), "train") as run,
+    ):
         raise KeyboardInterrupt
     assert _client(root).get_run(run.run_id).info.status == "KILLED"
-    with pytest.raises(OSError), tracking.stage_run(Params(), Layout(Path(".")), "train") as run:
+    with pytest.raises(OSError), tracking.stage_run(Params(), Layout(Path("."), seed=0), "train") as run:
         raise OSError("disk full")
     assert _client(root).get_run(run.run_id).info.status == "FAILED"
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handlers are the caller's again
@@ -319,7 +327,7 @@ def test_a_copied_project_refuses_to_log_artifacts_into_the_original(project, mo
     """MLflow keeps the absolute artifact path of the database's first home; before, the copy's
     runs wrote their artifacts into the original project."""
     root, _ = project
-    with tracking.stage_run(Params(), Layout(Path(".")), "teacher") as run:
+    with tracking.stage_run(Params(), Layout(Path("."), seed=0), "teacher") as run:
         run.log_text("first home", "note.txt")
     before = sorted((root / "mlartifacts").rglob("*"))
     copy = tmp_path / "elsewhere" / "copy"
@@ -327,7 +335,7 @@ def test_a_copied_project_refuses_to_log_artifacts_into_the_original(project, mo
     monkeypatch.chdir(copy)
     with (
         pytest.raises(tracking.MovedDatabaseError) as err,
-        tracking.stage_run(Params(), Layout(Path(".")), "teacher"),
+        tracking.stage_run(Params(), Layout(Path("."), seed=0), "teacher"),
     ):
         pytest.fail("the stage must not start")
     message = str(err.value)
@@ -337,10 +345,10 @@ def test_a_copied_project_refuses_to_log_artifacts_into_the_original(project, mo
 
     changed = Params()
     changed.tracking.experiment = "copy"  # the fix the message gives: a new experiment lives here
-    with tracking.stage_run(changed, Layout(Path(".")), "teacher") as run:
+    with tracking.stage_run(changed, Layout(Path("."), seed=0), "teacher") as run:
         run.log_text("second home", "note.txt")
     artifact_uri = MlflowClient(f"sqlite:///{copy / 'mlflow.db'}").get_run(run.run_id).info.artifact_uri
     assert tracking._local_path(artifact_uri).is_relative_to(copy / "mlartifacts")
     monkeypatch.chdir(root)
-    with tracking.stage_run(Params(), Layout(Path(".")), "teacher"):  # the original still logs
+    with tracking.stage_run(Params(), Layout(Path("."), seed=0), "teacher"):  # the original still logs
         pass

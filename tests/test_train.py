@@ -119,7 +119,7 @@ def _tiny_project(root):
     """A project root with splits, a manifest and tiny backbones, as earlier stages leave it."""
     from prefshift.core.paths import Layout
 
-    layout = Layout(root)
+    layout = Layout(root, seed=0)
     data = pairs(16)
     write_pairs(layout.split("teacher_train"), data[:8])
     write_pairs(layout.split("student_train"), data[8:])

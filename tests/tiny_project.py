@@ -18,6 +18,7 @@ from prefshift.core.paths import Layout
 
 LM = {"num_heads": 2, "pretrain_steps": 3, "pretrain_batch_size": 8, "pretrain_seq_len": 48}
 TINY = {
+    "seeds": [0],
     "methods": ["naive", "anchor_last"],
     "synthetic": {"train_pairs": 200, "test_pairs": 60, "groups": 4, "corpus_docs": 200},
     "data": {"caps": {"teacher_train": 80, "student_train": 80, "id_test": 40, "ood": 40, "groups": 4}},
@@ -65,7 +66,7 @@ def run_pipeline(root: Path, params: Params) -> Layout:
         train,
     )
 
-    layout = Layout(root)
+    layout = Layout(root, seed=0)
     write_params(root, params)
     prepare.run(params, layout)
     split.run(params, layout)
@@ -93,4 +94,4 @@ def pipeline_root(tmp_path_factory) -> Path:
 
 def copy_project(source: Path, target: Path) -> Layout:
     shutil.copytree(source, target, dirs_exist_ok=True)
-    return Layout(target)
+    return Layout(target, seed=0)

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from prefshift.config.params import Params, check_listed, check_method, load_params
+from prefshift.config.params import Params, check_listed, check_method, for_seed, load_params
 from prefshift.core.atomic import STDOUT, check_output
 from prefshift.core.console import error_text, messages
 from prefshift.core.errors import PrefshiftError, file_error_message
@@ -32,6 +32,10 @@ ParamsOption = Annotated[Path, typer.Option("--params", "-p", help="params.yaml 
 SetOption = Annotated[
     list[str] | None,
     typer.Option("--set", "-S", help="Override a param, e.g. -S anchor.lambda=0.01 (repeatable)."),
+]
+SeedOption = Annotated[
+    int | None,
+    typer.Option("--seed", help="Which replicate seed of params `seeds` (default: the first)."),
 ]
 RootOption = Annotated[
     Path,
@@ -68,6 +72,12 @@ def _params(path: Path, overrides: list[str] | None) -> Params:
     return _call(load_params, path, overrides)
 
 
+def _seeded(path: Path, overrides: list[str] | None, seed: int | None, root: Path) -> tuple[Params, Layout]:
+    """Params and layout of one replicate seed, for the stages DVC runs once per seed."""
+    loaded = _call(for_seed, _params(path, overrides), seed)
+    return loaded, Layout(root).for_seed(loaded.seed)
+
+
 @app.command()
 def inputs(params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")):
     """Version the local data and model files params name: data/inputs/*.json (DVC runs it always)."""
@@ -101,23 +111,44 @@ def backbone(
 
 
 @app.command()
-def teacher(params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")):
-    """Train the weak teacher on the gold labels of teacher_train (models/teacher/)."""
-    _call(_stage("pipeline.stages.teacher"), _params(params, set_), Layout(root))
+def teacher(
+    params: ParamsOption = Path("params.yaml"),
+    set_: SetOption = None,
+    seed: SeedOption = None,
+    root: RootOption = Path("."),
+):
+    """Train one seed's weak teacher on the gold labels of teacher_train (models/teacher/seed-<k>/)."""
+    _call(_stage("pipeline.stages.teacher"), *_seeded(params, set_, seed, root))
 
 
 @app.command()
-def label(params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")):
-    """Soft labels q_i for student_train and the teacher's scores on every test split."""
-    _call(_stage("pipeline.stages.label"), _params(params, set_), Layout(root))
+def label(
+    params: ParamsOption = Path("params.yaml"),
+    set_: SetOption = None,
+    seed: SeedOption = None,
+    root: RootOption = Path("."),
+):
+    """One seed's soft labels q_i for student_train (data/weak_labels/seed-<k>/) and the teacher's metrics."""
+    _call(_stage("pipeline.stages.label"), *_seeded(params, set_, seed, root))
+
+
+@app.command("seam-principles")
+def seam_principles(
+    params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")
+):
+    """The strong LM's SEAM principles for every student_train prompt, shared by every seed (data/seam/)."""
+    _call(_stage("pipeline.stages.seam_principles"), _params(params, set_), Layout(root))
 
 
 @app.command("seam-label")
 def seam_label(
-    params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")
+    params: ParamsOption = Path("params.yaml"),
+    set_: SetOption = None,
+    seed: SeedOption = None,
+    root: RootOption = Path("."),
 ):
-    """SEAM soft labels for student_train: strong-LM principles, teacher judgements (data/targets/seam/)."""
-    _call(_stage("pipeline.stages.seam_label"), _params(params, set_), Layout(root))
+    """SEAM soft labels: strong-LM principles judged by the teacher (data/targets/seed-<k>/seam/)."""
+    _call(_stage("pipeline.stages.seam_label"), *_seeded(params, set_, seed, root))
 
 
 @app.command()
@@ -145,13 +176,14 @@ def targets(
     method: Annotated[str, typer.Option("--method", "-m", help="naive, confidence, seam, anchor_last, ...")],
     params: ParamsOption = Path("params.yaml"),
     set_: SetOption = None,
+    seed: SeedOption = None,
     root: RootOption = Path("."),
 ):
-    """Write what student M trains on (data/targets/<M>/): teacher q, gold, or SEAM's labels."""
+    """Write what student M trains on (data/targets/seed-<k>/<M>/): teacher q, gold, or SEAM's labels."""
     _call(check_method, method)
-    loaded = _params(params, set_)
+    loaded, layout = _seeded(params, set_, seed, root)
     _call(check_listed, loaded, method)
-    _call(_stage("pipeline.stages.targets"), loaded, Layout(root), method)
+    _call(_stage("pipeline.stages.targets"), loaded, layout, method)
 
 
 @app.command()
@@ -159,13 +191,14 @@ def train(
     method: Annotated[str, typer.Option("--method", "-m", help="naive, confidence, seam, anchor_last, ...")],
     params: ParamsOption = Path("params.yaml"),
     set_: SetOption = None,
+    seed: SeedOption = None,
     root: RootOption = Path("."),
 ):
-    """Train one strong student (models/students/<method>/)."""
+    """Train one strong student for one seed (models/students/seed-<k>/<method>/)."""
     _call(check_method, method)
-    loaded = _params(params, set_)
+    loaded, layout = _seeded(params, set_, seed, root)
     _call(check_listed, loaded, method)
-    _call(_stage("pipeline.stages.train"), loaded, Layout(root), method)
+    _call(_stage("pipeline.stages.train"), loaded, layout, method)
 
 
 @app.command()
@@ -173,13 +206,14 @@ def evaluate(
     method: Annotated[str, typer.Option("--method", "-m", help="Which trained student to evaluate.")],
     params: ParamsOption = Path("params.yaml"),
     set_: SetOption = None,
+    seed: SeedOption = None,
     root: RootOption = Path("."),
 ):
-    """Score ID and OOD splits with a student; write reports/metrics/<method>.json."""
+    """Score ID and OOD splits with a student; write reports/metrics/seed-<k>/<method>.json."""
     _call(check_method, method)
-    loaded = _params(params, set_)
+    loaded, layout = _seeded(params, set_, seed, root)
     _call(check_listed, loaded, method)
-    _call(_stage("pipeline.stages.evaluate"), loaded, Layout(root), method)
+    _call(_stage("pipeline.stages.evaluate"), loaded, layout, method)
 
 
 @app.command("policy-samples")
@@ -363,6 +397,16 @@ def bench(
     readme: Annotated[
         Path | None, typer.Option("--readme", help="Rewrite this README's benchmark numbers block.")
     ] = None,
+    pipeline_params: Annotated[
+        Path | None,
+        typer.Option(
+            "--pipeline-params",
+            exists=True,
+            dir_okay=False,
+            help="Time the pipeline of this params file (e.g. from `prefshift preset robust-ft`), with "
+            "each method's train stage against naive's.",
+        ),
+    ] = None,
 ):
     """Training vs TRL, ANCHOR overhead, scoring throughput (and the pipeline): reports/bench.{json,md}."""
     for output in [out / "bench.json", out / "bench.md", *([readme] if readme else [])]:
@@ -379,18 +423,45 @@ def bench(
         invocations=invocations,
         trl_as_shipped=trl_as_shipped,
         readme=readme,
+        pipeline_params=pipeline_params,
     )
 
 
-@app.command()
-def sweep(
-    set_: Annotated[
-        list[str],
-        typer.Option("--set", "-S", help="Grid axis, e.g. -S anchor.lambda=1e-4,1e-2,1 (repeatable)."),
-    ],
-    methods: Annotated[str, typer.Option("--methods", help="Comma-separated methods to collect.")] = (
-        "anchor_last,anchor_mid"
+sweep_app = typer.Typer(
+    help="Run a params grid as DVC experiments; status, collect and resume of a fanned-out sweep."
+)
+app.add_typer(sweep_app, name="sweep")
+ScratchOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--scratch",
+        help="Folder on the shared filesystem for the sweep's record, logs and clones "
+        "(default $PREFSHIFT_SWEEP_SCRATCH, else .prefshift/sweeps).",
     ),
+]
+WaitOption = Annotated[
+    bool, typer.Option("--wait/--no-wait", help="Wait and collect, or return the sweep id at once (slurm).")
+]
+
+
+@sweep_app.callback(invoke_without_command=True)
+def sweep(
+    ctx: typer.Context,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", "-S", help="Grid axis, e.g. -S anchor.lambda=1e-4,1e-2,1 (repeatable)."),
+    ] = None,
+    grid_file: Annotated[
+        Path | None,
+        typer.Option("--grid-file", help="A grid written down: blocks of axes (configs/paper-grid.yaml)."),
+    ] = None,
+    methods: Annotated[
+        str | None,
+        typer.Option(
+            "--methods",
+            help="Comma-separated methods to collect (default anchor_last,anchor_mid or the grid file's).",
+        ),
+    ] = None,
     report: Annotated[bool, typer.Option("--report/--no-report", help="Rebuild the report after.")] = True,
     jobs: Annotated[
         int,
@@ -398,15 +469,158 @@ def sweep(
             "--jobs", "-j", help="Experiments at once (`dvc queue start -j`); 1 suits CPUs (torch uses all)."
         ),
     ] = 1,
+    executor: Annotated[
+        str,
+        typer.Option(
+            "--executor",
+            help="queue: DVC's local queue; slurm: a job-array task per point; local-gpus: own GPUs each.",
+        ),
+    ] = "queue",
+    gpus: Annotated[
+        str | None, typer.Option("--gpus", help="local-gpus: the devices to share out, e.g. 0,1,2,3.")
+    ] = None,
+    gpus_per_task: Annotated[
+        int, typer.Option("--gpus-per-task", help="GPUs each point gets (slurm, local-gpus).")
+    ] = 0,
+    partition: Annotated[
+        str | None, typer.Option("--partition", help="slurm: partition to submit to.")
+    ] = None,
+    time_limit: Annotated[
+        str | None, typer.Option("--time", help="slurm: time limit per task, e.g. 12:00:00.")
+    ] = None,
+    account: Annotated[str | None, typer.Option("--account", help="slurm: account to charge.")] = None,
+    cpus_per_task: Annotated[
+        int | None, typer.Option("--cpus-per-task", help="slurm: CPUs per task.")
+    ] = None,
+    sbatch_template: Annotated[
+        Path | None,
+        typer.Option("--sbatch-template", help="slurm: your file of extra #SBATCH and set-up lines."),
+    ] = None,
+    scratch: ScratchOption = None,
+    wait: WaitOption = True,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run", help="Print the points, the GPU-hour estimate and the sbatch script; run nothing."
+        ),
+    ] = False,
     root: RootOption = Path("."),
 ):
-    """Queue a params grid as DVC experiments (workspace untouched), file them in reports/sweeps/, report."""
-    listed = [m.strip() for m in methods.split(",") if m.strip()]
-    result = _call(_stage("pipeline.sweep"), root, set_, listed, report, jobs)
+    """Run a params grid as DVC experiments (workspace untouched), file them in reports/sweeps/, report.
+
+    The default executor is DVC's local queue; `--executor slurm` submits one job-array task per
+    point, `--executor local-gpus --gpus 0,1` gives each concurrent point its own GPUs.
+    """
+    if ctx.invoked_subcommand:
+        return
+    from prefshift.pipeline import sweep as sweep_module
+
+    grid = _call(_stage("pipeline.sweep_grid_file", "load_grid_file"), grid_file) if grid_file else None
+    if grid is None and not set_:
+        err_console.print(error_text("nothing to sweep: pass -S key=value1,value2 or --grid-file FILE"))
+        raise typer.Exit(2)
+    if grid is not None and set_:
+        err_console.print(error_text("--grid-file and -S: give the grid one way; add axes to the file"))
+        raise typer.Exit(2)
+    points = grid.points if grid else _call(lambda: sweep_module.grid_points(sweep_module.parse_grid(set_)))
+    default_methods = ",".join((grid.methods_collected if grid else None) or sweep_module.SWEEP_METHODS)
+    listed = [m.strip() for m in (methods or default_methods).split(",") if m.strip()]
+    if executor == "queue" and (not wait or gpus is not None):
+        option = "--no-wait: for --executor slurm" if not wait else "--gpus: for --executor local-gpus"
+        err_console.print(error_text(f"{option} (see docs/cluster.md); DVC's queue takes --jobs"))
+        raise typer.Exit(2)
+    if executor != "queue":
+        from prefshift.pipeline.sweep_clones import Executor
+        from prefshift.pipeline.sweep_local_gpus import parse_devices
+        from prefshift.pipeline.sweep_slurm import SlurmResources
+
+        chosen = Executor(
+            executor,
+            SlurmResources(gpus_per_task, partition, time_limit, account, cpus_per_task, sbatch_template),
+            tuple(_call(parse_devices, gpus)) if gpus is not None else (),
+        )
+        _call(chosen.check)
+    if dry_run:
+        _dry_run(root, grid, points, chosen if executor != "queue" else None, scratch)
+        return
+    if executor == "queue":
+        result = _call(sweep_module.run_points, root, points, listed, report, jobs)
+    else:
+        result = _call(
+            _stage("pipeline.sweep_clones", "start"), root, points, listed, chosen, scratch, report, wait
+        )
+    _print_sweep(result)
+
+
+def _dry_run(root: Path, grid: Any, points: list, chosen: Any, scratch: Path | None) -> None:
+    """What a sweep would run and cost, printed; nothing is written, queued or submitted."""
+    _call(_stage("pipeline.sweep", "check_distinct"), root / "params.yaml", points)
+    typer.echo(f"points: {len(points)}")
+    if grid is not None:
+        grid_module = importlib.import_module("prefshift.pipeline.sweep_grid_file")
+        for line in grid_module.describe_points(grid.points, grid.labels):
+            typer.echo(f"  {line}")
+        if grid.estimate:
+            for line in _call(grid_module.estimate, grid, root / "params.yaml").lines()[1:]:
+                typer.echo(line)
+    if chosen is not None and chosen.kind == "slurm":
+        clones = importlib.import_module("prefshift.pipeline.sweep_clones")
+        try:
+            clones.check_shared_tracking(clones.tracking_uri(Layout(root)))
+        except PrefshiftError as err:
+            typer.echo(f"note: the sweep itself would stop here: {err}")
+        typer.echo("sbatch script:")
+        typer.echo(
+            _call(_stage("pipeline.sweep_clones", "dry_run_script"), root, chosen, points, scratch), nl=False
+        )
+
+
+def _print_sweep(result: dict) -> None:
+    if result.get("sweep_id") and not result["experiments"]:
+        err_console.print(
+            f"sweep {result['sweep_id']} submitted ({result['folder']}); "
+            f"follow it with `prefshift sweep status {result['sweep_id']}`, "
+            f"gather it with `prefshift sweep collect {result['sweep_id']}`"
+        )
+        typer.echo(result["sweep_id"])
+        return
     for experiment in result["experiments"]:
         err_console.print(f"{experiment['name']}: {', '.join(experiment['files'])}")
     if result["report"]:
         err_console.print(f"report: {result['report']} (`dvc repro report` records it in dvc.lock)")
+
+
+SweepIdArgument = Annotated[str, typer.Argument(help="The sweep's id, as `prefshift sweep` printed it.")]
+
+
+@sweep_app.command("status")
+def sweep_status(sweep_id: SweepIdArgument, scratch: ScratchOption = None, root: RootOption = Path(".")):
+    """Where each point of a fanned-out sweep stands; a failed or stopped one with its log's path."""
+    for line in _call(_stage("pipeline.sweep_clones", "status"), root, sweep_id, scratch):
+        typer.echo(line)
+
+
+@sweep_app.command("collect")
+def sweep_collect(sweep_id: SweepIdArgument, scratch: ScratchOption = None, root: RootOption = Path(".")):
+    """Pull a finished sweep's experiments (`dvc exp pull`), check and file them, rebuild the report."""
+    _print_sweep(_call(_stage("pipeline.sweep_clones", "collect_id"), root, sweep_id, scratch))
+
+
+@sweep_app.command("resume")
+def sweep_resume(
+    sweep_id: SweepIdArgument,
+    scratch: ScratchOption = None,
+    wait: WaitOption = True,
+    root: RootOption = Path("."),
+):
+    """Resubmit only the points that are missing, failed or stopped; finished ones never rerun."""
+    _print_sweep(_call(_stage("pipeline.sweep_clones", "resume"), root, sweep_id, scratch, wait))
+
+
+@sweep_app.command("task", hidden=True)
+def sweep_task(folder: Path, index: int):
+    """One grid point in its own clone: what each SLURM array task or local-gpus slot runs."""
+    raise typer.Exit(_call(_stage("pipeline.sweep_task", "run_point"), folder, index))
 
 
 def main() -> None:

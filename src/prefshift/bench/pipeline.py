@@ -5,12 +5,19 @@ the working tree's data/, models/, caches or earlier results comes along), so th
 runs every stage. `dvc repro` runs under a small wrapper that reports RUSAGE_CHILDREN's peak RSS:
 the largest resident set of any process it waited for, i.e. of the hungriest stage.
 Stage durations come from the time each "Running stage" line appeared.
+
+With a params file (e.g. one `prefshift preset robust-ft` wrote), the clone runs that pipeline
+instead of the embedded default, and each method's training cost is read off the same run:
+the median over seeds of its `train@<method>-<seed>` stage against naive's (`method_costs`).
+Every stage is a fresh process on the same machine, data and sizes, so the ratio is what the
+method costs a user of the pipeline, process start-up included.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -129,13 +136,33 @@ def _repro(root: Path, env: dict[str, str], log: Callable[[str], None]) -> dict:
     return {"wall_s": wall, "stages_s": stages, "peak_rss_mb": peak_kb / 1024}
 
 
-def bench_pipeline(repo: Path, log: Callable[[str], None], keep: bool = False) -> dict:
-    """Full and no-op `dvc repro` of the embedded default in a temporary clone of `repo`."""
+def method_costs(stages_s: dict[str, float]) -> dict[str, dict]:
+    """method → its train stages' median wall time over seeds and that median ÷ naive's."""
+    walls: dict[str, list[float]] = {}
+    for stage, seconds in stages_s.items():
+        if stage.startswith("train@"):
+            method = stage.removeprefix("train@").rsplit("-", 1)[0]
+            walls.setdefault(method, []).append(seconds)
+    medians = {m: statistics.median(v) for m, v in walls.items()}
+    naive = medians.get("naive")
+    return {
+        m: {"seeds": len(walls[m]), "median_s": v, "vs_naive": v / naive if naive else None}
+        for m, v in medians.items()
+    }
+
+
+def bench_pipeline(
+    repo: Path, log: Callable[[str], None], keep: bool = False, params_file: Path | None = None
+) -> dict:
+    """Full and no-op `dvc repro` of the embedded default (or of `params_file`) in a temporary
+    clone of `repo`."""
     tmp = Path(tempfile.mkdtemp(prefix="prefshift-bench-pipeline-"))
     root = tmp / "project"
     try:
         root.mkdir()
         copy_project_sources(repo, root)
+        if params_file is not None:
+            shutil.copyfile(params_file, root / "params.yaml")
         env = _environment(root)
         for args in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "bench"]):
             subprocess.run(args, cwd=root, env=env, check=True, capture_output=True)
@@ -155,6 +182,8 @@ def bench_pipeline(repo: Path, log: Callable[[str], None], keep: bool = False) -
     }
     return {
         **measured,
+        "params": str(params_file) if params_file else "params.yaml (embedded default)",
+        "method_costs": method_costs(full["stages_s"]),
         "stages_s": full["stages_s"],
         "noop_ran_stages": sorted(noop["stages_s"]),
         "targets": {key: {"max": limit, "met": measured[key] <= limit} for key, limit in TARGETS.items()},

@@ -182,7 +182,19 @@ def _pipeline(section: dict | None) -> list[str]:
     for key, target in section["targets"].items():
         lines.append(f"| {key} | {section[key]:.1f} | {target['max']:.0f} | {_met(target)} |")
     stages = ", ".join(f"{k} {v:.0f} s" for k, v in section["stages_s"].items())
-    return [*lines, "", f"Stages: {stages}.", ""]
+    lines += ["", f"Params: {section.get('params', 'params.yaml (embedded default)')}.", ""]
+    return [*lines, *_method_costs(section.get("method_costs") or {}), f"Stages: {stages}.", ""]
+
+
+def _method_costs(costs: dict) -> list[str]:
+    """Each method's train stage against naive's, medians over seeds (bench.pipeline.method_costs)."""
+    if len(costs) < 2:
+        return []
+    lines = ["| method | train stage, median over seeds | seeds | ÷ naive |", "|---|---|---|---|"]
+    for method, cost in costs.items():
+        ratio = "—" if cost["vs_naive"] is None else f"{cost['vs_naive']:.2f}×"
+        lines.append(f"| {method} | {cost['median_s']:.1f} s | {cost['seeds']} | {ratio} |")
+    return [*lines, ""]
 
 
 def render_markdown(result: dict) -> str:

@@ -94,12 +94,20 @@ def _one_invocation(plan: Plan, reps: int, trl_as_shipped: bool, log: Callable[[
     return result
 
 
-def _command(quick: bool, pipeline: bool, invocations: int, trl_as_shipped: bool, readme: Path | None) -> str:
+def _command(
+    quick: bool,
+    pipeline: bool,
+    invocations: int,
+    trl_as_shipped: bool,
+    readme: Path | None,
+    pipeline_params: Path | None = None,
+) -> str:
     flags = [
         "--quick" if quick else "",
         f"--invocations {invocations}" if invocations > 1 else "",
         "--trl-as-shipped" if trl_as_shipped else "",
-        "--pipeline" if pipeline else "",
+        "--pipeline" if pipeline and pipeline_params is None else "",
+        f"--pipeline-params {pipeline_params}" if pipeline_params else "",
         f"--readme {readme}" if readme else "",
     ]
     return " ".join(["prefshift bench", *(f for f in flags if f)])
@@ -119,6 +127,7 @@ def run_bench(
     invocations: int = 1,
     trl_as_shipped: bool = False,
     readme: Path | None = None,
+    pipeline_params: Path | None = None,
     first_round: int = 0,
     log: Callable[[str], None] = print,
 ) -> dict:
@@ -152,9 +161,14 @@ def run_bench(
             "gpu": NO_GPU,
             **_one_invocation(plan, reps, trl_as_shipped, log),
         }
-    result["settings"]["command"] = _command(quick, pipeline, invocations, trl_as_shipped, readme)
+    result["settings"]["command"] = _command(
+        quick, pipeline, invocations, trl_as_shipped, readme, pipeline_params
+    )
     json_path = out_dir / "bench.json"
-    result["pipeline"] = bench_pipeline(repo, log, keep) if pipeline else _previous_pipeline(json_path)
+    measure = pipeline or pipeline_params is not None
+    result["pipeline"] = (
+        bench_pipeline(repo, log, keep, pipeline_params) if measure else _previous_pipeline(json_path)
+    )
     paths = write_reports(result, out_dir)
     log(f"wrote {paths[0]} and {paths[1]}")
     if readme is not None:

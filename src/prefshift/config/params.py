@@ -413,7 +413,8 @@ class DownstreamConfig(Strict):
     generation_batch_size: int = Field(32, ge=1, description="Prompts per `generate` call (x n_max rows).")
     judge: str = Field(
         "ceiling",
-        description="Gold judge: `ceiling` (models/students/ceiling, a proxy for human gold), or a "
+        description="Gold judge: `ceiling` (the first seed's models/students/seed-<k>/ceiling, a proxy for "
+        "human gold), or a "
         "reward-model directory or hub id.",
     )
     judge_revision: str | None = Field(None, description="Hub revision of the judge.")
@@ -455,8 +456,17 @@ class TrackingConfig(Strict):
 
 
 class Params(Strict):
-    seed: Seed = 0
-    seeds: list[Seed] = Field(default_factory=lambda: [0], min_length=1)
+    seed: Seed = Field(
+        0,
+        description="The seed of what every seed shares (the split, the pretrained bases, the policy's "
+        "samples); a per-seed stage runs with `seed` set to its own replicate seed (`for_seed`).",
+    )
+    seeds: list[Seed] = Field(
+        default_factory=lambda: [0, 1, 2],
+        min_length=1,
+        description="Replicate seeds: DVC runs the teacher, its labels and every student once per seed "
+        "(stages teacher@<seed>, train@<method>-<seed>, ...), and the report's verdicts rest on all of them.",
+    )
     methods: list[str] = Field(default_factory=lambda: list(DEFAULT_METHODS))
     method_settings: dict[str, dict[str, Any]] = Field(default_factory=dict, exclude=True)
     """Third-party methods' own sections, keyed by method name (top-level keys in params.yaml);
@@ -489,6 +499,15 @@ class Params(Strict):
             return data
         rest = {k: v for k, v in data.items() if k not in plugin}
         return {**rest, "method_settings": {k: data[k] for k in sorted(plugin)}}
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct_seeds(cls, value: list[int]) -> list[int]:
+        """A seed listed twice would be one DVC stage generated twice (DVC refuses the file)."""
+        for i, seed in enumerate(value):
+            if seed in value[:i]:
+                raise ValueError(f"seed {seed} is listed twice")
+        return value
 
     @field_validator("methods")
     @classmethod
@@ -631,6 +650,21 @@ def check_listed(params: Params, name: str) -> str:
             f"params.yaml (or pass -S 'methods=[{', '.join([*params.methods, name])}]') and run again"
         )
     return name
+
+
+def for_seed(params: Params, seed: int | None) -> Params:
+    """params as a per-seed stage runs: `seed` is the replicate seed, one that `seeds` lists
+    (default: the first). An unlisted seed has no DVC stage, so what it trained would be outside
+    dvc.lock and the report."""
+    if seed is None:
+        seed = params.seeds[0]
+    if seed not in params.seeds:
+        listed = ", ".join(map(str, params.seeds))
+        raise ConfigError(
+            f"seed {seed} is not listed in params `seeds` ({listed}); add it to `seeds` in params.yaml "
+            f"(or pass -S 'seeds=[{', '.join(map(str, [*params.seeds, seed]))}]') and run again"
+        )
+    return params.model_copy(update={"seed": seed})
 
 
 class DuplicateKeyError(yaml.YAMLError):

@@ -1,17 +1,52 @@
 """Where every stage reads and writes, relative to the project root (the DVC layout).
 
 Stages take a `Layout` so tests can run the pipeline inside a temporary directory.
+
+Seeds. What depends on the training seed (the teacher, its labels, each student, their scores,
+train logs and metrics, checkpoints, a method's targets) lives one level down in a `seed-<k>`
+directory: models/students/seed-0/naive, reports/metrics/seed-1/anchor_last.json. Everything
+else (pairs, splits, the pretrained bases, the plan, the reference states, the probe) is shared
+by every seed. A per-seed path needs a layout bound to a seed (`for_seed`); asking an unbound
+layout for one is a programming error, so a stage that spans seeds cannot silently read seed 0.
+The `seed-<k>` level sits under each kind's directory, not above it, so one DVC dependency on
+reports/metrics (or models/students) covers every seed.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+
+SEED_DIR_PREFIX = "seed-"
+
+
+def seed_dir_name(seed: int) -> str:
+    return f"{SEED_DIR_PREFIX}{seed}"
 
 
 @dataclass(frozen=True)
 class Layout:
     root: Path = Path(".")
+    seed: int | None = None
+
+    def for_seed(self, seed: int) -> Layout:
+        """This project's layout with its per-seed paths under `seed-<seed>`."""
+        return replace(self, seed=seed)
+
+    def _seeded(self, *kind: str) -> Path:
+        if self.seed is None:
+            raise ValueError(f"{'/'.join(kind)} is per seed: use layout.for_seed(seed)")
+        return self.root.joinpath(*kind, seed_dir_name(self.seed))
+
+    def seed_dirs(self, *kind: str) -> dict[int, Path]:
+        """Seed → directory of every `seed-<k>` found under `kind` (e.g. "reports", "metrics")."""
+        found = {}
+        base = self.root.joinpath(*kind)
+        for path in sorted(base.glob(f"{SEED_DIR_PREFIX}*")) if base.is_dir() else []:
+            suffix = path.name[len(SEED_DIR_PREFIX) :]
+            if path.is_dir() and suffix.isdigit():
+                found[int(suffix)] = path
+        return dict(sorted(found.items()))
 
     @property
     def pairs_dir(self) -> Path:
@@ -52,17 +87,17 @@ class Layout:
 
     @property
     def teacher_dir(self) -> Path:
-        return self.root / "models" / "teacher"
+        return self._seeded("models", "teacher")
 
     def student_dir(self, method: str) -> Path:
-        return self.root / "models" / "students" / method
+        return self._seeded("models", "students") / method
 
     def checkpoint_dir(self, name: str) -> Path:
-        return self.root / "models" / "checkpoints" / name
+        return self._seeded("models", "checkpoints") / name
 
     @property
     def weak_labels(self) -> Path:
-        return self.root / "data" / "weak_labels" / "student_train.parquet"
+        return self._seeded("data", "weak_labels") / "student_train.parquet"
 
     @property
     def plan_dir(self) -> Path:
@@ -86,14 +121,14 @@ class Layout:
 
     def targets_dir(self, method: str) -> Path:
         """What `train --method` trains on (written by `targets --method`)."""
-        return self.root / "data" / "targets" / method
+        return self._seeded("data", "targets") / method
 
     def targets(self, method: str) -> Path:
         return self.targets_dir(method) / "student_train.parquet"
 
     @property
     def seam_dir(self) -> Path:
-        """SEAM's labels, counts and generation cache: the targets of the seam method."""
+        """SEAM's labels and counts for one seed: the targets of the seam method."""
         return self.targets_dir("seam")
 
     @property
@@ -101,8 +136,14 @@ class Layout:
         return self.seam_dir / "student_train.parquet"
 
     @property
+    def seam_principles_dir(self) -> Path:
+        """The strong LM's principles per student_train prompt: shared by every seed (greedy
+        generation from the shared strong base does not depend on the training seed)."""
+        return self.root / "data" / "seam"
+
+    @property
     def seam_generations(self) -> Path:
-        return self.seam_dir / "generations.parquet"
+        return self.seam_principles_dir / "generations.parquet"
 
     @property
     def seam_counts(self) -> Path:
@@ -110,7 +151,7 @@ class Layout:
 
     def scores_dir(self, model: str) -> Path:
         """Reward margins on the held-out splits: `teacher` (written by label) or a method (by train)."""
-        return self.root / "data" / "scores" / model
+        return self._seeded("data", "scores") / model
 
     def scores(self, model: str, split: str) -> Path:
         return self.scores_dir(model) / f"{split}.parquet"
@@ -119,10 +160,10 @@ class Layout:
         return self.scores_dir(model) / "groups" / f"{dataset}.parquet"
 
     def train_log(self, name: str) -> Path:
-        return self.root / "reports" / "train" / f"{name}.json"
+        return self._seeded("reports", "train") / f"{name}.json"
 
     def metrics(self, method: str) -> Path:
-        return self.root / "reports" / "metrics" / f"{method}.json"
+        return self._seeded("reports", "metrics") / f"{method}.json"
 
     @property
     def probe_report(self) -> Path:
@@ -131,7 +172,7 @@ class Layout:
 
     @property
     def teacher_metrics(self) -> Path:
-        return self.root / "reports" / "metrics" / "teacher.json"
+        return self._seeded("reports", "metrics") / "teacher.json"
 
     @property
     def summary(self) -> Path:

@@ -1,5 +1,9 @@
 """`prefshift sweep`: a grid of params queued as DVC experiments, results filed for the report.
 
+This module is the default executor, DVC's queue on this machine, and the helpers every executor
+shares (grid parsing, names, the checks of an experiment's numbers, filing). Points that run in
+clones of their own, through SLURM or one device set each on local GPUs, are sweep_clones.py's.
+
 Each grid point is queued with `dvc exp run --queue --name sweep-<key>-<value> -S key=value
 report`, then `dvc queue start -j N` runs the queue (N = `--jobs`, default 1: each run already
 uses every core for torch). DVC stashes the workspace at queue time, applies the overrides in
@@ -31,10 +35,11 @@ it), found in /proc and ended with SIGTERM (SIGKILL after a grace period), and t
 still queued are removed. It prints each step. The queue is the project's: a worker that another
 command started in this project is stopped too.
 
-Results are read from the experiment commit (`git show <rev>:reports/metrics/<m>.json`) and
-written to reports/sweeps/ as the report expects them: the full metrics JSON (with the
-confidence intervals that `dvc exp show` drops, lists not being metrics to DVC) plus
-{"sweep": {<dotted key>: <value from the experiment's params.yaml>}}. These copies outlive
+Results are read from the experiment commit (`git show <rev>:reports/metrics/seed-<k>/<m>.json`,
+for each seed the experiment's params list) and written to reports/sweeps/ as the report
+expects them: the full metrics JSON (with the confidence intervals that `dvc exp show` drops,
+lists not being metrics to DVC) plus {"sweep": {<dotted key>: <value from the experiment's
+params.yaml>, "seed": <replicate seed>}}. These copies outlive
 the experiments (which `dvc exp gc`/`remove` discard, and which `dvc exp show` lists only
 under their own baseline commit), so the report's ablation tables keep them.
 """
@@ -42,6 +47,8 @@ under their own baseline commit), so the report's ablation tables keep them.
 from __future__ import annotations
 
 import contextlib
+import copy
+import hashlib
 import itertools
 import json
 import math
@@ -57,7 +64,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from prefshift.config.params import check_method, load_params, read_yaml, split_override
+from prefshift.config.params import (
+    apply_overrides,
+    check_method,
+    load_params,
+    parse_params,
+    read_yaml,
+    split_override,
+)
 from prefshift.core.atomic import write_json
 from prefshift.core.errors import PrefshiftError
 from prefshift.core.paths import Layout
@@ -68,6 +82,7 @@ SWEEP_METHODS = ("anchor_last", "anchor_mid")
 TARGET = "report"  # see the module docstring: one consistent pipeline state per experiment
 HEADLINE = ("wrg", "mean_aog", "mean_nts")
 DONE_STATES = ("success", "failed")
+SEEDED_METRICS = re.compile(r"reports/metrics/seed-\d+/[^/]+\.json")
 POLL_S = 10.0  # one `dvc exp show --json` per poll: about a second of CPU
 EXP_SHOW_TIMEOUT_S = 30.0
 """A hung call is killed and retried like a failed one. `dvc exp show` sometimes blocks on a futex
@@ -81,6 +96,7 @@ STOP_SETTLE_S = 30.0  # the workers' own shutdown after `dvc queue stop --kill`:
 STOP_GRACE_S = 30.0  # what a stage gets after SIGTERM to end its MLflow run and clean up, before SIGKILL
 GONE_POLLS = 3  # polls in a row without a task before it counts as removed, not between two states
 _REF_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+MAX_NAME = 120
 
 
 class SweepError(PrefshiftError):
@@ -134,11 +150,18 @@ def check_distinct(params_path: Path, points: Sequence[Mapping[str, str]]) -> No
     Points are compared by the params they resolve to, not by their text: `1` and `1.0`, or `1e-4`
     and `0.0001`, are one value once parsed, and two axes can set one param. Two experiments of one
     name would also collide in DVC's queue, so distinct points whose names coincide are refused too.
+
+    The file is read and parsed once (a grid file's hundreds of points made parsing it again per
+    point the dry run's main cost); each point's overrides go onto a copy of that tree.
     """
+    load_params(params_path)  # the file itself, checked once with its own errors
+    raw = read_yaml(Path(params_path).read_text(encoding="utf-8"), str(params_path))
     by_params: dict[str, Mapping[str, str]] = {}
     by_name: dict[str, Mapping[str, str]] = {}
     for point in points:
-        params = load_params(params_path, [f"{k}={v}" for k, v in point.items()])
+        overrides = [f"{k}={v}" for k, v in point.items()]
+        tree = apply_overrides(copy.deepcopy(raw), overrides)
+        params = parse_params(tree, " -S ".join([str(params_path), *overrides]))
         resolved = json.dumps(params.resolved(), sort_keys=True)
         for seen, key, why in (
             (by_params, resolved, "give the same params"),
@@ -153,9 +176,17 @@ def check_distinct(params_path: Path, points: Sequence[Mapping[str, str]]) -> No
 
 
 def experiment_name(point: Mapping[str, str]) -> str:
-    """A git-ref-safe readable name, e.g. `sweep-anchor.lambda-0.01`."""
+    """A git-ref-safe readable name, e.g. `sweep-anchor.lambda-0.01`.
+
+    A point that sets many params (a grid file's bundles) would give a name past what a ref's file
+    name may hold (255 bytes), so a long name keeps its readable start and ends with a hash of the
+    whole: still one name per point, the same on every run."""
     parts = [f"{key}-{_REF_UNSAFE.sub('_', value).strip('_')}" for key, value in point.items()]
-    return "sweep-" + "-".join(parts)
+    name = "sweep-" + "-".join(parts)
+    if len(name) <= MAX_NAME:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:12]
+    return f"{name[: MAX_NAME - len(digest) - 1].rstrip('-_.')}-{digest}"
 
 
 def sweep_filename(method: str, sweep: Mapping[str, Any]) -> str:
@@ -163,14 +194,14 @@ def sweep_filename(method: str, sweep: Mapping[str, Any]) -> str:
     return "__".join([method, *parts]).replace("/", "_") + ".json"
 
 
-def _git(root: Path, *args: str) -> str:
+def run_git(root: Path, *args: str) -> str:
     done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
     if done.returncode != 0:
         raise SweepError(f"git {' '.join(args)} (in {root}) failed: {done.stderr.strip()}")
     return done.stdout
 
 
-def _dvc_command(args: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+def dvc_command(args: Sequence[str]) -> tuple[list[str], dict[str, str]]:
     """The dvc installed with prefshift (else PATH's), with its directory leading the child's PATH:
     queue workers and the experiments they run call plain `dvc` and `prefshift`."""
     bin_dir = Path(sys.executable).parent
@@ -179,9 +210,9 @@ def _dvc_command(args: Sequence[str]) -> tuple[list[str], dict[str, str]]:
     return [str(sibling) if sibling.exists() else "dvc", *args], env
 
 
-def _dvc(root: Path, args: Sequence[str], echo: bool = True) -> str:
+def run_dvc(root: Path, args: Sequence[str], echo: bool = True) -> str:
     """Run dvc, echoing its output as it comes (unless told not to); return that output."""
-    command, env = _dvc_command(args)
+    command, env = dvc_command(args)
     proc = subprocess.Popen(
         command, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
@@ -202,7 +233,7 @@ def start_queue(root: Path, jobs: int) -> None:
     It leaves a daemon behind that holds the command's stdout until the queue is empty, so
     its output goes to a file, not to a pipe that would be read to its end.
     """
-    command, env = _dvc_command(["queue", "start", "--jobs", str(jobs)])
+    command, env = dvc_command(["queue", "start", "--jobs", str(jobs)])
     with tempfile.TemporaryFile("w+") as out:
         code = subprocess.run(command, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
         out.seek(0)
@@ -214,7 +245,7 @@ def start_queue(root: Path, jobs: int) -> None:
 
 def _tracked_dirs(root: Path) -> set[Path]:
     """Directories that hold a git-tracked file: the ones a temporary experiment copy has."""
-    files = _git(root, "ls-files", "-z").split("\0")
+    files = run_git(root, "ls-files", "-z").split("\0")
     return {parent for f in files if f for parent in Path(f).parents}
 
 
@@ -241,7 +272,7 @@ def copy_paths(root: Path) -> tuple[list[str], list[str]]:
     An untracked dvc.lock is carried too, or every stage would count as never run.
     """
     rel = [(path, use_cache) for path, use_cache, _ in pipeline_outputs(root)]
-    tracked_files = set(filter(None, _git(root, "ls-files", "-z").split("\0")))
+    tracked_files = set(filter(None, run_git(root, "ls-files", "-z").split("\0")))
     present = _tracked_dirs(root)
     cached = [path for path, use_cache in rel if use_cache]
     roots, skipped = set(), []
@@ -269,7 +300,7 @@ def uncommitted_baseline(root: Path) -> list[str]:
         paths.insert(0, "dvc.lock")
     if not paths:
         return []
-    status = _git(root, "status", "--porcelain", "--untracked-files=all", "--", *paths)
+    status = run_git(root, "status", "--porcelain", "--untracked-files=all", "--", *paths)
     changed = {line[3:].strip() for line in status.splitlines() if line.strip()}
     return [p for p in paths if p in changed]
 
@@ -281,9 +312,9 @@ def commit_command(paths: Sequence[str]) -> str:
 
 def experiment_ref(root: Path, name: str) -> str | None:
     """The ref of experiment `name` on the current HEAD (refs/exps/<sha[:2]>/<sha[2:]>/<name>)."""
-    head = _git(root, "rev-parse", "HEAD").strip()
+    head = run_git(root, "rev-parse", "HEAD").strip()
     ref = f"refs/exps/{head[:2]}/{head[2:]}/{name}"
-    return ref if _git(root, "for-each-ref", ref).strip() else None
+    return ref if run_git(root, "for-each-ref", ref).strip() else None
 
 
 def _dotted(tree: Mapping[str, Any], key: str, where: str) -> Any:
@@ -306,7 +337,7 @@ def exp_show(root: Path, attempts: int = 6, pause_s: float = 5.0) -> list[dict[s
     that half-made directory ("directory .../.dvc/tmp/exps/tmp.../.dvc does not exist"); such
     a failure is retried, `attempts` times `pause_s` apart, before it counts.
     """
-    command, env = _dvc_command(["exp", "show", "--json"])
+    command, env = dvc_command(["exp", "show", "--json"])
     for attempt in range(attempts):
         try:
             done = subprocess.run(
@@ -359,13 +390,20 @@ def _is_number(value: Any) -> bool:
 
 
 def missing_numbers(metrics: Mapping[str, Any], methods: Sequence[str], layout: Layout) -> list[str]:
-    """`path:key` of every headline number that is absent or not a finite number in one row."""
+    """`path:key` of every headline number that is absent or not a finite number in one row.
+
+    Each method needs its numbers in every seed's metrics file the experiment holds (the seeds its
+    own params list), and at least one such file.
+    """
     summary = layout.metrics_summary.relative_to(layout.root).as_posix()
     missing = []
     for method in methods:
-        own = layout.metrics(method).relative_to(layout.root).as_posix()
-        for path, block in ((own, metrics.get(own)), (summary, (metrics.get(summary) or {}).get(method))):
-            prefix = f"{path}:" if path == own else f"{path}:{method}."
+        owns = sorted(k for k in metrics if SEEDED_METRICS.fullmatch(k) and k.endswith(f"/{method}.json"))
+        blocks = [(own, metrics.get(own), f"{own}:") for own in owns] or [
+            (f"reports/metrics/seed-<k>/{method}.json", None, f"reports/metrics/seed-<k>/{method}.json:")
+        ]
+        blocks.append((summary, (metrics.get(summary) or {}).get(method), f"{summary}:{method}."))
+        for _, block, prefix in blocks:
             missing += [f"{prefix}{key}" for key in HEADLINE if not _is_number((block or {}).get(key))]
     return missing
 
@@ -398,7 +436,7 @@ def queue_point(root: Path, point: Mapping[str, str], copies: Sequence[str]) -> 
         args += ["-S", f"{key}={value}"]
     for path in copies:
         args += ["-C", path]
-    _dvc(root, [*args, TARGET])
+    run_dvc(root, [*args, TARGET])
     return name
 
 
@@ -420,7 +458,7 @@ def queue_points(root: Path, points: Sequence[Mapping[str, str]], copies: Sequen
         )
     for name in names:
         if experiment_ref(root, name):
-            _dvc(root, ["exp", "remove", name])
+            run_dvc(root, ["exp", "remove", name])
     known = {r["task_id"] for r in before}
     for point in points:
         queue_point(root, point, copies)
@@ -436,7 +474,7 @@ def queue_points(root: Path, points: Sequence[Mapping[str, str]], copies: Sequen
 
 def _task_log(root: Path, task: str) -> str:
     try:
-        return _dvc(root, ["queue", "logs", task], echo=False)
+        return run_dvc(root, ["queue", "logs", task], echo=False)
     except SweepError as err:
         return str(err)
 
@@ -564,7 +602,7 @@ def _end_processes(processes: Mapping[int, tuple[str, str]], grace_s: float) -> 
 def _dvc_quiet(root: Path, args: Sequence[str]) -> tuple[int, str]:
     """(exit status, what it said) of a dvc command whose failure is reported, not raised:
     stopping carries on past it."""
-    command, env = _dvc_command(args)
+    command, env = dvc_command(args)
     shown = f"`dvc {' '.join(args)}`"
     try:
         done = subprocess.run(
@@ -625,20 +663,24 @@ def stop_queue(root: Path, names: Sequence[str], grace_s: float = STOP_GRACE_S) 
 
 
 def collect(root: Path, experiment: Mapping[str, Any], methods: Sequence[str], layout: Layout) -> list[Path]:
-    """Write reports/sweeps/<method>__<key>=<value>.json for each method from the experiment commit."""
+    """Write reports/sweeps/<method>__<key>=<value>__seed=<k>.json per method and replicate seed
+    (the seeds the experiment's params list) from the experiment commit. `seed` in the record is the
+    replicate seed, so the report's ablation tables average a point over its seeds."""
     rev = experiment["rev"]
-    params = read_yaml(_git(root, "show", f"{rev}:params.yaml"), f"{rev[:7]}:params.yaml")
+    params = read_yaml(run_git(root, "show", f"{rev}:params.yaml"), f"{rev[:7]}:params.yaml")
     sweep = {key: _dotted(params, key, f"{rev[:7]}:params.yaml") for key in experiment["point"]}
     written = []
-    for method in methods:
-        rel = layout.metrics(method).relative_to(layout.root).as_posix()
-        try:
-            metrics = json.loads(_git(root, "show", f"{rev}:{rel}"))
-        except json.JSONDecodeError as err:
-            raise SweepError(f"{rev[:7]}:{rel}: not valid JSON ({err})") from None
-        path = layout.sweeps_dir / sweep_filename(method, sweep)
-        write_json(path, {**metrics, "sweep": sweep})
-        written.append(path)
+    for seed in params.get("seeds") or [0]:
+        record = sweep if "seed" in sweep else {**sweep, "seed": seed}
+        for method in methods:
+            rel = layout.for_seed(seed).metrics(method).relative_to(layout.root).as_posix()
+            try:
+                metrics = json.loads(run_git(root, "show", f"{rev}:{rel}"))
+            except json.JSONDecodeError as err:
+                raise SweepError(f"{rev[:7]}:{rel}: not valid JSON ({err})") from None
+            path = layout.sweeps_dir / sweep_filename(method, record)
+            write_json(path, {**metrics, "sweep": record})
+            written.append(path)
     return written
 
 
@@ -652,14 +694,30 @@ def run(
     wait_s: float = WAIT_S,
 ) -> dict[str, Any]:
     """Queue every grid point as an experiment, run the queue, check and file its results, then the report."""
-    root = Path(root)
-    layout = Layout(root)
+    return run_points(root, grid_points(parse_grid(specs)), methods, report, jobs, poll_s, wait_s)
+
+
+def checked_methods(methods: Sequence[str]) -> list[str]:
     methods = [check_method(m) for m in methods]
     if not methods or len(set(methods)) != len(methods):
         raise SweepError(f"--methods {','.join(methods)!r}: name each method to collect once, e.g. naive")
+    return methods
+
+
+def run_points(
+    root: Path,
+    points: Sequence[Mapping[str, str]],
+    methods: Sequence[str] = SWEEP_METHODS,
+    report: bool = True,
+    jobs: int = 1,
+    poll_s: float = POLL_S,
+    wait_s: float = WAIT_S,
+) -> dict[str, Any]:
+    """`run` for points given as such (a grid file's, see sweep_grid_file)."""
+    root = Path(root)
+    methods = checked_methods(methods)
     if jobs < 1:
         raise SweepError(f"--jobs {jobs}: run at least one experiment at a time")
-    points = grid_points(parse_grid(specs))
     check_distinct(root / "params.yaml", points)
     copies, skipped = copy_paths(root)
     if skipped:
@@ -695,7 +753,23 @@ def run(
             "experiment(s) failed; their `dvc queue logs`:\n"
             + "\n".join(f"--- {name} ---\n{logs[name][-3000:]}" for name in failed)
         )
-    done = check_experiments(rows, tasks, methods, layout)
+    done = check_experiments(rows, tasks, methods, Layout(root))
+    return file_results(root, points, done, logs, methods, report)
+
+
+def file_results(
+    root: Path,
+    points: Sequence[Mapping[str, str]],
+    done: Mapping[str, Mapping[str, Any]],
+    logs: Mapping[str, str],
+    methods: Sequence[str],
+    report: bool,
+) -> dict[str, Any]:
+    """File each checked experiment in reports/sweeps/ (see `collect`), then rebuild the report.
+
+    `done` holds the experiments' rows by name (`check_experiments`), `logs` their run logs, from
+    which the stages each one ran are read. Every executor ends here."""
+    layout = Layout(root)
     experiments = []
     for point in points:
         experiment = {**done[experiment_name(point)], "point": dict(point)}

@@ -1,22 +1,43 @@
-"""Paired method comparisons: is method A better than B on a split, by how much, and how sure?
+"""Paired method comparisons across seeds: is method A better than B on a split, by how much, how sure?
 
 Two methods scored on the same pairs differ per pair in correctness (credit 1, 0.5 or 0),
-so the difference in accuracy is the mean of per-pair differences and its interval comes
-from one bootstrap that resamples pairs once and applies the draw to both (as
-metrics.paired_metrics does, with the same per-split generators). NTS combines the ID split and
-a target: both are resampled, independently, inside each draw. Seeds are a second,
-coarser check: the DESIGN prototype saw ANCHOR's OOD effect change sign between seeds, so
-a verdict calls a difference distinguishable only when its interval excludes zero and
-every seed that ran agrees in sign.
+so one seed's difference in accuracy is the mean of per-pair differences. Two sources of
+noise stand between that number and the answer: which pairs the test split holds, and which
+seed trained the models (the DESIGN prototype saw ANCHOR's OOD effect change sign between seeds;
+the two-cue experiment gave −0.6, −4.4 and +23.4 pp on three). Every seed is evaluated on the
+same test pairs (the split is shared), so the spread of the per-seed differences does not
+contain the pair-sampling noise, and a pairs-only bootstrap does not contain the seed noise.
+
+The interval therefore adds the two variances (a two-way random-effects view: seeds × pairs):
+
+    centre  = mean over seeds of the per-seed difference
+    var     = s² / S  +  v_pairs
+    ci      = centre ± t_{S−1} · √var
+
+s² is the sample variance of the S per-seed differences (it also holds the seed × pair
+interaction, divided by the pair count); v_pairs is the variance, over bootstrap draws that
+resample pairs once and apply the draw to every model of every seed, of the seed-averaged
+difference (it holds the pair noise and the interaction again, divided by S·n), so the
+interaction is counted twice: conservative by a term that shrinks with the pair count. The
+t quantile with S − 1 degrees of freedom (not a normal one) is the price of estimating s² from
+three or five seeds, and a seed bootstrap is not used because three seeds give ten distinct
+resamples. NTS differences resample the ID split and the target together inside each draw.
+
+A verdict is called only from two or more seeds, when this interval excludes zero and every
+seed agrees in sign. With one seed the pairs-only interval is shown and the verdict reads
+"one seed: no verdict": sign agreement is trivially true for one seed, and one seed is not
+evidence when effects flip sign between seeds.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from prefshift.science.metrics import (
     ID_SPLIT,
@@ -41,26 +62,64 @@ def aligned_credits(frames: Mapping[str, pd.DataFrame]) -> dict[str, np.ndarray]
     }
 
 
-def paired_difference(
-    a: np.ndarray, b: np.ndarray, *, draws: int, level: float, rng: np.random.Generator
-) -> dict[str, Any]:
-    """Accuracy of a minus accuracy of b (pp) on aligned credits, with a paired bootstrap interval."""
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    if a.shape != b.shape or a.size == 0:
-        raise MetricsError(
-            f"paired difference needs equal non-empty credit arrays, got {a.shape} and {b.shape}"
-        )
-    acc_a, acc_b = bootstrap_accuracies([a, b], draws, rng)
+def _seed_summary(per_seed: Sequence[float]) -> dict[str, Any]:
+    """Per-seed differences, their mean and sample std, and how many share the mean's sign."""
+    values = np.asarray(list(per_seed), dtype=float)
+    mean = float(values.mean())
     return {
-        "diff": float((a.mean() - b.mean()) * 100.0),
-        "ci": interval(acc_a - acc_b, level),
-        "n": int(a.size),
+        "per_seed": [float(v) for v in values],
+        "mean": mean,
+        "std": float(values.std(ddof=1)) if values.size > 1 else None,
+        "n": int(values.size),
+        "agree": int((np.sign(values) == np.sign(mean)).sum()) if mean != 0 else 0,
     }
 
 
+def seed_level_interval(per_seed: Sequence[float], pair_variance: float, level: float) -> list[float]:
+    """mean ± t_{S−1} · √(s²/S + v_pairs): an interval over both seeds and pairs (module docstring)."""
+    values = np.asarray(list(per_seed), dtype=float)
+    if values.size < 2:
+        raise MetricsError("a seed-level interval needs at least two seeds")
+    spread = float(values.var(ddof=1)) / values.size + float(pair_variance)
+    half = float(stats.t.ppf(0.5 + level / 2.0, df=values.size - 1)) * math.sqrt(spread)
+    centre = float(values.mean())
+    return [centre - half, centre + half]
+
+
+def _combine(per_seed: Sequence[float], drawn: np.ndarray, level: float, n: int) -> dict[str, Any]:
+    """Point, interval and seed summary from per-seed points and draws of the seed-averaged difference."""
+    seeds = _seed_summary(per_seed)
+    if seeds["n"] == 1:
+        ci = interval(drawn, level)
+    else:
+        ci = seed_level_interval(seeds["per_seed"], float(np.var(drawn, ddof=1)), level)
+    return {"diff": seeds["mean"], "ci": ci, "pairs_ci": interval(drawn, level), "n": n, "seeds": seeds}
+
+
+def paired_difference(
+    a: Sequence[np.ndarray], b: Sequence[np.ndarray], *, draws: int, level: float, rng: np.random.Generator
+) -> dict[str, Any]:
+    """Accuracy of a minus accuracy of b (pp), one credit array per seed on the same aligned pairs.
+
+    One bootstrap draws pair indices once for every model of every seed, so the draws of the
+    seed-averaged difference carry the pair noise; the per-seed points carry the seed noise.
+    """
+    a = [np.asarray(x, dtype=float) for x in a]
+    b = [np.asarray(x, dtype=float) for x in b]
+    sizes = {x.shape for x in [*a, *b]}
+    if not a or len(a) != len(b) or len(sizes) != 1 or a[0].size == 0:
+        raise MetricsError(
+            f"paired difference needs equal non-empty credit arrays per seed, got {sorted(sizes)}"
+        )
+    accs = bootstrap_accuracies([*a, *b], draws, rng)
+    drawn = np.mean([accs[k] - accs[len(a) + k] for k in range(len(a))], axis=0)
+    per_seed = [(x.mean() - y.mean()) * 100.0 for x, y in zip(a, b, strict=True)]
+    return _combine(per_seed, drawn, level, int(a[0].size))
+
+
 def nts_difference(
-    id_credits: Mapping[str, np.ndarray],
-    target_credits: Mapping[str, np.ndarray],
+    id_credits: Sequence[Mapping[str, np.ndarray]],
+    target_credits: Sequence[Mapping[str, np.ndarray]],
     a: str,
     b: str,
     *,
@@ -69,58 +128,49 @@ def nts_difference(
     level: float,
     seed: int,
 ) -> dict[str, Any]:
-    """NTS of a minus NTS of b on one target (pp); each credits mapping also holds `teacher`.
-
-    The teacher's own NTS is 0 by definition, so against the teacher this is a's NTS.
-    """
+    """NTS of a minus NTS of b on one target (pp), one credits mapping per seed, each also holding
+    that seed's `teacher`. The teacher's own NTS is 0 by definition, so against it this is a's NTS."""
     names = [a, b, "teacher"]
-    id_acc = bootstrap_accuracies([id_credits[n] for n in names], draws, split_seed(seed, ID_SPLIT))
-    k_acc = bootstrap_accuracies([target_credits[n] for n in names], draws, split_seed(seed, target))
-    drawn = [(k_acc[i] - k_acc[2]) - np.maximum(0.0, id_acc[2] - id_acc[i]) for i in (0, 1)]
-    point = {n: (target_credits[n].mean() * 100.0, id_credits[n].mean() * 100.0) for n in names}
-    t_k, t_id = point["teacher"]
-    diff = nts(point[a][0] - t_k, point[a][1], t_id) - nts(point[b][0] - t_k, point[b][1], t_id)
-    return {"diff": float(diff), "ci": interval(drawn[0] - drawn[1], level), "n": int(target_credits[a].size)}
+    seeds = len(id_credits)
+    id_acc = bootstrap_accuracies(
+        [c[n] for c in id_credits for n in names], draws, split_seed(seed, ID_SPLIT)
+    )
+    k_acc = bootstrap_accuracies(
+        [c[n] for c in target_credits for n in names], draws, split_seed(seed, target)
+    )
+    drawn_per_seed, per_seed = [], []
+    for k in range(seeds):
+        i_a, i_b, i_t = 3 * k, 3 * k + 1, 3 * k + 2
+        draw = [(k_acc[i] - k_acc[i_t]) - np.maximum(0.0, id_acc[i_t] - id_acc[i]) for i in (i_a, i_b)]
+        drawn_per_seed.append(draw[0] - draw[1])
+        point = {n: (target_credits[k][n].mean() * 100.0, id_credits[k][n].mean() * 100.0) for n in names}
+        t_k, t_id = point["teacher"]
+        per_seed.append(nts(point[a][0] - t_k, point[a][1], t_id) - nts(point[b][0] - t_k, point[b][1], t_id))
+    return _combine(per_seed, np.mean(drawn_per_seed, axis=0), level, int(target_credits[0][a].size))
 
 
-def seed_agreement(diffs: Sequence[float]) -> dict[str, Any]:
-    """Mean and sample std of per-seed differences, and how many seeds share the mean's sign."""
-    values = np.asarray(list(diffs), dtype=float)
-    if values.size == 0:
-        raise MetricsError("no per-seed differences to aggregate")
-    mean = float(values.mean())
-    agree = int((np.sign(values) == np.sign(mean)).sum()) if mean != 0 else 0
-    return {
-        "mean": mean,
-        "std": float(values.std(ddof=1)) if values.size > 1 else None,
-        "n": int(values.size),
-        "agree": agree,
-    }
-
-
-def distinguishable(ci: Sequence[float], seeds: Mapping[str, Any] | None) -> bool:
-    """The interval excludes 0 and, when several seeds ran, all of them agree in sign."""
-    excludes_zero = ci[0] > 0 or ci[1] < 0
-    if seeds is None or seeds["n"] < 2:
-        return excludes_zero
-    return excludes_zero and seeds["agree"] == seeds["n"]
+def distinguishable(result: Mapping[str, Any]) -> bool:
+    """Two or more seeds, an interval that excludes 0, and every seed agreeing in sign."""
+    seeds = result["seeds"]
+    lo, hi = result["ci"]
+    return seeds["n"] >= 2 and (lo > 0 or hi < 0) and seeds["agree"] == seeds["n"]
 
 
 def _pp(value: float) -> str:
     return f"{round(value, 1) + 0.0:+.1f}".replace("-", "−")
 
 
-def verdict(
-    a: str, b: str, split: str, result: Mapping[str, Any], seeds: Mapping[str, Any] | None, what: str = ""
-) -> str:
-    """One line, e.g. "anchor_last vs naive on X: +1.2 pp [−0.4, +2.9], 2/3 seeds: not distinguishable"."""
+def verdict(a: str, b: str, split: str, result: Mapping[str, Any], what: str = "") -> str:
+    """One line that states its seeds, e.g.
+    "anchor_last vs naive on X: +1.2 pp [−0.4, +2.9], 3 seeds, 2/3 agree: not distinguishable"."""
     lo, hi = result["ci"]
-    seed_part = "1 seed" if seeds is None or seeds["n"] < 2 else f"{seeds['agree']}/{seeds['n']} seeds agree"
-    if distinguishable(result["ci"], seeds):
+    seeds = result["seeds"]
+    label = f" ({what})" if what else ""
+    head = f"{a} vs {b} on {split}{label}: {_pp(result['diff'])} pp [{_pp(lo)}, {_pp(hi)}]"
+    if seeds["n"] < 2:
+        return f"{head} (pairs only), one seed: no verdict"
+    if distinguishable(result):
         call = f"{a} {'better' if result['diff'] > 0 else 'worse'}"
     else:
         call = "not distinguishable"
-    label = f" ({what})" if what else ""
-    return (
-        f"{a} vs {b} on {split}{label}: {_pp(result['diff'])} pp [{_pp(lo)}, {_pp(hi)}], {seed_part}: {call}"
-    )
+    return f"{head}, {seeds['n']} seeds, {seeds['agree']}/{seeds['n']} agree: {call}"

@@ -196,15 +196,28 @@ def best_of_n_curves(
     _save(fig, path)
 
 
-def mechanism(points: Mapping[str, tuple[float, Estimate]], path: Path) -> None:
-    """One marker per model: how far its representation moved from the start (1 − cosine at the
-    reward position) against its mean OOD accuracy, with the OOD interval."""
+def mechanism(points: Mapping[str, Sequence[tuple[float, Estimate]]], path: Path) -> None:
+    """One marker shape per model, one marker per seed: how far its representation moved from the
+    start (1 − cosine at the reward position) against its mean OOD accuracy, with the OOD interval."""
     fig, ax = plt.subplots(figsize=(6.5, 5))
     markers = "osD^vP*Xh<>"  # with matplotlib's ten colours, eleven or more methods stay distinguishable
-    for i, (name, (cosine, ood)) in enumerate(points.items()):
-        x, marker = 1.0 - cosine, markers[i % len(markers)]
-        ax.errorbar(x, ood.value, yerr=[[e] for e in ood.errors()], fmt=marker, capsize=3, label=name)
-        ax.annotate(name, (x, ood.value), textcoords="offset points", xytext=(5, 4), fontsize=7)
+    for i, (name, seeds) in enumerate(points.items()):
+        colour, marker = f"C{i % 10}", markers[i % len(markers)]
+        for j, (cosine, ood) in enumerate(seeds):
+            x = 1.0 - cosine
+            label = name if j == 0 else None
+            ax.errorbar(
+                x,
+                ood.value,
+                yerr=[[e] for e in ood.errors()],
+                fmt=marker,
+                color=colour,
+                capsize=3,
+                label=label,
+            )
+        x_mean = sum(1.0 - c for c, _ in seeds) / len(seeds)
+        y_mean = sum(o.value for _, o in seeds) / len(seeds)
+        ax.annotate(name, (x_mean, y_mean), textcoords="offset points", xytext=(5, 4), fontsize=7)
     _finish(
         fig,
         ax,

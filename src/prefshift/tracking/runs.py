@@ -321,8 +321,15 @@ def scrub(values: Mapping[str, Any]) -> dict[str, str]:
     }
 
 
-def dvc_stage_name(stage: str, method: str | None) -> str:
-    return os.environ.get("DVC_STAGE") or (f"{stage}@{method}" if method else stage)
+def run_name(stage: str, method: str | None, seed: int | None) -> str:
+    """One run per model (even in one DVC stage) and seed, named as DVC names the stage:
+    train@naive-0, teacher@1; `downstream@naive` for a stage that runs once for every seed."""
+    keys = [str(k) for k in (method, seed) if k is not None]
+    return f"{stage}@{'-'.join(keys)}" if keys else stage
+
+
+def dvc_stage_name(stage: str, method: str | None, seed: int | None = None) -> str:
+    return os.environ.get("DVC_STAGE") or run_name(stage, method, seed)
 
 
 def _dvc_dep_paths(root: Path, stage_name: str) -> tuple[Path, ...] | None:
@@ -397,7 +404,7 @@ class StageRun:
 
     def __init__(self, params: Params, layout: Layout, stage: str, method: str | None, uri: str):
         self.params, self.layout = params, layout
-        self.run_name = f"{stage}@{method}" if method else stage  # one run per model, even in one DVC stage
+        self.run_name = run_name(stage, method, layout.seed)
         self.pipeline_run_id = pipeline_run_id(params, layout)
         self.tags = scrub(run_tags(params, layout, stage, method, self.pipeline_run_id))
         self.journal: list[tuple[str, tuple, dict]] = []
@@ -596,7 +603,7 @@ def ensure_parent(client: Any, experiment_id: str, pipeline_id: str, tags: Mappi
 def run_tags(
     params: Params, layout: Layout, stage: str, method: str | None, pipeline_id: str
 ) -> dict[str, str]:
-    name = dvc_stage_name(stage, method)
+    name = dvc_stage_name(stage, method, layout.seed)
     return {
         **git_state(layout.root),
         **input_hashes(layout, name),

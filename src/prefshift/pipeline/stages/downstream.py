@@ -10,9 +10,11 @@ gold score of its best-of-n pick is computed exactly over all n-subsets of the n
 so the gold and proxy gains read in standard deviations of their own scorer and the gap
 between them (proxy − gold) measures over-optimisation. The synthetic gold rule, where it
 applies, is kept on its own 0-1 scale. Output: reports/downstream/M.json and one MLflow run
-per model (`downstream@M`). All models' files are one output set: replaced together or not at all.
-When policy_samples skipped best-of-n, both directories hold only `skipped.json` (the reason
-and split version), which the report shows in place of the best-of-n section.
+per model (`downstream@M`). Best-of-n runs on the first seed's models only (params `seeds`): the
+samples and their judging are shared, and a proxy per seed would multiply the scoring for a
+curve the report does not compare across seeds. All models' files are one output set: replaced
+together or not at all. When policy_samples skipped best-of-n, both directories hold only
+`skipped.json` (the reason and split version), which the report shows in place of the best-of-n section.
 """
 
 from __future__ import annotations
@@ -117,6 +119,8 @@ def headline(doc: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _model_dir(layout: Layout, method: str):
+    """The proxy's directory in `layout`'s seed: best-of-n runs once, on the first seed's models
+    (sampling and judging are the costly part, and they are shared by every seed)."""
     model_dir = layout.teacher_dir if method == "teacher" else layout.student_dir(method)
     if not model_dir.exists():
         hint = "prefshift teacher" if method == "teacher" else f"prefshift train --method {method}"
@@ -184,6 +188,7 @@ def _write_skip(layout: Layout, reason: str) -> dict[str, dict[str, Any]]:
 
 def run_all(params: Params, layout: Layout) -> dict[str, dict[str, Any]]:
     """Every proxy, as one output set over data/downstream/proxies and reports/downstream (the DVC stage)."""
+    layout = layout.for_seed(params.seeds[0])
     reason = skipped(layout)
     if reason:
         return _write_skip(layout, reason)
@@ -198,6 +203,7 @@ def run_all(params: Params, layout: Layout) -> dict[str, dict[str, Any]]:
 
 def run(params: Params, layout: Layout, method: str) -> dict[str, Any]:
     """One proxy (`--method M`): its two files replaced together, the other models' left as they are."""
+    layout = layout.for_seed(params.seeds[0])
     reason = skipped(layout)
     if reason:
         raise DownstreamError(f"{layout.policy_counts}: best-of-n was skipped ({reason}); nothing to score")

@@ -249,7 +249,6 @@ def setting(params: Params, sizes: Mapping[str, int]) -> dict[str, Any]:
         "models": {"weak": _describe(params.backbone.weak), "strong": _describe(params.backbone.strong)},
         "sizes": dict(sizes),
         "seed": params.seed,
-        "seeds": list(params.seeds),
         "bootstrap": params.evaluate.bootstrap,
         "ci": params.evaluate.ci,
     }
@@ -269,7 +268,7 @@ def metrics_document(
     sizes: Mapping[str, int],
     training_log: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
-    """The reports/metrics/<method>.json payload: compute_metrics' result plus provenance, rounded."""
+    """reports/metrics/seed-<k>/<method>.json: compute_metrics' result plus provenance, rounded."""
     document = {
         **result,
         "method": method,

@@ -1,17 +1,17 @@
 """`prefshift gold-judge`: the gold score of every policy sample, once for all proxy reward models.
 
 The judge is `downstream.judge`: `ceiling` (default) is the strong backbone trained on gold
-labels (models/students/ceiling). It is a *proxy* for human gold, not human gold: it shares
-the strong backbone, the training data and the tokenizer with the students it judges, so the
-report says so wherever it shows judge scores. Any reward-model directory or hub id may be
-named instead (e.g. a large public reward model on a real preset). When `methods` does not
-list the ceiling, the default judge is absent: judge scores are NaN and only the rule judges.
-The stage depends on models/students as a whole (dvc.yaml cannot name the ceiling's directory
-when the ceiling may not be listed); deterministic scoring rewrites identical gold scores when
-another student changes, so no downstream stage re-runs for it. On the synthetic suite the
-suite's own gold rule (`synthetic.rule_score`) also scores every sample: a judge that needs
-no model, but only for text it recognises. When policy_samples skipped best-of-n, the stage
-writes an empty gold file (its declared output) and loads no judge.
+labels (the first seed's, models/students/seed-<k>/ceiling). It is a *proxy* for human gold, not
+human gold: it shares the strong backbone, the training data and the tokenizer with the students
+it judges, so the report says so wherever it shows judge scores. Any reward-model directory or
+hub id may be named instead (e.g. a large public reward model on a real preset). When `methods`
+does not list the ceiling, the default judge is absent: judge scores are NaN and only the rule
+judges. The stage depends on models/students as a whole (dvc.yaml cannot name the ceiling's
+directory when the ceiling may not be listed); deterministic scoring rewrites identical gold
+scores when another student changes, so no downstream stage re-runs for it. On the synthetic
+suite the suite's own gold rule (`synthetic.rule_score`) also scores every sample: a judge that
+needs no model, but only for text it recognises. When policy_samples skipped best-of-n, the
+stage writes an empty gold file (its declared output) and loads no judge.
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ def judge_source(params: Params, layout: Layout) -> str | None:
     judge = params.downstream.judge
     if judge != "ceiling":
         return judge
-    return str(layout.student_dir("ceiling")) if "ceiling" in params.methods else None
+    ceiling = layout.for_seed(params.seeds[0]).student_dir("ceiling")
+    return str(ceiling) if "ceiling" in params.methods else None
 
 
 def describe_judge(params: Params) -> str:

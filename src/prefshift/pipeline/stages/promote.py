@@ -1,7 +1,7 @@
 """`prefshift promote`: register the students that pass the gate; `champion` on the best by mean NTS.
 
 Gate (params.promote): ID accuracy ≥ teacher ID accuracy − id_tolerance, and mean
-AOG > min_mean_aog, both in percentage points from reports/metrics/<method>.json
+AOG > min_mean_aog, both in percentage points from reports/metrics/seed-<k>/<method>.json
 (keys `id.acc`, `teacher.id.acc`, `mean_aog`, `mean_nts`, `wrg`, `targets.<k>.aog|nts`,
 as written by the evaluate stage). The ceiling is never promoted: it is trained on
 gold labels, so it is a reference, not a weak-to-strong student.
@@ -22,6 +22,10 @@ promoted.
 
 reports/promotion.json records every decision and reason, which version each model
 has, and the aliases as read back from the registry.
+
+Seeds: the first seed of params `seeds` is the one gated and registered (a registry version is
+one model, and picking the best seed would promote the luckiest draw); the report's verdicts are
+where the seeds are compared.
 """
 
 from __future__ import annotations
@@ -165,7 +169,8 @@ def run(params: Params, layout: Layout) -> dict[str, Any]:
     from prefshift.tracking import registry
     from prefshift.tracking import runs as tracking
 
-    decisions = [gate(params, layout, method) for method in params.methods]
+    seeded = layout.for_seed(params.seeds[0])
+    decisions = [gate(params, seeded, method) for method in params.methods]
     passing = sorted((d for d in decisions if d["passed"]), key=lambda d: (-d["mean_nts"], d["method"]))
     name = params.tracking.registered_model
     result: dict[str, Any] = {"registered_model": name, "decisions": decisions, "promoted": [], "aliases": {}}
@@ -190,7 +195,7 @@ def run(params: Params, layout: Layout) -> dict[str, Any]:
         for rank, decision in enumerate(passing):
             tags = version_tags(decision, git, logger.pipeline_run_id)
             version, created = registry.register(
-                logger, name, layout.student_dir(decision["method"]), tags, encode
+                logger, name, seeded.student_dir(decision["method"]), tags, encode
             )
             alias = CHAMPION if rank == 0 else f"candidate-{decision['method']}"
             holder = registry.set_alias(logger.client, name, alias, version.version)

@@ -1,9 +1,11 @@
 """`prefshift report`: tables, figures and DVC metrics/plots across every evaluated method.
 
-Inputs are only files other stages wrote: reports/metrics/<method>.json (the
-teacher row comes from their `teacher` block, computed on the same bootstrap
-draws), reports/train/<name>.json for curves and drift, and optional sweep
-results in reports/sweeps/*.json for the ablation tables.
+Inputs are only files other stages wrote: reports/metrics/seed-<k>/<method>.json for every seed
+params list (the teacher row comes from their `teacher` block, computed on the same bootstrap
+draws), the first seed's reports/train/seed-<k>/<name>.json for curves and drift, every seed's
+per-pair scores for the paired comparisons, and optional sweep results in reports/sweeps/*.json
+for the ablation tables. The across-seeds table and the paired verdicts use every seed; the
+detail tables (main table, diagnostics, drift, curves) show the first seed and say so.
 
 Sweep file format (written by whatever drives a sweep, e.g. `dvc exp` + a copy):
 a metrics JSON exactly as `prefshift evaluate` writes it, plus a top-level
@@ -65,16 +67,27 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def load_metrics(params: Params, layout: Layout) -> dict[str, dict[str, Any]]:
-    found = {m: _read_json(layout.metrics(m)) for m in params.methods if layout.metrics(m).exists()}
-    if not found:
+def load_runs(params: Params, layout: Layout) -> dict[int, dict[str, dict[str, Any]]]:
+    """seed → method → metrics document, for every seed params list (reports/metrics/seed-<k>/).
+
+    The first listed seed's documents are the detail tables' (the report names it); a seed with
+    no metrics at all is left out and the header says which seeds the numbers rest on.
+    """
+    runs = {}
+    for seed in params.seeds:
+        seeded = layout.for_seed(seed)
+        found = {m: _read_json(seeded.metrics(m)) for m in params.methods if seeded.metrics(m).exists()}
+        if "ceiling" in found:
+            found = {m: v if m == "ceiling" else with_ceiling(v, found["ceiling"]) for m, v in found.items()}
+        if found:
+            runs[seed] = found
+    first = layout.for_seed(params.seeds[0]).metrics("x").parent
+    if params.seeds[0] not in runs:
         raise ReportError(
-            f"no metrics in {layout.metrics('x').parent}; run `prefshift evaluate --method M` for "
-            f"one of {', '.join(params.methods)}"
+            f"no metrics in {first} (the first seed of params `seeds`); run `dvc repro`, or "
+            f"`prefshift evaluate --method M --seed {params.seeds[0]}` for one of {', '.join(params.methods)}"
         )
-    if "ceiling" in found:
-        found = {m: v if m == "ceiling" else with_ceiling(v, found["ceiling"]) for m, v in found.items()}
-    return found
+    return runs
 
 
 def load_sweeps(layout: Layout) -> list[dict[str, Any]]:
@@ -151,7 +164,9 @@ def _is_synthetic(setting: Mapping[str, Any]) -> bool:
     return any(str(d).startswith("syn_") for d in [setting["source"], *setting["targets"]])
 
 
-def header_section(setting: Mapping[str, Any], version: str, methods: Sequence[str]) -> str:
+def header_section(
+    setting: Mapping[str, Any], version: str, methods: Sequence[str], seeds: Sequence[int]
+) -> str:
     order = ["teacher_train", "student_train", ID_SPLIT, *setting["targets"]]
     counts = setting.get("sizes", {})
     sizes = ", ".join(f"{k} {counts[k]}" for k in order if k in counts)
@@ -162,7 +177,8 @@ def header_section(setting: Mapping[str, Any], version: str, methods: Sequence[s
         + ", ".join(f"`{t}`" for t in setting["targets"]),
         f"- Models: weak {setting['models']['weak']}, strong {setting['models']['strong']}",
         f"- Pairs per split: {sizes}",
-        f"- Seeds: {setting.get('seeds', [setting.get('seed')])} (tables below: seed {setting.get('seed')})",
+        f"- Seeds: {', '.join(map(str, seeds))} (the across-seeds table and every verdict rest on all of "
+        f"them; the detail tables after them show seed {setting.get('seed')})",
         f"- Intervals: {round(setting['ci'] * 100)}% paired bootstrap over pairs, "
         f"{setting['bootstrap']} draws; split version `{version}`",
         f"- Methods evaluated: {', '.join(methods)}",
@@ -362,23 +378,36 @@ def _sort_value(text: str) -> tuple[int, Any]:
     return (0, value) if isinstance(value, (int, float)) else (1, text)
 
 
-def seeds_table(metrics: Mapping[str, Mapping[str, Any]], sweeps: Sequence[Mapping[str, Any]]) -> str | None:
-    """Mean ± std across seeds when seed replicates of the main runs exist."""
-    replicates: dict[str, list[Mapping]] = defaultdict(list)
-    for run in sweeps:
-        if replicate_seed(run["sweep"]) is not None:
-            replicates[run["method"]].append(run)
-    if not replicates:
-        return None
-    rows = []
-    for method in _ordered(metrics):
-        runs = list(replicates.get(method, []))
-        main_seed = metrics[method]["setting"]["seed"]
-        if all(r["sweep"]["seed"] != main_seed for r in runs):
-            runs.append(metrics[method])
-        stats = across_seeds(runs, ABLATION_KEYS[:-1])
-        rows.append([method, str(len(runs)), *[_sd(stats[k]) for k in ABLATION_KEYS[:-1]]])
-    return _table(["Method", "seeds", "ID acc", "WRG", "mean OOD acc", "mean AOG", "mean NTS"], rows)
+def _per_seed_wrg(runs: Mapping[int, Mapping[str, Mapping[str, Any]]], method: str) -> str:
+    """Each seed's WRG with its pairs interval: whether naive beats its teacher on every seed."""
+    cells = [
+        f"{seed}: {_ci(docs[method]['wrg'], docs[method]['ci']['wrg'])}"
+        for seed, docs in runs.items()
+        if method in docs
+    ]
+    return "; ".join(cells)
+
+
+def seeds_table(runs: Mapping[int, Mapping[str, Mapping[str, Any]]], methods: Sequence[str]) -> str:
+    """Mean ± std across the pipeline's seeds, and each seed's WRG with its interval."""
+    teacher = [{"id": next(iter(docs.values()))["teacher"]["id"]} for docs in runs.values()]
+    stats = across_seeds(teacher, ["id.acc"])
+    rows = [["teacher", str(len(teacher)), _sd(stats["id.acc"]), DASH, DASH, DASH, DASH, DASH]]
+    for method in methods:
+        docs = [r[method] for r in runs.values() if method in r]
+        if not docs:
+            continue
+        stats = across_seeds(docs, ABLATION_KEYS[:-1])
+        rows.append(
+            [
+                method,
+                str(len(docs)),
+                *[_sd(stats[k]) for k in ABLATION_KEYS[:-1]],
+                _per_seed_wrg(runs, method),
+            ]
+        )
+    header = ["Method", "seeds", "ID acc", "WRG", "mean OOD acc", "mean AOG", "mean NTS", "WRG per seed [CI]"]
+    return _table(header, rows)
 
 
 def _csv(path: Path, frame: pd.DataFrame) -> None:
@@ -496,7 +525,7 @@ def write_plots(
 
 
 def render_summary(
-    metrics: Mapping[str, Mapping[str, Any]],
+    runs: Mapping[int, Mapping[str, Mapping[str, Any]]],
     sweeps: Sequence[Mapping[str, Any]],
     training: Mapping[str, Mapping[str, Any] | None],
     version: str,
@@ -505,21 +534,22 @@ def render_summary(
     extra_sections: Sequence[str] = (),
     cue_section: str | None = None,
 ) -> str:
+    metrics = next(iter(runs.values()))
     setting = next(iter(metrics.values()))["setting"]
     targets = setting["targets"]
+    first = setting["seed"]
     parts = [
-        header_section(setting, version, _ordered(metrics)),
-        f"## Main table\n\nAccuracy in %, gains in pp, {round(setting['ci'] * 100)}% intervals in brackets. "
-        "WRG = ID gain over the "
-        "teacher; AOG = OOD gain per target; NTS = AOG minus the student's ID regression (if any).\n\n"
-        + main_table(metrics, targets),
+        header_section(setting, version, _ordered(metrics), list(runs)),
+        f"## Across seeds\n\nMean ± std over seeds {', '.join(map(str, runs))} (accuracy in %, gains in "
+        "pp), and each seed's WRG with its pairs interval. The paired comparisons below give intervals "
+        "that span seeds and pairs.\n\n" + seeds_table(runs, _ordered(metrics)),
+        f"## Main table (seed {first})\n\nAccuracy in %, gains in pp, {round(setting['ci'] * 100)}% "
+        "intervals over pairs in brackets. WRG = ID gain over the teacher; AOG = OOD gain per target; "
+        "NTS = AOG minus the student's ID regression (if any).\n\n" + main_table(metrics, targets),
     ]
     official = benchmark_targets.summary_section(_models(metrics))
     if official:
         parts.append(official)
-    seeds = seeds_table(metrics, sweeps)
-    if seeds:
-        parts.append("## Across seeds (mean ± std)\n\n" + seeds)
     if cue_section:
         parts.append(cue_section)
     parts.append("## Diagnostics\n\n" + diagnostics_tables(metrics, [ID_SPLIT, *targets]))
@@ -544,13 +574,13 @@ def render_summary(
 def beyond_accuracy(
     params: Params,
     layout: Layout,
-    metrics: Mapping,
-    sweeps: Sequence[Mapping],
+    runs: Mapping[int, Mapping[str, Mapping[str, Any]]],
+    logs: Mapping[str, Mapping[str, Any]],
     version: str,
     figures_dir: Path,
 ) -> tuple[list[str], list[Path]]:
-    """DESIGN §10's sections past pairwise accuracy: paired comparisons, truncation, best-of-n, and
-    the mechanism (drift against OOD accuracy, WiSE-FT's α curve), with their figures."""
+    """DESIGN §10's sections past pairwise accuracy: paired comparisons across seeds, truncation,
+    best-of-n, and the mechanism (drift against OOD accuracy per seed, WiSE-FT's α curve)."""
     from prefshift.pipeline.stages import (
         report_comparisons,
         report_downstream,
@@ -558,9 +588,10 @@ def beyond_accuracy(
         report_truncation,
     )
 
+    metrics = next(iter(runs.values()))
     splits = [ID_SPLIT, *params.data.targets]
     sections = [
-        report_comparisons.comparisons_section(report_comparisons.compare(params, layout, metrics, sweeps)),
+        report_comparisons.comparisons_section(report_comparisons.compare(params, layout, _ordered(metrics))),
         report_truncation.truncation_section(metrics, params.evaluate.warn_truncated_share),
     ]
     docs = report_downstream.load_downstream(layout, version, params.methods)
@@ -569,10 +600,9 @@ def beyond_accuracy(
         report_downstream.skipped_section(skip) if skip else report_downstream.best_of_n_section(docs, splits)
     )
     figures = report_downstream.write_best_of_n_figures(docs, splits, figures_dir) if docs else []
-    logs = {m: log for m in _ordered(metrics) if (log := read_train_log(layout.train_log(m)))}
     for section, written in (
-        report_mechanism.mechanism_section(metrics, figures_dir),
-        report_mechanism.alpha_section(logs, figures_dir),
+        report_mechanism.mechanism_section(runs, figures_dir),
+        report_mechanism.alpha_section({m: log for m, log in logs.items() if m != "teacher"}, figures_dir),
     ):
         sections.append(section)
         figures += written
@@ -584,32 +614,43 @@ def _teacher_accuracies(m: Mapping[str, Any]) -> dict[str, float]:
     return {ID_SPLIT: teacher["id"]["acc"], **{t: block["acc"] for t, block in teacher["targets"].items()}}
 
 
+def _check_teachers(runs: Mapping[int, Mapping[str, Mapping[str, Any]]], layout: Layout) -> None:
+    """Within a seed every method compares to one teacher labelling and one list of targets."""
+    for seed, metrics in runs.items():
+        seeded = layout.for_seed(seed)
+        first = next(iter(metrics.values()))
+        targets = first["setting"]["targets"]
+        for name, m in metrics.items():
+            if _teacher_accuracies(m) != _teacher_accuracies(first):
+                raise ReportError(
+                    f"{seeded.metrics(name)}: its teacher accuracies differ from {first['method']}'s, so the "
+                    "teacher was re-labelled in between; re-run `prefshift evaluate` for every method of "
+                    f"seed {seed}"
+                )
+            if m["setting"]["targets"] != targets:
+                raise ReportError(
+                    f"{seeded.metrics(name)}: evaluated on targets {m['setting']['targets']}, "
+                    f"others on {targets}; re-run `prefshift evaluate --method {name} --seed {seed}`"
+                )
+
+
 def run(params: Params, layout: Layout) -> dict[str, Any]:
-    metrics = load_metrics(params, layout)
+    runs = load_runs(params, layout)
     sweeps = load_sweeps(layout)
     replicates = [s for s in sweeps if replicate_seed(s["sweep"]) is not None]
     version = check_versions(
         {
-            **{str(layout.metrics(m)): v for m, v in metrics.items()},
+            **{str(layout.for_seed(k).metrics(m)): v for k, docs in runs.items() for m, v in docs.items()},
             **{s["_path"]: s for s in sweeps if s not in replicates},
         },
         layout,
     )
     check_replicates(replicates)
-    first = next(iter(metrics.values()))
-    targets = first["setting"]["targets"]
-    for name, m in metrics.items():
-        if _teacher_accuracies(m) != _teacher_accuracies(first):
-            raise ReportError(
-                f"{layout.metrics(name)}: its teacher accuracies differ from {first['method']}'s, so the "
-                f"teacher was re-labelled in between; re-run `prefshift evaluate` for every method"
-            )
-        if m["setting"]["targets"] != targets:
-            raise ReportError(
-                f"{layout.metrics(name)}: evaluated on targets {m['setting']['targets']}, "
-                f"others on {targets}; re-run `prefshift evaluate --method {name}`"
-            )
-    logs = {n: log for n in ["teacher", *_ordered(metrics)] if (log := read_train_log(layout.train_log(n)))}
+    _check_teachers(runs, layout)
+    metrics = runs[params.seeds[0]]
+    detail = layout.for_seed(params.seeds[0])
+    targets = next(iter(metrics.values()))["setting"]["targets"]
+    logs = {n: log for n in ["teacher", *_ordered(metrics)] if (log := read_train_log(detail.train_log(n)))}
     training = {m: training_summary(logs.get(m)) for m in _ordered(metrics)}
     lambda_series = _lambda_series(sweeps)
     files, directories = [layout.metrics_summary, layout.summary], [layout.figures, layout.plots_dir]
@@ -617,23 +658,38 @@ def run(params: Params, layout: Layout) -> dict[str, Any]:
         figures_dir = out.path(layout.figures)
         staged = write_figures(layout, metrics, targets, logs, lambda_series, into=figures_dir)
         write_plots(layout, metrics, targets, logs, lambda_series, into=out.path(layout.plots_dir))
-        extra_sections, extra_figures = beyond_accuracy(params, layout, metrics, sweeps, version, figures_dir)
+        extra_sections, extra_figures = beyond_accuracy(params, layout, runs, logs, version, figures_dir)
         cues = report_probe.probe_section(params, report_probe.load_probe(layout, version))
         figures = [layout.figures / p.name for p in [*staged, *extra_figures]]
-        summary = {
-            "split_version": version,
-            "teacher": headline(_models(metrics)["teacher"], targets, student=False),
-        }
-        summary.update({m: headline(metrics[m], targets) for m in _ordered(metrics)})
+        summary = summary_metrics(runs, targets, version)
         write_json(out.path(layout.metrics_summary), summary)
         write_text(
             out.path(layout.summary),
-            render_summary(metrics, sweeps, training, version, figures, layout, extra_sections, cues),
+            render_summary(runs, sweeps, training, version, figures, layout, extra_sections, cues),
         )
     from prefshift.pipeline.stages.report_downstream import load_skip
 
     skips = {"best-of-n": load_skip(layout, version), "probe": _probe_skip(layout, version)}
     messages().print(closing_line(layout, metrics, len(figures), skips))
+    return summary
+
+
+def summary_metrics(
+    runs: Mapping[int, Mapping[str, Mapping[str, Any]]], targets: Sequence[str], version: str
+) -> dict:
+    """reports/metrics.json: the first seed's headline per model (as `dvc metrics` shows it) and,
+    under `across_seeds`, each method's mean and std over every seed."""
+    metrics = next(iter(runs.values()))
+    summary: dict[str, Any] = {
+        "split_version": version,
+        "seeds": list(runs),
+        "teacher": headline(_models(metrics)["teacher"], targets, student=False),
+    }
+    summary.update({m: headline(metrics[m], targets) for m in _ordered(metrics)})
+    summary["across_seeds"] = {
+        m: across_seeds([r[m] for r in runs.values() if m in r], ABLATION_KEYS[:-1])
+        for m in _ordered(metrics)
+    }
     return summary
 
 

@@ -1,7 +1,7 @@
 """The report's mechanism section: does staying close to the start buy OOD robustness, and which
 way of staying close buys most?
 
-One point per method: its drift from the start (the cosine between its and the start's
+One point per method and seed: its drift from the start (the cosine between its and the start's
 final-layer states at the reward position on id_test, `prefshift.engine.drift`, copied into each
 metrics file's `training` block) against its mean OOD accuracy; a table with the same numbers.
 For WiSE-FT, the α curve its training log records: every split's accuracy at every α, and the α
@@ -20,34 +20,42 @@ Point = tuple[float, figs.Estimate, float]
 """(cosine at the reward position, mean OOD accuracy with its interval, ID accuracy)."""
 
 
-def mechanism_points(metrics: Mapping[str, Mapping[str, Any]]) -> dict[str, Point]:
-    """method → its Point, for every model whose metrics record the cosine."""
-    points = {}
-    for method, doc in metrics.items():
-        cosine = (doc.get("training") or {}).get("reward_position_cosine")
-        if cosine is not None:
-            ood = figs.Estimate(doc["mean_acc_ood"], doc["ci"]["mean_acc_ood"])
-            points[method] = (cosine, ood, doc["id"]["acc"])
+def mechanism_points(runs: Mapping[int, Mapping[str, Mapping[str, Any]]]) -> dict[str, dict[int, Point]]:
+    """method → seed → its Point, for every model whose metrics record the cosine."""
+    points: dict[str, dict[int, Point]] = {}
+    for seed, metrics in runs.items():
+        for method, doc in metrics.items():
+            cosine = (doc.get("training") or {}).get("reward_position_cosine")
+            if cosine is not None:
+                ood = figs.Estimate(doc["mean_acc_ood"], doc["ci"]["mean_acc_ood"])
+                points.setdefault(method, {})[seed] = (cosine, ood, doc["id"]["acc"])
     return points
 
 
 def mechanism_section(
-    metrics: Mapping[str, Mapping[str, Any]], figures_dir: Path
+    runs: Mapping[int, Mapping[str, Mapping[str, Any]]], figures_dir: Path
 ) -> tuple[str | None, list[Path]]:
-    points = mechanism_points(metrics)
+    points = mechanism_points(runs)
     if not points:
         return None, []
-    rows = ["| method | cosine to start | ID acc | mean OOD acc |", "|---|---|---|---|"]
-    for method, (cosine, ood, id_acc) in points.items():
-        lo, hi = ood.ci or (ood.value, ood.value)
-        rows.append(f"| {method} | {cosine:.4f} | {id_acc:.1f} | {ood.value:.1f} [{lo:.1f}, {hi:.1f}] |")
+    rows = ["| method | seed | cosine to start | ID acc | mean OOD acc |", "|---|---|---|---|---|"]
+    for method, by_seed in points.items():
+        for seed, (cosine, ood, id_acc) in by_seed.items():
+            lo, hi = ood.ci or (ood.value, ood.value)
+            rows.append(
+                f"| {method} | {seed} | {cosine:.4f} | {id_acc:.1f} | {ood.value:.1f} [{lo:.1f}, {hi:.1f}] |"
+            )
     path = figures_dir / "mechanism.png"
-    figs.mechanism({m: (c, ood) for m, (c, ood, _) in points.items()}, path)
+    figs.mechanism({m: [(c, ood) for c, ood, _ in by_seed.values()] for m, by_seed in points.items()}, path)
+    seeds = len(runs)
+    caution = (
+        "One seed: read the ordering, not the gaps." if seeds == 1 else f"One point per seed ({seeds} seeds)."
+    )
     text = (
         "## Staying close and OOD accuracy\n\n"
         "Cosine between each model's final-layer state at the reward position and its start's, "
         "mean over the first id_test pairs (1 = unmoved), after any post-training step; mean OOD "
-        "accuracy in %, with its interval. One seed: read the ordering, not the gaps.\n\n" + "\n".join(rows)
+        f"accuracy in %, with its interval. {caution}\n\n" + "\n".join(rows)
     )
     return text, [path]
 

@@ -1,11 +1,11 @@
-"""`prefshift seam-label`: SEAM soft labels for student_train (data/seam_labels/).
+"""`prefshift seam-label`: one seed's SEAM soft labels for student_train (data/targets/seed-<k>/seam/).
 
-The strong backbone proposes principles per prompt (cached), the teacher scores
-each pair under every principle, and confidence-selected nodes are averaged into
-q_i (see prefshift.engine.seam for each assumption). The labels carry the split version
-like the teacher's, so `train --method seam` refuses labels from other splits.
-The generation cache (data/seam_labels/generations.parquet) only saves work if
-DVC keeps it between runs: declare it `persist: true`.
+The strong backbone's principles per prompt come from `seam-principles` (data/seam/, shared by
+every seed); this seed's teacher scores each pair under every principle, and
+confidence-selected nodes are averaged into q_i (see prefshift.engine.seam for each assumption).
+A prompt missing from data/seam (the command run by hand before `seam-principles`) is generated
+here, said, and not stored: the shared file is another stage's output. The labels carry the
+split version like the teacher's, so `train --method seam` refuses labels from other splits.
 """
 
 from __future__ import annotations
@@ -62,7 +62,12 @@ def run(params: Params, layout: Layout) -> dict:
     cache = GenerationCache.load(layout.seam_generations)
     generator = PrincipleGenerator(strong, cfg, params.backbone.trust_remote_code)
     principles = propose_principles(pairs, cache, model_key(strong), cfg, generator)
-    cache.save(layout.seam_generations)
+    if principles.counts["generated"]:
+        console.print(
+            f"seam: {principles.counts['generated']} prompt(s) had no principles in "
+            f"{layout.seam_generations}; generated here and not stored (`prefshift seam-principles` "
+            "stores them for every seed)"
+        )
     del generator  # frees the strong LM before the teacher loads
     generated_s = time.perf_counter() - started
 
