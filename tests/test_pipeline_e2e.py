@@ -38,7 +38,7 @@ def test_repro_runs_every_stage_and_writes_the_report(pipeline):
     expected = {"prepare", "split", "backbone", "teacher", "label", "plan", "reference", "probe", "report"}
     expected |= {"promote"}
     expected |= {f"{stage}@{m}" for m in STUDENTS for stage in ("targets", "train", "evaluate")}
-    expected |= {"policy_samples", "gold_judge", "downstream"}
+    expected |= {"policy_samples", "judge", "gold_judge", "downstream"}
     assert expected <= ran
     summary = (root / "reports" / "summary.md").read_text()
     for name in ("teacher", *STUDENTS, "syn_help_instruct", "syn_help_chat", "synthetic"):
@@ -166,7 +166,7 @@ def test_methods_is_the_pipeline(tmp_path_factory):
     }
     expected = {"prepare", "split", "backbone", "teacher", "label", "plan", "reference", "probe", "report"}
     expected |= {"inputs", "promote"}
-    expected |= {"policy_samples", "gold_judge", "downstream"}  # judged by the rule only: no ceiling
+    expected |= {"policy_samples", "judge", "gold_judge", "downstream"}  # the judge needs no ceiling
     assert _stages(root, env) == expected | per_method
     assert _ran_stages(_run(["dvc", "repro", "--dry", "--force"], root, env)) == expected | per_method
     assert not (root / "dvc.lock").exists() and not (root / "data").exists(), "--dry runs nothing"
@@ -207,13 +207,13 @@ def test_lambda_sweep_queues_experiments_that_carry_their_metrics(sweep_project)
     assert (root / "params.yaml").read_bytes() == before
     assert "git add dvc.lock reports/metrics/teacher.json" in output  # the uncommitted baseline is named
     # What a λ change re-runs, in each experiment (its echoed queue log): plan and the two anchor
-    # students with what reads them (gold_judge re-runs on any student and rewrites identical scores;
-    # downstream scores every proxy in one stage); the shared `reference` and the other four
+    # students with what reads them (downstream scores every proxy in one stage); the shared
+    # `reference`, the judge and its gold scores (they read no student) and the other four
     # students stay cached.
     anchor_stages = {
         f"{stage}@{method}" for method in ("anchor_last", "anchor_mid") for stage in ("train", "evaluate")
     }
-    per_point = {"inputs", "plan", "gold_judge", "downstream", "report"} | anchor_stages
+    per_point = {"inputs", "plan", "downstream", "report"} | anchor_stages
     logs = output.split("--- experiment ")[1:]
     assert len(logs) == 1
     for log in logs:

@@ -89,6 +89,9 @@ from prefshift.config.params import SYNTHETIC_DATASETS, ConfigError, SyntheticCo
 from prefshift.data import synthetic_vocab as vocab
 
 SPLITS = ("train", "test")
+JUDGE_SPLIT = "judge"
+"""Cue-free gold pairs of train-side requests on their own stream, for the best-of-n judge
+(`cfg.judge_pairs`): a split no proxy trains on (`prefshift judge`)."""
 ROLES = ("source", "target", "clean")
 
 CUE = "Hope this helps!!"
@@ -263,7 +266,7 @@ def _draw_request(category: str, pools: tuple[list[Request], list[Request]], rng
 
 def _pair(category: str, style: str, split: str, seed: int, rng: random.Random) -> dict[str, Any]:
     """One labelled pair without the cue; meta records how it was built."""
-    pools = _request_pools(style, seed)[split]
+    pools = _request_pools(style, seed)["train" if split == JUDGE_SPLIT else split]
     request = _draw_request(category, pools, rng)
     prompt = _prompt(style, request, rng)
     if request.harmful:
@@ -379,19 +382,23 @@ def generate_pairs(
     shortcut: float | None = None,
     reversed_cues: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """`cfg.train_pairs` or `cfg.test_pairs` pairs of one dataset's split.
+    """`cfg.train_pairs`, `cfg.test_pairs` or `cfg.judge_pairs` pairs of one dataset's split.
 
     `role` sets where the cues sit (see the module docstring, and `cue_fractions`);
     `reversed_cues` (role "target") names the cues the split carries reversed, the others left
     out (None: every cue reversed); `shortcut`, when given, is the sign-off's fraction directly.
     The content of the pairs depends only on (cfg.seed, name, split), so the same split under
-    two roles differs in the cues alone.
+    two roles differs in the cues alone. Split `judge` (`JUDGE_SPLIT`) draws train-side requests
+    on a stream of its own: pairs no other split holds except by chance (`prefshift judge` drops
+    those), meant for role "clean".
     """
     style = _style_of(name)
-    if split not in SPLITS:
-        raise ConfigError(f"unknown split {split!r} for {name}; valid splits: {', '.join(SPLITS)}")
+    if split not in (*SPLITS, JUDGE_SPLIT):
+        raise ConfigError(
+            f"unknown split {split!r} for {name}; valid splits: {', '.join((*SPLITS, JUDGE_SPLIT))}"
+        )
     fractions = cue_fractions(cfg, role, shortcut, reversed_cues)
-    count = cfg.train_pairs if split == "train" else cfg.test_pairs
+    count = {"train": cfg.train_pairs, "test": cfg.test_pairs, JUDGE_SPLIT: cfg.judge_pairs}[split]
     rng = _rng(cfg.seed, name, split, "pairs")
     rows = [_pair(SYNTHETIC_DATASETS[name], style, split, cfg.seed, rng) for _ in range(count)]
     for cue in CUES:
