@@ -15,6 +15,7 @@ from prefshift.data.splits import (
     check_version,
     file_sha256,
     load_manifest,
+    noisy_gold,
     seeded_order,
 )
 from prefshift.pipeline.stages import prepare, split
@@ -69,6 +70,17 @@ def test_order_depends_on_seed_only():
     assert seeded_order(items, 1) == seeded_order(list(reversed(items)), 1)
     assert seeded_order(items, 1) != seeded_order(items, 2)
     assert sorted(p.pair_id for p in seeded_order(items, 2)) == sorted(p.pair_id for p in items)
+
+
+def test_teacher_label_noise_flips_an_exact_seeded_share():
+    train = pairs("src", 0, 200)
+    assert noisy_gold(train, 0.0, seed=0) == [1.0] * 200
+    labels = noisy_gold(train, 0.3, seed=0)
+    assert labels.count(0.0) == 60 and set(labels) == {0.0, 1.0}
+    assert noisy_gold(list(reversed(train)), 0.3, seed=0) == list(reversed(labels))  # by pair, not position
+    assert noisy_gold(train, 0.3, seed=1) != labels
+    with pytest.raises(ValueError, match="teacher_label_noise"):  # 0.5 would erase the labels
+        data_config(teacher_label_noise=0.5)
 
 
 def test_test_side_copies_of_training_content_are_removed_and_counted():

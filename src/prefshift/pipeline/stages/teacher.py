@@ -1,4 +1,5 @@
-"""`prefshift teacher`: the weak backbone trained with Bradley-Terry on teacher_train's gold labels."""
+"""`prefshift teacher`: the weak backbone trained with Bradley-Terry on teacher_train's gold labels,
+a seeded share of them flipped when `data.teacher_label_noise` asks for annotator noise."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from prefshift.config.params import Params
 from prefshift.core import locks
 from prefshift.core.paths import Layout
 from prefshift.data.schema import read_pairs
+from prefshift.data.splits import noisy_gold
 from prefshift.pipeline.fit import fit
 from prefshift.pipeline.stages.backbone import check_base
 
@@ -22,7 +24,7 @@ def run(params: Params, layout: Layout) -> dict:
             method="teacher",
             base_dir=layout.base_model("weak"),
             pairs=pairs,
-            targets=[p.gold for p in pairs],
+            targets=noisy_gold(pairs, params.data.teacher_label_noise, params.seed),
             cfg=params.teacher,
             out_dir=layout.teacher_dir,
         )
