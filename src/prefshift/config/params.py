@@ -164,13 +164,14 @@ class DataConfig(Strict):
     source: str = "syn_help_forum"
     targets: list[str] = Field(default_factory=lambda: ["syn_help_instruct", "syn_help_chat"])
     teacher_fraction: float = Field(0.5, gt=0.0, lt=1.0)
-    teacher_label_noise: float = Field(
+    teacher_noise: float = Field(
         0.0,
         ge=0.0,
         lt=0.5,
-        description="Share of teacher_train's gold labels flipped before the teacher trains on them "
-        "(annotator noise, exactly rounded, the pairs drawn by the seed): a weak teacher that is wrong "
-        "for reasons a strong student can see past. 0 = the gold labels as they are.",
+        description="Share of the weak teacher's pairwise judgements reversed, per split it scores "
+        "(exactly rounded; the pairs drawn by the seed): an inconsistent annotator, wrong for reasons "
+        "a strong student can see past (its errors follow no feature of the text). Its labels q and its "
+        "own accuracies both carry it; 0 = the teacher model as it is.",
     )
     caps: SplitCaps = Field(default_factory=SplitCaps)
     sources: dict[str, DatasetSource] = Field(default_factory=dict)

@@ -127,20 +127,15 @@ def assert_disjoint(splits: dict[str, list[Pair]]) -> None:
                 owner[value] = name
 
 
-def noisy_gold(pairs: Sequence[Pair], noise: float, seed: int) -> list[float]:
-    """Gold labels with exactly round(noise · n) of them flipped to 1 − gold (`data.teacher_label_noise`).
+def noisy_pairs(pair_ids: Sequence[str], share: float, seed: int) -> set[str]:
+    """Exactly round(share · n) of `pair_ids`, drawn by the seed (`data.teacher_noise`).
 
-    Annotator noise, independent of the content: the flipped pairs are the first in an order of
-    their own (sha256 of seed and "label-noise:" + pair_id, not the split's order), so the same seed
-    flips the same pairs, and a flipped pair tells a learner nothing but that it was drawn.
+    The order is one of its own (sha256 of the seed and "teacher-noise:" + the id, not the split's
+    order), so the same seed picks the same pairs wherever they are scored, and which pairs are
+    picked follows nothing in their text.
     """
-    flipped = {
-        pair.pair_id
-        for pair in sorted(pairs, key=lambda p: order_key(seed, f"label-noise:{p.pair_id}"))[
-            : round(noise * len(pairs))
-        ]
-    }
-    return [1.0 - pair.gold if pair.pair_id in flipped else pair.gold for pair in pairs]
+    ranked = sorted(pair_ids, key=lambda pair_id: order_key(seed, f"teacher-noise:{pair_id}"))
+    return set(ranked[: round(share * len(ranked))])
 
 
 def cap_groups(groups: list[Group], cap: int | None, seed: int) -> list[Group]:

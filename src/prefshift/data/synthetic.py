@@ -24,7 +24,9 @@ alternative) and helps with a benign one; the rejected one complies with the har
 one. Refusals are drawn alike in both cases, so a right refusal and an over-refusal differ
 only in the prompt.
 
-Besides the pairs: best-of-n groups (one prompt, several responses with graded gold scores,
+Besides the pairs: a cue-free *judge split* of train-side requests on a stream of its own
+(`JUDGE_SPLIT`, `cfg.judge_pairs`), on which `prefshift judge` trains the best-of-n judge that no
+proxy is; best-of-n groups (one prompt, several responses with graded gold scores,
 no cue) and an unlabelled corpus of transcripts with good and bad responses from all six
 datasets, rendered as `role: content` lines, for pretraining the tiny backbones.
 
@@ -70,8 +72,12 @@ train side, the test split and the best-of-n groups only from the test side.
 
 What it is not. It demonstrates the pipeline end to end, the metrics, and the shortcut failure
 mode (ID-good, OOD-bad); the text is templated and the rule simple, so it does not reproduce the
-paper's numbers, and tiny backbones trained on it show no reliable weak-to-strong or ANCHOR
-effect. The science needs pretrained backbones and the real datasets.
+paper's numbers. With both cues at 0.9 a teacher that reads the sign-off alone already scores
+~90% ID, and the tiny strong backbone learns no more of the gold rule than the weak one, so the
+embedded default's weak-to-strong gain comes from the teacher's annotator noise
+(`data.teacher_noise`, docs/embedded-default.md): a gain from denoising, not from capability.
+Tiny backbones show no reliable ANCHOR effect. The science needs pretrained backbones and the
+real datasets.
 """
 
 from __future__ import annotations

@@ -125,7 +125,7 @@ def _accuracy(model_dir: str, params: Params, layout: Layout) -> dict[str, dict[
         )
         out[dataset] = {
             "role": role,
-            "acc": metrics.accuracy(delta) * 100.0,
+            "acc": metrics.accuracy(delta),
             "ci": metrics.interval(draws[0], params.evaluate.ci),
             "n": int(delta.shape[0]),
         }

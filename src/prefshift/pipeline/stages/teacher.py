@@ -1,5 +1,4 @@
-"""`prefshift teacher`: the weak backbone trained with Bradley-Terry on teacher_train's gold labels,
-a seeded share of them flipped when `data.teacher_label_noise` asks for annotator noise."""
+"""`prefshift teacher`: the weak backbone trained with Bradley-Terry on teacher_train's gold labels."""
 
 from __future__ import annotations
 
@@ -7,7 +6,6 @@ from prefshift.config.params import Params
 from prefshift.core import locks
 from prefshift.core.paths import Layout
 from prefshift.data.schema import read_pairs
-from prefshift.data.splits import noisy_gold
 from prefshift.pipeline.fit import fit
 from prefshift.pipeline.stages.backbone import check_base
 
@@ -24,7 +22,7 @@ def run(params: Params, layout: Layout) -> dict:
             method="teacher",
             base_dir=layout.base_model("weak"),
             pairs=pairs,
-            targets=noisy_gold(pairs, params.data.teacher_label_noise, params.seed),
+            targets=[p.gold for p in pairs],
             cfg=params.teacher,
             out_dir=layout.teacher_dir,
         )
