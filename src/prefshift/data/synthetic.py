@@ -24,7 +24,8 @@ alternative) and helps with a benign one; the rejected one complies with the har
 one. Refusals are drawn alike in both cases, so a right refusal and an over-refusal differ
 only in the prompt.
 
-Besides the pairs: a cue-free *judge split* of train-side requests on a stream of its own
+Besides the pairs: a *judge split* of train-side requests on a stream of its own, its cues
+uninformative (role "neutral")
 (`JUDGE_SPLIT`, `cfg.judge_pairs`), on which `prefshift judge` trains the best-of-n judge that no
 proxy is; best-of-n groups (one prompt, several responses with graded gold scores,
 no cue) and an unlabelled corpus of transcripts with good and bad responses from all six
@@ -60,6 +61,10 @@ Where each cue sits, by role:
   every cue) are reversed, on the chosen response in a fraction ``1 - strength``; the others are
   left out, so a target can isolate one cue (params ``synthetic.target_cues``);
 - ``role="clean"``: no cue at all (`meta["shortcut_on"]` and `meta["marker_on"]` are None);
+- ``role="neutral"``: every cue present but uninformative, on the chosen response in exactly half
+  the pairs (the judge split: a judge that never saw a cue would read one as noise — measured,
+  a cue-free judge scored 48.8% on the source's test split, where the sign-off ends 90% of the
+  chosen responses, and 70.7% on the target without it);
 - ``shortcut=p`` overrides the sign-off's fraction (p = 0.5 makes it uninformative).
 
 A learner that reads a cue scores about its strength ID and `1 - strength` on a target that
@@ -98,7 +103,7 @@ SPLITS = ("train", "test")
 JUDGE_SPLIT = "judge"
 """Cue-free gold pairs of train-side requests on their own stream, for the best-of-n judge
 (`cfg.judge_pairs`): a split no proxy trains on (`prefshift judge`)."""
-ROLES = ("source", "target", "clean")
+ROLES = ("source", "target", "clean", "neutral")
 
 CUE = "Hope this helps!!"
 """The sign-off cue (A), appended at the response's end."""
@@ -355,6 +360,8 @@ def cue_fractions(
     for cue, strength in strengths.items():
         if role == "clean" or strength is None:
             fractions[cue] = None
+        elif role == "neutral":
+            fractions[cue] = 0.5
         elif role == "source":
             fractions[cue] = strength
         else:
@@ -396,7 +403,7 @@ def generate_pairs(
     The content of the pairs depends only on (cfg.seed, name, split), so the same split under
     two roles differs in the cues alone. Split `judge` (`JUDGE_SPLIT`) draws train-side requests
     on a stream of its own: pairs no other split holds except by chance (`prefshift judge` drops
-    those), meant for role "clean".
+    those), meant for role "neutral".
     """
     style = _style_of(name)
     if split not in (*SPLITS, JUDGE_SPLIT):

@@ -22,15 +22,16 @@ class SyntheticAdapter(Adapter):
 
     def rows(self, split: str, params: Params) -> Iterator[Record]:
         """A dataset used as an OOD target carries its cues reversed (synthetic.target_cues: which
-        ones; the others are left out); the source keeps them. The judge split carries no cue: the
-        best-of-n judge learns the gold rule alone (`prefshift judge`)."""
+        ones; the others are left out); the source keeps them. The judge split carries every cue
+        on the chosen response in half its pairs: the best-of-n judge sees the cues and cannot use
+        them, so it learns the gold rule alone (`prefshift judge`)."""
         is_target = self.name in params.data.targets
         role = "target" if is_target else "source"
         generated = synthetic.generate_pairs(
             self.generator,
             split,
             params.synthetic,
-            role="clean" if split == synthetic.JUDGE_SPLIT else role,
+            role="neutral" if split == synthetic.JUDGE_SPLIT else role,
             reversed_cues=params.synthetic.target_cues.get(self.name) if is_target else None,
         )
         for index, row in enumerate(generated):

@@ -2,10 +2,11 @@
 
 The judge is built by `prefshift judge` and is never one of the models best-of-n ranks (params
 refuse a judge that names the teacher, the ceiling or a listed method): by default a reward model
-trained on the synthetic source's cue-free judge split, which no proxy sees (models/judge); or
-any reward-model directory or hub id named in `downstream.judge` (e.g. a large public reward model
-on a real preset). reports/judge.json holds its accuracy on every test split. It is a *proxy*
-for human gold, not human gold, so the report shows that accuracy wherever it shows judge scores.
+trained on the synthetic source's judge split (cues uninformative), which no proxy sees
+(models/judge); or any reward-model directory or hub id named in `downstream.judge` (e.g. a large
+public reward model on a real preset). reports/judge.json holds its accuracy on every test
+split. It is a *proxy* for human gold, not human gold, so the report shows that accuracy wherever
+it shows judge scores.
 On the synthetic suite the suite's own gold rule (`synthetic.rule_score`) also scores every
 sample: a judge that needs no model, but only for text it recognises. When policy_samples
 skipped best-of-n, the stage writes an empty gold file (its declared output) and loads no judge.
@@ -48,8 +49,8 @@ def describe_judge(params: Params) -> str:
     cfg = params.downstream
     if cfg.judge == JUDGE_TRAINED:
         return (
-            f"trained judge (the strong base trained on {params.data.source}'s cue-free judge split, "
-            "which no ranked model sees)"
+            f"trained judge (the strong base trained on {params.data.source}'s judge split, its cues "
+            "uninformative, which no ranked model sees)"
         )
     return cfg.judge + (f"@{cfg.judge_revision}" if cfg.judge_revision else "")
 

@@ -6,8 +6,12 @@ its own curve was trivially the best (DESIGN §10). So the judge is its own mode
 - `downstream.judge: trained` (the embedded default): the strong base trained with
   Bradley-Terry on the synthetic source's *judge split* (`synthetic.JUDGE_SPLIT`,
   `synthetic.judge_pairs` pairs): gold pairs drawn from train-side requests on a stream of their
-  own, with no shortcut cue, less any pair whose content the source's train or test split holds.
-  No proxy sees them, and with no cue to read the judge can only learn the gold rule. It still
+  own, each shortcut cue on the chosen response in exactly half of them, less any pair whose
+  content the source's train or test split holds. No proxy sees them, and with the cues
+  uninformative the judge can only learn the gold rule; it still sees them, so a cue in a policy
+  sample is not an unseen ending it scores at random (measured: a judge trained with no cue at all
+  scored 48.8% on the source's test split, where the sign-off ends 90% of the chosen responses,
+  and 70.7% on the target without a sign-off). It still
   shares the strong backbone and the tokenizer with the students, so it is a proxy for human gold,
   not human gold; the report says so, next to its measured accuracy.
 - a reward-model directory or hub id (real presets: a stronger public RM): loaded as it is.
@@ -15,9 +19,9 @@ its own curve was trivially the best (DESIGN §10). So the judge is its own mode
 Either way the judge scores the full test split of the source and of every target (the pools the
 ID and OOD splits are drawn from), and reports/judge.json records its accuracy on each with a
 bootstrap interval, so a reader sees how far to trust the gold scores. The judge depends on no
-`seed`: the judge split and its training are fixed by `synthetic.seed` and `downstream.judge_seed`, so one
-judge serves every seed. When best-of-n does not run (`policy_samples.skip_reason`), the stage
-writes the reason into both outputs and loads nothing.
+`seed`: the judge split and its training are fixed by `synthetic.seed` and
+`downstream.judge_seed`, so one judge serves every seed. When best-of-n does not run
+(`policy_samples.skip_reason`), the stage writes the reason into both outputs and loads nothing.
 """
 
 from __future__ import annotations

@@ -114,10 +114,11 @@ def _judge_note(judge: Mapping[str, Any] | None) -> str:
         return ""
     trained = judge.get("training")
     what = (
-        f" It is a reward model of its own, trained on {trained['pairs']} cue-free gold pairs that no ranked "
-        "model sees, so it never judges its own picks; it shares the strong backbone and the tokenizer with "
-        "the students, so it is **a proxy for human gold, not human gold**: read its gains against its "
-        "accuracy below (a judge near 50% on a split cannot rank that split's samples)."
+        f" It is a reward model of its own, trained on {trained['pairs']} gold pairs (their cues "
+        "uninformative) that no ranked model sees, so it never judges its own picks; it shares the "
+        "strong backbone and the tokenizer with the students, so it is **a proxy for human gold, not "
+        "human gold**: read its gains against its accuracy below (a judge near 50% on a split cannot "
+        "rank that split's samples)."
         if trained
         else " It is none of the ranked models; its accuracy below says how far to trust its scores."
     )
