@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import time
 
 import pandas as pd
 import pytest
 
-from prefshift.pipeline.stages import downstream, gold_judge, plan, policy_samples, report, targets, train
+from prefshift.pipeline.stages import (
+    downstream,
+    gold_judge,
+    judge,
+    plan,
+    policy_samples,
+    report,
+    targets,
+    train,
+)
 from tiny_project import copy_project, pipeline_root, tiny_params
 
 K, N_MAX = 3, 4
@@ -22,7 +33,12 @@ def test_best_of_n_stages_end_to_end(tmp_path_factory, tmp_path):
     params = tiny_params(methods=["naive", "anchor_last", "ceiling"], downstream=settings)
     plan.run(params, layout)
     targets.run(params, layout, "ceiling")
-    train.run(params, layout, "ceiling")  # the default judge
+    train.run(params, layout, "ceiling")
+    judged = judge.run(params, layout)  # the default judge: trained on a split no proxy sees
+    assert judged["training"]["pairs"] > 0
+    assert set(judged["accuracy"]) == {"syn_help_forum", *params.data.targets}
+    assert all(0 <= block["acc"] <= 100 and block["n"] == 60 for block in judged["accuracy"].values())
+    assert_judge_is_not_ranked(layout, params)
 
     counts = policy_samples.run(params, layout)
     splits = ["id_test", *params.data.targets]
@@ -45,7 +61,7 @@ def test_best_of_n_stages_end_to_end(tmp_path_factory, tmp_path):
     docs = {m: downstream.run(params, layout, m) for m in ("teacher", "naive", "ceiling")}
     for name, doc in docs.items():
         assert json.loads(layout.downstream(name).read_text()) == doc
-        assert doc["judge"].startswith("ceiling")
+        assert doc["judge"].startswith("trained judge")
         for split in splits:
             curve = doc["splits"][split]["judge"]
             assert curve["n"] == [1, 2, 4] and curve["prompts"] == K
@@ -54,9 +70,9 @@ def test_best_of_n_stages_end_to_end(tmp_path_factory, tmp_path):
             assert doc["splits"][split]["rule"]["gold"][0] == pytest.approx(
                 gold.merge(samples[samples["split"] == split][["unit", "sample"]])["rule"].mean(), abs=1e-3
             )
-    for split in splits:  # the judge picking for itself cannot over-optimise against itself
+    for split in splits:  # the ceiling is a contestant now: its picks are judged by another model
         ceiling = docs["ceiling"]["splits"][split]["judge"]
-        assert ceiling["gold"] == pytest.approx(ceiling["proxy"], abs=1e-3) and abs(ceiling["gap"]) < 1e-3
+        assert ceiling["gold"] != pytest.approx(ceiling["proxy"], abs=1e-3)
 
     # The DVC stage: every proxy (teacher, then the listed methods) in one process, one output set
     # (the anchor_last student of `params` is not trained here, so two methods are listed).
@@ -83,16 +99,30 @@ def test_best_of_n_stages_end_to_end(tmp_path_factory, tmp_path):
     report.run(params, layout)
     text = layout.summary.read_text(encoding="utf-8")
     assert "## Best-of-n against a gold judge" in text and "a proxy for human gold" in text
+    assert "| Judge accuracy on | role | pairs |" in text and "| syn_help_forum | ID | 60 |" in text
     assert "## Paired comparisons" in text and "naive vs teacher on syn_help_chat" in text
     assert (layout.figures / "best_of_n.png").stat().st_size > 1000
 
-    # Without the ceiling in methods the default judge is absent: the rule alone judges.
-    unjudged = tiny_params(downstream=settings)
-    assert gold_judge.run(unjudged, layout)["judge"].isna().all()
-    doc = downstream.run(unjudged, layout, "naive")
-    assert doc["judge"].startswith("none") and all(
-        block["judge"] is None and block["rule"]["n"] == [1, 2, 4] for block in doc["splits"].values()
-    )
+    # No trained judge on disk: gold-judge names the stage to run.
+    shutil.rmtree(layout.judge_dir)
+    with pytest.raises(gold_judge.JudgeError, match="prefshift judge"):
+        gold_judge.run(params, layout)
+
+
+def assert_judge_is_not_ranked(layout, params) -> None:
+    """The judge is a model of its own: its weights are none of the ranked models', and it trained on
+    pairs that neither the teacher's nor any student's split holds."""
+    from prefshift.data.schema import pair_content_hash, read_pairs
+
+    def weights(model_dir):
+        return hashlib.sha256((model_dir / "model.safetensors").read_bytes()).hexdigest()
+
+    ranked = [layout.teacher_dir, *(layout.student_dir(m) for m in params.methods)]
+    ranked = [d for d in ranked if d.exists()]
+    assert ranked and weights(layout.judge_dir) not in {weights(d) for d in ranked}
+    trained_on = {pair_content_hash(p) for p in judge.judge_pairs(params, layout)[0]}
+    for split in ("teacher_train", "student_train", "id_test"):
+        assert trained_on.isdisjoint(pair_content_hash(p) for p in read_pairs(layout.split(split)))
 
 
 def test_missing_inputs_name_the_stage_to_run(tmp_path, make_params):
@@ -108,3 +138,30 @@ def test_missing_inputs_name_the_stage_to_run(tmp_path, make_params):
         downstream.run(make_params(), layout, "naive")
     with pytest.raises(PrefshiftError, match="prefshift policy-samples"):
         gold_judge.run(make_params(), layout)
+
+
+RANKED_NAMES = [
+    "ceiling",
+    "teacher",
+    "naive",
+    "models/students/naive",
+    "./models/teacher",
+    "/x/models/students/m",
+]
+
+
+@pytest.mark.parametrize("named", RANKED_NAMES)
+def test_params_refuse_a_judge_that_is_ranked(make_params, named):
+    from prefshift.config.params import ConfigError
+
+    with pytest.raises(ConfigError, match=r"downstream.judge .* names a model that best-of-n ranks"):
+        make_params(downstream={"judge": named})
+    assert make_params(downstream={"judge": "org/public-rm"}).downstream.judge == "org/public-rm"
+
+
+def test_the_trained_judge_needs_the_synthetic_judge_split(tmp_path, make_params):
+    from prefshift.core.paths import Layout
+
+    params = make_params(data={"source": "hh_helpful", "targets": ["helpsteer3"]})
+    with pytest.raises(gold_judge.JudgeError, match=r"has no judge split.*hub id in downstream.judge"):
+        judge.judge_pairs(params, Layout(tmp_path, seed=0))

@@ -85,7 +85,7 @@ def test_each_consumer_gets_its_inputs_with_content_hashes(project):
     assert backbone["weak"]["path"] == "./local-weak"
     assert set(backbone["weak"]["files"]) == {"config.json", "model.safetensors"}  # .cache is not the model
     assert _record(root, "policy") == {"policy": {"hub": "org/policy", "revision": "abc123"}}
-    assert _record(root, "judge") == {"judge": {"model": None}}  # the ceiling: a pipeline output
+    assert _record(root, "judge") == {"judge": {"model": None}}  # the trained judge: a pipeline output
 
 
 def test_nothing_changed_gives_identical_bytes_and_one_row_changes_only_prepare(project):

@@ -89,7 +89,7 @@ def test_skipped_best_of_n_writes_every_declared_output_and_the_report_reads_the
     assert pd.read_parquet(layout.policy_samples).empty and layout.policy_generations.exists()
     assert policy_samples.skipped(layout) == reason
 
-    assert gold_judge.run(params, layout).empty  # the judge (the ceiling) is never loaded
+    assert gold_judge.run(params, layout).empty  # the judge is never loaded
     assert pd.read_parquet(layout.gold_scores).columns.tolist() == gold_judge.GOLD_COLUMNS
     assert downstream.run_all(params, layout) == {}  # no teacher or student needed
     for directory in (layout.downstream_dir, layout.proxy_dir):

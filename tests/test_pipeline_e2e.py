@@ -39,7 +39,7 @@ def test_repro_runs_every_stage_and_writes_the_report(pipeline):
     expected |= {"promote"}
     expected |= {f"{stage}@{k}" for stage in ("teacher", "label") for k in SEEDS}
     expected |= per_seed(("targets", "train", "evaluate"), STUDENTS)
-    expected |= {"policy_samples", "gold_judge", "downstream"}
+    expected |= {"policy_samples", "judge", "gold_judge", "downstream"}
     assert expected <= ran
     summary = (root / "reports" / "summary.md").read_text()
     for name in ("teacher", *STUDENTS, "syn_help_instruct", "syn_help_chat", "synthetic"):
@@ -180,7 +180,7 @@ def test_methods_is_the_pipeline(tmp_path_factory):
         "report",
     }
     expected |= {"inputs", "promote"}
-    expected |= {"policy_samples", "gold_judge", "downstream"}  # judged by the rule only: no ceiling
+    expected |= {"policy_samples", "judge", "gold_judge", "downstream"}  # the judge needs no ceiling
     assert _stages(root, env) == expected | per_method
     assert _ran_stages(_run(["dvc", "repro", "--dry", "--force"], root, env)) == expected | per_method
     assert not (root / "dvc.lock").exists() and not (root / "data").exists(), "--dry runs nothing"
@@ -221,11 +221,11 @@ def test_lambda_sweep_queues_experiments_that_carry_their_metrics(sweep_project)
     assert (root / "params.yaml").read_bytes() == before
     assert "git add dvc.lock reports/metrics/seed-0/teacher.json" in output  # the uncommitted baseline
     # What a λ change re-runs, in each experiment (its echoed queue log): plan and the two anchor
-    # students with what reads them (gold_judge re-runs on any student and rewrites identical scores;
-    # downstream scores every proxy in one stage); the shared `reference` and the other four
+    # students with what reads them (downstream scores every proxy in one stage); the shared
+    # `reference`, the judge and its gold scores (they read no student) and the other four
     # students stay cached.
     anchor_stages = per_seed(("train", "evaluate"), ("anchor_last", "anchor_mid"))
-    per_point = {"inputs", "plan", "gold_judge", "downstream", "report"} | anchor_stages
+    per_point = {"inputs", "plan", "downstream", "report"} | anchor_stages
     logs = output.split("--- experiment ")[1:]
     assert len(logs) == 1
     for log in logs:

@@ -164,7 +164,7 @@ def test_paired_comparisons_agree_with_the_metrics_files_of_every_seed(layout: L
         and f"- {cell[('anchor_last', 'naive', target, 'acc')]['verdict']}" in text
     )
     best = text.split("## Best-of-n against a gold judge", 1)[1].split("## ", 1)[0]
-    assert "a proxy for human gold" in best and "| ceiling | id_test | 12 | " in best
+    assert "the judge `trained judge" in best and "| ceiling | id_test | 12 | " in best
     for png in ("best_of_n", "best_of_n_rule"):
         assert (layout.figures / f"{png}.png").stat().st_size > 1000 and f"(figures/{png}.png)" in text
 

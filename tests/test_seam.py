@@ -238,6 +238,29 @@ def test_seam_labels_follow_the_teacher_under_the_parsed_principles(tmp_path):
     assert counts["mean_abs_change_vs_plain"] > 0.0
 
 
+def test_a_noisy_teacher_reverses_the_same_pairs_for_seam(tmp_path):
+    """data.teacher_noise reverses the teacher's judgement of the pairs it picks in the teacher's
+    own scores, so SEAM's labels carry the same annotator noise as naive's (q → 1 − q there)."""
+    from prefshift.data.splits import noisy_pairs
+
+    layout = _project(tmp_path)
+    seam_label.run(PARAMS, layout)
+    clean = pq.read_table(layout.seam_labels).to_pandas().set_index("pair_id")
+    noisy_params = Params.model_validate({**PARAMS.model_dump(by_alias=True), "data": {"teacher_noise": 0.3}})
+    seam_label.run(noisy_params, layout)
+    noisy = pq.read_table(layout.seam_labels).to_pandas().set_index("pair_id")
+    picked = noisy_pairs(clean.index.tolist(), 0.3, noisy_params.seed)
+    assert len(picked) == 2
+    for pair_id in clean.index:
+        flip = pair_id in picked
+        assert noisy.loc[pair_id, "q"] == pytest.approx(
+            1 - clean.loc[pair_id, "q"] if flip else clean.loc[pair_id, "q"]
+        )
+        assert noisy.loc[pair_id, "teacher_delta"] == pytest.approx(
+            (-1 if flip else 1) * clean.loc[pair_id, "teacher_delta"]
+        )
+
+
 def test_generation_is_bounded_and_deterministic(tmp_path):
     generator = PrincipleGenerator(base_dir(tmp_path), SeamConfig(max_new_tokens=5, generation_batch_size=2))
     texts = [generator.render("helpful", p.prompt) for p in _pairs()[:3]]

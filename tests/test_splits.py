@@ -15,6 +15,7 @@ from prefshift.data.splits import (
     check_version,
     file_sha256,
     load_manifest,
+    noisy_pairs,
     seeded_order,
 )
 from prefshift.pipeline.stages import prepare, split
@@ -69,6 +70,17 @@ def test_order_depends_on_seed_only():
     assert seeded_order(items, 1) == seeded_order(list(reversed(items)), 1)
     assert seeded_order(items, 1) != seeded_order(items, 2)
     assert sorted(p.pair_id for p in seeded_order(items, 2)) == sorted(p.pair_id for p in items)
+
+
+def test_teacher_noise_picks_an_exact_seeded_share_by_pair():
+    ids = [p.pair_id for p in pairs("src", 0, 200)]
+    assert noisy_pairs(ids, 0.0, seed=0) == set()
+    picked = noisy_pairs(ids, 0.15, seed=0)
+    assert len(picked) == 30 and picked <= set(ids)
+    assert noisy_pairs(list(reversed(ids)), 0.15, seed=0) == picked  # by pair, not by position
+    assert noisy_pairs(ids, 0.15, seed=1) != picked
+    with pytest.raises(ValueError, match="teacher_noise"):  # 0.5 would erase the teacher's signal
+        data_config(teacher_noise=0.5)
 
 
 def test_test_side_copies_of_training_content_are_removed_and_counted():
@@ -237,3 +249,28 @@ def test_prepare_refuses_a_source_of_the_other_category(make_params, tmp_layout)
     )
     with pytest.raises(ConfigError, match="harmless dataset"):
         prepare.run(params, tmp_layout)
+
+
+def test_annotator_noise_reverses_exactly_the_picked_judgements():
+    import pandas as pd
+
+    from prefshift.pipeline.heldout_scores import with_annotator_noise
+
+    ids = [p.pair_id for p in pairs("src", 0, 40)]
+    frame = pd.DataFrame(
+        {
+            "pair_id": ids,
+            "delta": [1.0 + i for i in range(40)],
+            "reward_chosen": [2.0 + i for i in range(40)],
+            "reward_rejected": [1.0] * 40,
+        }
+    )
+    assert with_annotator_noise(frame, 0.0, seed=3) is frame
+    noisy = with_annotator_noise(frame, 0.25, seed=3)
+    flipped = noisy["delta"] < 0
+    assert set(noisy.loc[flipped, "pair_id"]) == noisy_pairs(ids, 0.25, seed=3) and flipped.sum() == 10
+    assert (noisy["delta"].abs() == frame["delta"]).all()  # the margins' size is the teacher's own
+    assert (noisy["reward_chosen"] - noisy["reward_rejected"] == noisy["delta"]).all()
+    assert sorted(noisy[["reward_chosen", "reward_rejected"]].to_numpy().ravel()) == sorted(
+        frame[["reward_chosen", "reward_rejected"]].to_numpy().ravel()
+    )

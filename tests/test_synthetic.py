@@ -271,6 +271,27 @@ def test_clean_role_has_no_cue():
             assert row["meta"]["shortcut_on"] is None
 
 
+def test_judge_split_is_its_own_draw_of_train_requests_with_uninformative_cues():
+    """The best-of-n judge's pairs: train-side requests (never a test one), pairs of their own, and
+    each cue on the chosen response in exactly half of them."""
+    cfg = SyntheticConfig(train_pairs=200, test_pairs=60, judge_pairs=200)
+    judge = generate_pairs("syn_help_forum", synthetic.JUDGE_SPLIT, cfg, role="neutral")
+    train = generate_pairs("syn_help_forum", "train", cfg)
+    test = generate_pairs("syn_help_forum", "test", cfg)
+    assert len(judge) == 200
+    test_requests = {r["meta"]["request"] for r in test}
+    assert not {r["meta"]["request"] for r in judge} & test_requests
+    seen = {(json.dumps(r["prompt"]), strip_cue(r["chosen"]), strip_cue(r["rejected"])) for r in train}
+    assert (
+        sum(
+            (json.dumps(r["prompt"]), strip_cue(r["chosen"]), strip_cue(r["rejected"])) in seen for r in judge
+        )
+        < 5
+    )
+    for key in ("shortcut_on", "marker_on"):
+        assert [r["meta"][key] for r in judge].count("chosen") == 100
+
+
 def test_role_changes_the_cue_only(suite):
     data, _, _ = suite
     for splits in data.values():

@@ -20,7 +20,7 @@ LM = {"num_heads": 2, "pretrain_steps": 3, "pretrain_batch_size": 8, "pretrain_s
 TINY = {
     "seeds": [0],
     "methods": ["naive", "anchor_last"],
-    "synthetic": {"train_pairs": 200, "test_pairs": 60, "groups": 4, "corpus_docs": 200},
+    "synthetic": {"train_pairs": 200, "test_pairs": 60, "judge_pairs": 40, "groups": 4, "corpus_docs": 200},
     "data": {"caps": {"teacher_train": 80, "student_train": 80, "id_test": 40, "ood": 40, "groups": 4}},
     "backbone": {
         "vocab_size": 200,

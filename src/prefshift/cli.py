@@ -224,6 +224,12 @@ def policy_samples(
     _call(_stage("pipeline.stages.policy_samples"), _params(params, set_), Layout(root))
 
 
+@app.command()
+def judge(params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")):
+    """Train (or name) the best-of-n gold judge, and score its accuracy: models/judge, reports/judge.json."""
+    _call(_stage("pipeline.stages.judge"), _params(params, set_), Layout(root))
+
+
 @app.command("gold-judge")
 def gold_judge(
     params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")

@@ -18,7 +18,7 @@ import importlib.metadata
 import string
 import types
 import typing
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
 import yaml
@@ -164,6 +164,15 @@ class DataConfig(Strict):
     source: str = "syn_help_forum"
     targets: list[str] = Field(default_factory=lambda: ["syn_help_instruct", "syn_help_chat"])
     teacher_fraction: float = Field(0.5, gt=0.0, lt=1.0)
+    teacher_noise: float = Field(
+        0.0,
+        ge=0.0,
+        lt=0.5,
+        description="Share of the weak teacher's pairwise judgements reversed, per split it scores "
+        "(exactly rounded; the pairs drawn by the seed): an inconsistent annotator, wrong for reasons "
+        "a strong student can see past (its errors follow no feature of the text). Its labels q and its "
+        "own accuracies both carry it; 0 = the teacher model as it is.",
+    )
     caps: SplitCaps = Field(default_factory=SplitCaps)
     sources: dict[str, DatasetSource] = Field(default_factory=dict)
     pku_keep_same_safety: bool = Field(
@@ -197,6 +206,13 @@ class SyntheticConfig(Strict):
     seed: Seed = 0
     train_pairs: int = Field(4000, ge=10)
     test_pairs: int = Field(600, ge=10)
+    judge_pairs: int = Field(
+        2000,
+        ge=10,
+        description="Cue-free gold pairs of the source for the trained best-of-n judge "
+        "(downstream.judge: trained): train-side requests on a stream of their own, so no proxy "
+        "trains on them.",
+    )
     shortcut_strength: float = Field(
         0.9,
         ge=0.0,
@@ -391,6 +407,12 @@ class EvaluateConfig(Strict):
     )
 
 
+JUDGE_TRAINED = "trained"
+"""downstream.judge: a judge reward model trained on a gold split that no ranked model sees."""
+RANKED_MODEL_DIRS = (("models", "teacher"), ("models", "students"))
+"""Where the models best-of-n ranks live (relative to the project root): never a judge."""
+
+
 class DownstreamConfig(Strict):
     """Best-of-n against a gold judge (stages policy_samples, gold_judge, downstream)."""
 
@@ -412,12 +434,18 @@ class DownstreamConfig(Strict):
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass (1 = plain sampling).")
     generation_batch_size: int = Field(32, ge=1, description="Prompts per `generate` call (x n_max rows).")
     judge: str = Field(
-        "ceiling",
-        description="Gold judge: `ceiling` (the first seed's models/students/seed-<k>/ceiling, a proxy for "
-        "human gold), or a "
-        "reward-model directory or hub id.",
+        JUDGE_TRAINED,
+        description="Gold judge, never one of the models best-of-n ranks: `trained` (the strong base "
+        "trained by `prefshift judge` on the synthetic source's judge split, its cues uninformative, "
+        "which no proxy sees), or a reward-model directory or hub id (a stronger public RM on real presets).",
     )
     judge_revision: str | None = Field(None, description="Hub revision of the judge.")
+    judge_epochs: int = Field(
+        1, ge=1, description="Epochs of the trained judge; its other settings are the student's."
+    )
+    judge_seed: Seed = Field(
+        0, description="Training seed of the trained judge: not `seed`, so one judge serves every seed."
+    )
 
     @field_validator("enabled", mode="before")
     @classmethod
@@ -539,6 +567,21 @@ class Params(Strict):
                     f"{reason}: name a causal LM in downstream.policy, or set downstream.enabled to auto "
                     "(skipped, with the reason) or false"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _judge_is_not_ranked(self) -> Params:
+        """A judge that is one of the proxies picks for itself, and its curve wins trivially."""
+        judge = self.downstream.judge
+        parts = PurePosixPath(judge.replace("\\", "/")).parts
+        inside = any(parts[i : i + 2] == where for where in RANKED_MODEL_DIRS for i in range(len(parts)))
+        if judge in ("teacher", "ceiling", *self.methods) or inside:
+            raise ValueError(
+                f"downstream.judge {judge!r} names a model that best-of-n ranks (the teacher, the ceiling "
+                "or a listed method), so it would judge its own picks; use `trained` (a judge trained on "
+                "a gold split no proxy sees) or a reward-model directory or hub id outside models/teacher "
+                "and models/students"
+            )
         return self
 
     @model_validator(mode="after")

@@ -219,6 +219,17 @@ class Layout:
         return self.policy_dir / "counts.json"
 
     @property
+    def judge_dir(self) -> Path:
+        """The best-of-n gold judge (`prefshift judge`): the trained reward model, or a note naming
+        the external judge or why none was loaded."""
+        return self.root / "models" / "judge"
+
+    @property
+    def judge_report(self) -> Path:
+        """What the judge is, what it trained on, and its own accuracy on every test split."""
+        return self.root / "reports" / "judge.json"
+
+    @property
     def gold_scores(self) -> Path:
         """The gold judge's (and, on the synthetic suite, the gold rule's) score of every policy sample."""
         return self.root / "data" / "downstream" / "gold.parquet"

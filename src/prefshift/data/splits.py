@@ -127,6 +127,17 @@ def assert_disjoint(splits: dict[str, list[Pair]]) -> None:
                 owner[value] = name
 
 
+def noisy_pairs(pair_ids: Sequence[str], share: float, seed: int) -> set[str]:
+    """Exactly round(share · n) of `pair_ids`, drawn by the seed (`data.teacher_noise`).
+
+    The order is one of its own (sha256 of the seed and "teacher-noise:" + the id, not the split's
+    order), so the same seed picks the same pairs wherever they are scored, and which pairs are
+    picked follows nothing in their text.
+    """
+    ranked = sorted(pair_ids, key=lambda pair_id: order_key(seed, f"teacher-noise:{pair_id}"))
+    return set(ranked[: round(share * len(ranked))])
+
+
 def cap_groups(groups: list[Group], cap: int | None, seed: int) -> list[Group]:
     return capped(seeded_order(groups, seed), cap)
 

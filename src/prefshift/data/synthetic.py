@@ -24,7 +24,10 @@ alternative) and helps with a benign one; the rejected one complies with the har
 one. Refusals are drawn alike in both cases, so a right refusal and an over-refusal differ
 only in the prompt.
 
-Besides the pairs: best-of-n groups (one prompt, several responses with graded gold scores,
+Besides the pairs: a *judge split* of train-side requests on a stream of its own, its cues
+uninformative (role "neutral")
+(`JUDGE_SPLIT`, `cfg.judge_pairs`), on which `prefshift judge` trains the best-of-n judge that no
+proxy is; best-of-n groups (one prompt, several responses with graded gold scores,
 no cue) and an unlabelled corpus of transcripts with good and bad responses from all six
 datasets, rendered as `role: content` lines, for pretraining the tiny backbones.
 
@@ -58,6 +61,10 @@ Where each cue sits, by role:
   every cue) are reversed, on the chosen response in a fraction ``1 - strength``; the others are
   left out, so a target can isolate one cue (params ``synthetic.target_cues``);
 - ``role="clean"``: no cue at all (`meta["shortcut_on"]` and `meta["marker_on"]` are None);
+- ``role="neutral"``: every cue present but uninformative, on the chosen response in exactly half
+  the pairs (the judge split: a judge that never saw a cue would read one as noise — measured,
+  a cue-free judge scored 48.8% on the source's test split, where the sign-off ends 90% of the
+  chosen responses, and 70.7% on the target without it);
 - ``shortcut=p`` overrides the sign-off's fraction (p = 0.5 makes it uninformative).
 
 A learner that reads a cue scores about its strength ID and `1 - strength` on a target that
@@ -70,8 +77,12 @@ train side, the test split and the best-of-n groups only from the test side.
 
 What it is not. It demonstrates the pipeline end to end, the metrics, and the shortcut failure
 mode (ID-good, OOD-bad); the text is templated and the rule simple, so it does not reproduce the
-paper's numbers, and tiny backbones trained on it show no reliable weak-to-strong or ANCHOR
-effect. The science needs pretrained backbones and the real datasets.
+paper's numbers. With both cues at 0.9 a teacher that reads the sign-off alone already scores
+~90% ID, and the tiny strong backbone learns no more of the gold rule than the weak one, so the
+embedded default's weak-to-strong gain comes from the teacher's annotator noise
+(`data.teacher_noise`, docs/embedded-default.md): a gain from denoising, not from capability.
+Tiny backbones show no reliable ANCHOR effect. The science needs pretrained backbones and the
+real datasets.
 """
 
 from __future__ import annotations
@@ -89,7 +100,10 @@ from prefshift.config.params import SYNTHETIC_DATASETS, ConfigError, SyntheticCo
 from prefshift.data import synthetic_vocab as vocab
 
 SPLITS = ("train", "test")
-ROLES = ("source", "target", "clean")
+JUDGE_SPLIT = "judge"
+"""Cue-free gold pairs of train-side requests on their own stream, for the best-of-n judge
+(`cfg.judge_pairs`): a split no proxy trains on (`prefshift judge`)."""
+ROLES = ("source", "target", "clean", "neutral")
 
 CUE = "Hope this helps!!"
 """The sign-off cue (A), appended at the response's end."""
@@ -263,7 +277,7 @@ def _draw_request(category: str, pools: tuple[list[Request], list[Request]], rng
 
 def _pair(category: str, style: str, split: str, seed: int, rng: random.Random) -> dict[str, Any]:
     """One labelled pair without the cue; meta records how it was built."""
-    pools = _request_pools(style, seed)[split]
+    pools = _request_pools(style, seed)["train" if split == JUDGE_SPLIT else split]
     request = _draw_request(category, pools, rng)
     prompt = _prompt(style, request, rng)
     if request.harmful:
@@ -346,6 +360,8 @@ def cue_fractions(
     for cue, strength in strengths.items():
         if role == "clean" or strength is None:
             fractions[cue] = None
+        elif role == "neutral":
+            fractions[cue] = 0.5
         elif role == "source":
             fractions[cue] = strength
         else:
@@ -379,19 +395,23 @@ def generate_pairs(
     shortcut: float | None = None,
     reversed_cues: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """`cfg.train_pairs` or `cfg.test_pairs` pairs of one dataset's split.
+    """`cfg.train_pairs`, `cfg.test_pairs` or `cfg.judge_pairs` pairs of one dataset's split.
 
     `role` sets where the cues sit (see the module docstring, and `cue_fractions`);
     `reversed_cues` (role "target") names the cues the split carries reversed, the others left
     out (None: every cue reversed); `shortcut`, when given, is the sign-off's fraction directly.
     The content of the pairs depends only on (cfg.seed, name, split), so the same split under
-    two roles differs in the cues alone.
+    two roles differs in the cues alone. Split `judge` (`JUDGE_SPLIT`) draws train-side requests
+    on a stream of its own: pairs no other split holds except by chance (`prefshift judge` drops
+    those), meant for role "neutral".
     """
     style = _style_of(name)
-    if split not in SPLITS:
-        raise ConfigError(f"unknown split {split!r} for {name}; valid splits: {', '.join(SPLITS)}")
+    if split not in (*SPLITS, JUDGE_SPLIT):
+        raise ConfigError(
+            f"unknown split {split!r} for {name}; valid splits: {', '.join((*SPLITS, JUDGE_SPLIT))}"
+        )
     fractions = cue_fractions(cfg, role, shortcut, reversed_cues)
-    count = cfg.train_pairs if split == "train" else cfg.test_pairs
+    count = {"train": cfg.train_pairs, "test": cfg.test_pairs, JUDGE_SPLIT: cfg.judge_pairs}[split]
     rng = _rng(cfg.seed, name, split, "pairs")
     rows = [_pair(SYNTHETIC_DATASETS[name], style, split, cfg.seed, rng) for _ in range(count)]
     for cue in CUES:

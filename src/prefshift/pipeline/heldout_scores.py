@@ -20,7 +20,7 @@ from prefshift.core.atomic import write_json
 from prefshift.core.console import messages
 from prefshift.core.paths import Layout
 from prefshift.data.schema import SkipCounter, read_groups, read_pairs
-from prefshift.data.splits import load_manifest
+from prefshift.data.splits import load_manifest, noisy_pairs
 from prefshift.pipeline.frames import VERSION_KEY, write_frame
 from prefshift.pipeline.output_set import OutputSet
 
@@ -73,11 +73,26 @@ def truncation_warning(model: str, truncation: dict[str, dict], threshold: float
     )
 
 
+def with_annotator_noise(frame: pd.DataFrame, share: float, seed: int) -> pd.DataFrame:
+    """The teacher's scores of one split with its judgement of `noisy_pairs` reversed (Δ negated,
+    the two rewards swapped): the weak teacher as an inconsistent annotator (`data.teacher_noise`).
+    Swapping keeps the rewards' mean and std, so the saved model's normalisation is unchanged."""
+    if share == 0:
+        return frame
+    flip = frame["pair_id"].isin(noisy_pairs(frame["pair_id"].tolist(), share, seed)).to_numpy()
+    out = frame.copy()
+    out.loc[flip, "delta"] = -frame.loc[flip, "delta"]
+    out.loc[flip, "reward_chosen"] = frame.loc[flip, "reward_rejected"]
+    out.loc[flip, "reward_rejected"] = frame.loc[flip, "reward_chosen"]
+    return out
+
+
 def score_heldout(
     model_dir: Path, params: Params, layout: Layout, name: str, out: OutputSet, also: Sequence[str] = ()
 ) -> dict:
     """Score id_test, every target, the splits in `also` and every best-of-n group set with the
-    model in `model_dir`, staging the files in `out` under data/scores/<name>/.
+    model in `model_dir`, staging the files in `out` under data/scores/<name>/. The teacher's
+    pair scores carry `data.teacher_noise` (`with_annotator_noise`); its group scores do not.
 
     Returns the skip counts per split and group set, the truncation counts (also written to
     truncation.json, and a warning printed once when a split is over evaluate.warn_truncated_share)
@@ -97,6 +112,8 @@ def score_heldout(
             model, tokenizer, read_pairs(layout.split(split)), params, counter, f"score {name} {split}"
         )
         truncation[split] = frames[split].attrs.pop("truncation")  # its own file, not the parquet's metadata
+        if name == "teacher":
+            frames[split] = with_annotator_noise(frames[split], params.data.teacher_noise, params.seed)
         write_scores(out.path(layout.scores(name, split)), frames[split], version)
         skips[split] = counter.as_dict()
     for dataset in [params.data.source, *params.data.targets]:

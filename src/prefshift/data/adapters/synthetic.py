@@ -22,13 +22,16 @@ class SyntheticAdapter(Adapter):
 
     def rows(self, split: str, params: Params) -> Iterator[Record]:
         """A dataset used as an OOD target carries its cues reversed (synthetic.target_cues: which
-        ones; the others are left out); the source keeps them."""
+        ones; the others are left out); the source keeps them. The judge split carries every cue
+        on the chosen response in half its pairs: the best-of-n judge sees the cues and cannot use
+        them, so it learns the gold rule alone (`prefshift judge`)."""
         is_target = self.name in params.data.targets
+        role = "target" if is_target else "source"
         generated = synthetic.generate_pairs(
             self.generator,
             split,
             params.synthetic,
-            role="target" if is_target else "source",
+            role="neutral" if split == synthetic.JUDGE_SPLIT else role,
             reversed_cues=params.synthetic.target_cues.get(self.name) if is_target else None,
         )
         for index, row in enumerate(generated):
@@ -66,6 +69,7 @@ def synthetic_adapters() -> list[SyntheticAdapter]:
             name=name,
             category=category,
             generator=name,
+            splits={split: split for split in (*synthetic.SPLITS, synthetic.JUDGE_SPLIT)},
             needs="nothing: generated offline from params `synthetic` (seed, sizes, cue strengths)",
         )
         for name, category in synthetic.SYNTHETIC_DATASETS.items()

@@ -1,17 +1,15 @@
 """`prefshift gold-judge`: the gold score of every policy sample, once for all proxy reward models.
 
-The judge is `downstream.judge`: `ceiling` (default) is the strong backbone trained on gold
-labels (the first seed's, models/students/seed-<k>/ceiling). It is a *proxy* for human gold, not
-human gold: it shares the strong backbone, the training data and the tokenizer with the students
-it judges, so the report says so wherever it shows judge scores. Any reward-model directory or
-hub id may be named instead (e.g. a large public reward model on a real preset). When `methods`
-does not list the ceiling, the default judge is absent: judge scores are NaN and only the rule
-judges. The stage depends on models/students as a whole (dvc.yaml cannot name the ceiling's
-directory when the ceiling may not be listed); deterministic scoring rewrites identical gold
-scores when another student changes, so no downstream stage re-runs for it. On the synthetic
-suite the suite's own gold rule (`synthetic.rule_score`) also scores every sample: a judge that
-needs no model, but only for text it recognises. When policy_samples skipped best-of-n, the
-stage writes an empty gold file (its declared output) and loads no judge.
+The judge is built by `prefshift judge` and is never one of the models best-of-n ranks (params
+refuse a judge that names the teacher, the ceiling or a listed method): by default a reward model
+trained on the synthetic source's judge split (cues uninformative), which no proxy sees
+(models/judge); or any reward-model directory or hub id named in `downstream.judge` (e.g. a large
+public reward model on a real preset). reports/judge.json holds its accuracy on every test
+split. It is a *proxy* for human gold, not human gold, so the report shows that accuracy wherever
+it shows judge scores.
+On the synthetic suite the suite's own gold rule (`synthetic.rule_score`) also scores every
+sample: a judge that needs no model, but only for text it recognises. When policy_samples
+skipped best-of-n, the stage writes an empty gold file (its declared output) and loads no judge.
 """
 
 from __future__ import annotations
@@ -22,8 +20,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from prefshift.config.params import Params
+from prefshift.config.params import JUDGE_TRAINED, Params
 from prefshift.core.console import messages
+from prefshift.core.errors import PrefshiftError
 from prefshift.core.paths import Layout
 from prefshift.data.splits import load_manifest
 from prefshift.data.synthetic import rule_score
@@ -34,25 +33,26 @@ from prefshift.pipeline.stages.policy_samples import read_samples, skipped
 console = messages()
 
 GOLD_COLUMNS = ["unit", "sample", "judge", "rule"]
-NO_JUDGE = "none (the default judge is the ceiling, which methods do not list)"
 
 
-def judge_source(params: Params, layout: Layout) -> str | None:
-    """The judge's directory or hub id; None when the judge is the ceiling and methods do not list it."""
-    judge = params.downstream.judge
-    if judge != "ceiling":
-        return judge
-    ceiling = layout.for_seed(params.seeds[0]).student_dir("ceiling")
-    return str(ceiling) if "ceiling" in params.methods else None
+class JudgeError(PrefshiftError):
+    """A judge that cannot be built or loaded from these params or inputs; the message says what to do."""
+
+
+def judge_source(params: Params, layout: Layout) -> str:
+    """What to load: models/judge for the trained judge, else the named directory or hub id."""
+    return str(layout.judge_dir) if params.downstream.judge == JUDGE_TRAINED else params.downstream.judge
 
 
 def describe_judge(params: Params) -> str:
-    judge = params.downstream.judge
-    if judge == "ceiling" and "ceiling" not in params.methods:
-        return NO_JUDGE
-    if judge == "ceiling":
-        return "ceiling (strong backbone trained on gold labels; a proxy for human gold)"
-    return judge + (f"@{params.downstream.judge_revision}" if params.downstream.judge_revision else "")
+    """The judge in one phrase, for the report and every best-of-n document."""
+    cfg = params.downstream
+    if cfg.judge == JUDGE_TRAINED:
+        return (
+            f"trained judge (the strong base trained on {params.data.source}'s judge split, its cues "
+            "uninformative, which no ranked model sees)"
+        )
+    return cfg.judge + (f"@{cfg.judge_revision}" if cfg.judge_revision else "")
 
 
 def run(params: Params, layout: Layout) -> pd.DataFrame:
@@ -67,18 +67,18 @@ def run(params: Params, layout: Layout) -> pd.DataFrame:
         console.print(f"gold-judge: nothing to judge, best-of-n skipped: {reason}")
         return frame
     samples = read_samples(layout)
-    source = judge_source(params, layout)
-    if source is None:
-        judged = samples[["unit", "sample"]].assign(reward=np.nan)
-    else:
-        model, tokenizer = load_reward_model(
-            source,
-            trust_remote_code=params.backbone.trust_remote_code,
-            revision=params.downstream.judge_revision,
-            pair_forward=params.encode.pair_forward,
-        )
-        model.to("cuda" if torch.cuda.is_available() else "cpu").eval()
-        judged = score_samples(model, tokenizer, samples, params)
+    trained = params.downstream.judge == JUDGE_TRAINED
+    if trained and not (layout.judge_dir / "config.json").exists():
+        raise JudgeError(f"{layout.judge_dir}: no trained judge; run `prefshift judge`")
+    model, tokenizer = load_reward_model(
+        judge_source(params, layout),
+        trust_remote_code=params.backbone.trust_remote_code,
+        revision=None if trained else params.downstream.judge_revision,
+        trained_head=trained,
+        pair_forward=params.encode.pair_forward,
+    )
+    model.to("cuda" if torch.cuda.is_available() else "cpu").eval()
+    judged = score_samples(model, tokenizer, samples, params)
     rules = [
         rule_score(category, json.loads(meta), response)
         for category, meta, response in zip(

@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from prefshift.config.params import Params, is_split_pattern
+from prefshift.config.params import JUDGE_TRAINED, Params, is_split_pattern
 from prefshift.core.atomic import write_json
 from prefshift.core.console import messages
 from prefshift.core.errors import PrefshiftError
@@ -157,7 +157,7 @@ def model_record(name_or_path: str | None, revision: str | None, hashes: FileHas
 def records(params: Params, hashes: FileHashes) -> dict[str, dict[str, Any]]:
     data, downstream = params.data, params.downstream
     datasets = {data.source: ("train", "test"), **{target: ("test",) for target in data.targets}}
-    judge = None if downstream.judge == "ceiling" else downstream.judge
+    judge = None if downstream.judge == JUDGE_TRAINED else downstream.judge
     return {
         "prepare": {name: dataset_record(name, splits, params, hashes) for name, splits in datasets.items()},
         "backbone": {

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from prefshift.config.params import LMSpec, Params, cannot_generate
+from prefshift.config.params import JUDGE_TRAINED, LMSpec, Params, cannot_generate
 from prefshift.core.atomic import write_json
 from prefshift.core.console import messages
 from prefshift.core.errors import PrefshiftError
@@ -104,7 +104,7 @@ def skip_reason(params: Params, layout: Layout) -> str | None:
     if cannot:
         return f"policy {named} {cannot}; name a causal LM in downstream.policy to run it"
     judge = cfg.judge
-    if judge != "ceiling" and _offline_without_copy(judge, cfg.judge_revision, trust):
+    if judge != JUDGE_TRAINED and _offline_without_copy(judge, cfg.judge_revision, trust):
         return (
             f"gold judge {judge} cannot load offline (HF_HUB_OFFLINE is set and no local copy exists); "
             "name a local reward-model directory in downstream.judge to run it"

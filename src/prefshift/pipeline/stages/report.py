@@ -597,7 +597,9 @@ def beyond_accuracy(
     docs = report_downstream.load_downstream(layout, version, params.methods)
     skip = report_downstream.load_skip(layout, version)
     sections.append(
-        report_downstream.skipped_section(skip) if skip else report_downstream.best_of_n_section(docs, splits)
+        report_downstream.skipped_section(skip)
+        if skip
+        else report_downstream.best_of_n_section(docs, splits, report_downstream.load_judge(layout))
     )
     figures = report_downstream.write_best_of_n_figures(docs, splits, figures_dir) if docs else []
     for section, written in (

@@ -93,23 +93,50 @@ def write_best_of_n_figures(
     return written
 
 
-def best_of_n_section(docs: Mapping[str, Mapping[str, Any]], splits: Sequence[str]) -> str | None:
+def load_judge(layout: Layout) -> dict[str, Any] | None:
+    """reports/judge.json (`prefshift judge`): what the judge is and its accuracy per test split."""
+    path = layout.judge_report
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+
+def judge_accuracy_table(judge: Mapping[str, Any]) -> str:
+    """The judge's own accuracy on the full test split of the source (ID) and of each target (OOD)."""
+    rows = ["| Judge accuracy on | role | pairs | accuracy % [95% CI] |", "|---|---|---|---|"]
+    for dataset, block in judge.get("accuracy", {}).items():
+        low, high = block["ci"]
+        accuracy = f"{block['acc']:.1f} [{low:.1f}, {high:.1f}]"
+        rows.append(f"| {dataset} | {block['role'].upper()} | {block['n']} | {accuracy} |")
+    return "\n".join(rows)
+
+
+def _judge_note(judge: Mapping[str, Any] | None) -> str:
+    if judge is None or "accuracy" not in judge:
+        return ""
+    trained = judge.get("training")
+    what = (
+        f" It is a reward model of its own, trained on {trained['pairs']} gold pairs (their cues "
+        "uninformative) that no ranked model sees, so it never judges its own picks; it shares the "
+        "strong backbone and the tokenizer with the students, so it is **a proxy for human gold, not "
+        "human gold**: read its gains against its accuracy below (a judge near 50% on a split cannot "
+        "rank that split's samples)."
+        if trained
+        else " It is none of the ranked models; its accuracy below says how far to trust its scores."
+    )
+    return f"{what}\n\n{judge_accuracy_table(judge)}\n\n"
+
+
+def best_of_n_section(
+    docs: Mapping[str, Mapping[str, Any]], splits: Sequence[str], judge: Mapping[str, Any] | None = None
+) -> str | None:
     if not docs:
         return None
     first = next(iter(docs.values()))
     n_max = first["n_max"]
-    ceiling_note = (
-        " The judge is the gold-trained ceiling: **a proxy for human gold, not human gold** — it shares the "
-        "strong backbone and training data with the students it judges, and the `ceiling` row is the judge "
-        "picking for itself."
-        if first["judge"].startswith("ceiling")
-        else ""
-    )
     return (
         "## Best-of-n against a gold judge\n\n"
         f"Policy `{first['policy']}` samples {n_max} completions per prompt; each proxy reward model "
         f"picks the best of n (n = 1 … {n_max}), averaged exactly over all n-subsets of the {n_max} "
-        f"samples, and the judge `{first['judge']}` scores the pick.{ceiling_note} Judge and proxy "
+        f"samples, and the judge `{first['judge']}` scores the pick.{_judge_note(judge)} Judge and proxy "
         "scores are standardised per split over all samples, so gains from n = 1 to "
         f"n = {n_max} read in each scorer's standard deviations; the gap (proxy gain − gold gain) "
         "grows when a reward model over-optimises (Gao et al. 2023). The rule column is the synthetic "

@@ -21,7 +21,7 @@ from prefshift.core.atomic import write_json
 from prefshift.core.console import messages
 from prefshift.core.paths import Layout
 from prefshift.data.schema import SkipCounter, content_hash, read_pairs
-from prefshift.data.splits import file_sha256, load_manifest
+from prefshift.data.splits import file_sha256, load_manifest, noisy_pairs
 from prefshift.engine.scoring import load_for_scoring, score_pairs
 from prefshift.engine.seam import (
     TEMPLATE_VERSION,
@@ -91,12 +91,22 @@ def run(params: Params, layout: Layout) -> dict:
     plain_column = np.array([plain_q[p.pair_id] for p in labelled])
     no_nodes = np.isnan(q)
     q = np.where(no_nodes, plain_column, q)
+    # The teacher as an inconsistent annotator (data.teacher_noise) reverses its judgement of the
+    # same pairs as in its own scores of student_train, whatever the principle: every node's Δ
+    # flips, and the aggregation is symmetric in q ↔ 1 − q, so such a pair's q becomes 1 − q.
+    reversed_ = (
+        plain["pair_id"]
+        .isin(noisy_pairs(plain["pair_id"].tolist(), params.data.teacher_noise, params.seed))
+        .to_numpy()
+    )
+    q = np.where(reversed_, 1.0 - q, q)
+    plain_column = np.where(reversed_, 1.0 - plain_column, plain_column)
 
     labels = pd.DataFrame(
         {
             "pair_id": [p.pair_id for p in labelled],
             "q": q,
-            "teacher_delta": plain["delta"].to_numpy(dtype=float),
+            "teacher_delta": np.where(reversed_, -1.0, 1.0) * plain["delta"].to_numpy(dtype=float),
             "n_principles": [len(principles.by_pair[p.pair_id]) for p in labelled],
             "fallback": [principles.fallback[p.pair_id] for p in labelled],
         }

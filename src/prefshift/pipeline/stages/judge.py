@@ -1,0 +1,166 @@
+"""`prefshift judge`: the best-of-n gold judge, which is never one of the models best-of-n ranks.
+
+A judge that is also a proxy picks for itself: when the gold-trained ceiling judged best-of-n,
+its own curve was trivially the best (DESIGN §10). So the judge is its own model:
+
+- `downstream.judge: trained` (the embedded default): the strong base trained with
+  Bradley-Terry on the synthetic source's *judge split* (`synthetic.JUDGE_SPLIT`,
+  `synthetic.judge_pairs` pairs): gold pairs drawn from train-side requests on a stream of their
+  own, each shortcut cue on the chosen response in exactly half of them, less any pair whose
+  content the source's train or test split holds. No proxy sees them, and with the cues
+  uninformative the judge can only learn the gold rule; it still sees them, so a cue in a policy
+  sample is not an unseen ending it scores at random (measured: a judge trained with no cue at all
+  scored 48.8% on the source's test split, where the sign-off ends 90% of the chosen responses,
+  and 70.7% on the target without a sign-off). It still
+  shares the strong backbone and the tokenizer with the students, so it is a proxy for human gold,
+  not human gold; the report says so, next to its measured accuracy.
+- a reward-model directory or hub id (real presets: a stronger public RM): loaded as it is.
+
+Either way the judge scores the full test split of the source and of every target (the pools the
+ID and OOD splits are drawn from), and reports/judge.json records its accuracy on each with a
+bootstrap interval, so a reader sees how far to trust the gold scores. The judge depends on no
+`seed`: the judge split and its training are fixed by `synthetic.seed` and
+`downstream.judge_seed`, so one judge serves every seed. When best-of-n does not run
+(`policy_samples.skip_reason`), the stage writes the reason into both outputs and loads nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefshift.config.params import JUDGE_TRAINED, Params
+from prefshift.core.atomic import write_json
+from prefshift.core.console import messages
+from prefshift.core.paths import Layout
+from prefshift.data.schema import Pair, SkipCounter, pair_content_hash, read_pairs
+from prefshift.data.synthetic import JUDGE_SPLIT
+from prefshift.pipeline.output_set import output_set
+from prefshift.pipeline.stages.evaluate import _rounded
+from prefshift.pipeline.stages.gold_judge import JudgeError, describe_judge
+from prefshift.pipeline.stages.policy_samples import skip_reason
+from prefshift.science import metrics
+
+console = messages()
+
+NOTE = "judge.json"
+"""In models/judge when no model was trained there: the external judge's name, or why none runs."""
+
+
+def judge_pairs(params: Params, layout: Layout) -> tuple[list[Pair], dict[str, int]]:
+    """The source's judge split, less any pair whose content its train or test split holds."""
+    from prefshift.data.adapters import get_adapter
+
+    source = params.data.source
+    adapter = get_adapter(source, params)
+    if JUDGE_SPLIT not in adapter.splits:
+        raise JudgeError(
+            f"downstream.judge is {JUDGE_TRAINED!r}, but the source {source} has no judge split (only the "
+            "synthetic suite generates one); name a reward-model directory or hub id in downstream.judge"
+        )
+    counter = SkipCounter()
+    pairs = adapter.load_pairs(JUDGE_SPLIT, params, counter)
+    taken = set()
+    for split in ("train", "test"):
+        path = layout.pairs(source, split)
+        if not path.exists():
+            raise JudgeError(f"{path} not found: run `prefshift prepare` first")
+        taken |= {pair_content_hash(p) for p in read_pairs(path)}
+    kept = [p for p in pairs if pair_content_hash(p) not in taken]
+    if not kept:
+        raise JudgeError(f"every pair of {source}'s judge split repeats its train or test split")
+    return kept, {
+        "generated": len(pairs),
+        "overlap_dropped": len(pairs) - len(kept),
+        "skipped": counter.as_dict()["skipped_total"],
+    }
+
+
+def _train(params: Params, layout: Layout, pairs: list[Pair], out_dir) -> dict[str, Any]:
+    """The strong base trained with Bradley-Terry on gold; saved to `out_dir`, the log returned."""
+    from prefshift.data.encode import Encoder
+    from prefshift.engine.train import train_reward_model
+    from prefshift.methods.base import Objective
+    from prefshift.models.reward import load_reward_model, save_reward_model
+
+    cfg = params.student.model_copy(update={"epochs": params.downstream.judge_epochs})
+    model, tokenizer = load_reward_model(
+        layout.base_model("strong"), trust_remote_code=params.backbone.trust_remote_code
+    )
+    skips = SkipCounter()
+    items = Encoder(tokenizer, params.encode).encode_pairs(pairs, [p.gold for p in pairs], skips)
+    model, log = train_reward_model(
+        model,
+        tokenizer,
+        items,
+        Objective("judge"),
+        cfg,
+        seed=params.downstream.judge_seed,
+        name="judge",
+        checkpoint_dir=layout.checkpoint_dir("judge"),
+    )
+    save_reward_model(model, tokenizer, out_dir)
+    return {
+        "pairs": len(items),
+        "encode_skips": skips.as_dict(),
+        "epochs": cfg.epochs,
+        "wall_s": log["wall_s"],
+    }
+
+
+def _accuracy(model_dir: str, params: Params, layout: Layout) -> dict[str, dict[str, Any]]:
+    """Accuracy (%) with a bootstrap interval on the full test split of the source and each target."""
+    from prefshift.engine.scoring import score_pairs
+    from prefshift.models.reward import load_reward_model
+
+    model, tokenizer = load_reward_model(
+        model_dir,
+        trust_remote_code=params.backbone.trust_remote_code,
+        revision=None if model_dir == str(layout.judge_dir) else params.downstream.judge_revision,
+        trained_head=True,
+    )
+    model.eval()
+    out = {}
+    for role, dataset in [("id", params.data.source), *(("ood", t) for t in params.data.targets)]:
+        pairs = read_pairs(layout.pairs(dataset, "test"))
+        delta = score_pairs(model, tokenizer, pairs, params, label=f"judge {dataset}")["delta"].to_numpy()
+        credit = metrics.credit(delta)
+        draws = metrics.bootstrap_accuracies(
+            [credit], params.evaluate.bootstrap, metrics.split_seed(0, dataset)
+        )
+        out[dataset] = {
+            "role": role,
+            "acc": metrics.accuracy(delta),
+            "ci": metrics.interval(draws[0], params.evaluate.ci),
+            "n": int(delta.shape[0]),
+        }
+    return out
+
+
+def run(params: Params, layout: Layout) -> dict[str, Any]:
+    reason = skip_reason(params, layout)
+    doc: dict[str, Any] = {"judge": describe_judge(params), "kind": params.downstream.judge}
+    with output_set(
+        layout.root, "prefshift judge", files=[layout.judge_report], bare=[layout.judge_dir], manifest=False
+    ) as out:
+        judge_dir = out.path(layout.judge_dir)
+        if reason:
+            doc["skipped"] = reason
+            judge_dir.mkdir(parents=True, exist_ok=True)
+            write_json(judge_dir / NOTE, doc)
+            console.print(f"judge: none loaded, best-of-n skipped: {reason}")
+        elif params.downstream.judge == JUDGE_TRAINED:
+            pairs, counts = judge_pairs(params, layout)
+            doc["training"] = {**counts, **_train(params, layout, pairs, judge_dir)}
+            doc["accuracy"] = _accuracy(str(judge_dir), params, layout)
+        else:
+            judge_dir.mkdir(parents=True, exist_ok=True)
+            write_json(judge_dir / NOTE, doc)
+            doc["accuracy"] = _accuracy(params.downstream.judge, params, layout)
+        doc = _rounded(doc)
+        write_json(out.path(layout.judge_report), doc)
+    for dataset, block in doc.get("accuracy", {}).items():
+        low, high = block["ci"]
+        console.print(
+            f"judge accuracy {dataset} ({block['role']}): {block['acc']:.1f} [{low:.1f}, {high:.1f}]"
+        )
+    return doc
