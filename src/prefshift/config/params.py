@@ -152,8 +152,8 @@ def is_split_pattern(path: str) -> bool:
 class SplitCaps(Strict):
     """Upper bounds on split sizes (pairs); null = no cap."""
 
-    teacher_train: int | None = Field(2000, ge=1)
-    student_train: int | None = Field(2000, ge=1)
+    teacher_train: int | None = Field(250, ge=1)
+    student_train: int | None = Field(1000, ge=1)
     id_test: int | None = Field(500, ge=1)
     ood: int | None = Field(500, ge=1)
     groups: int | None = Field(200, ge=1)
@@ -165,13 +165,14 @@ class DataConfig(Strict):
     targets: list[str] = Field(default_factory=lambda: ["syn_help_instruct", "syn_help_chat"])
     teacher_fraction: float = Field(0.5, gt=0.0, lt=1.0)
     teacher_noise: float = Field(
-        0.0,
+        0.15,
         ge=0.0,
         lt=0.5,
         description="Share of the weak teacher's pairwise judgements reversed, per split it scores "
         "(exactly rounded; the pairs drawn by the seed): an inconsistent annotator, wrong for reasons "
         "a strong student can see past (its errors follow no feature of the text). Its labels q and its "
-        "own accuracies both carry it; 0 = the teacher model as it is.",
+        "own accuracies both carry it; 0 = the teacher model as it is (the real presets' setting: "
+        "a testbed lever, not something to add to a real teacher).",
     )
     caps: SplitCaps = Field(default_factory=SplitCaps)
     sources: dict[str, DatasetSource] = Field(default_factory=dict)
