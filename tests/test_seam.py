@@ -160,7 +160,13 @@ def _project(root) -> Layout:
     return layout
 
 
-PARAMS = Params.model_validate({"seam": {"max_new_tokens": 12, "keep_top_k": 2, "weighting": "confidence"}})
+PARAMS = Params.model_validate(
+    {
+        "seam": {"max_new_tokens": 12, "keep_top_k": 2, "weighting": "confidence"},
+        "data": {"teacher_noise": 0.0},
+    }
+)
+"""The teacher as it is (no annotator noise): the labels below are checked against its own scores."""
 
 
 def test_principles_are_generated_once_for_every_seed_and_junk_falls_back(tmp_path):
@@ -246,7 +252,7 @@ def test_a_noisy_teacher_reverses_the_same_pairs_for_seam(tmp_path):
     layout = _project(tmp_path)
     seam_label.run(PARAMS, layout)
     clean = pq.read_table(layout.seam_labels).to_pandas().set_index("pair_id")
-    noisy_params = Params.model_validate({**PARAMS.model_dump(by_alias=True), "data": {"teacher_noise": 0.3}})
+    noisy_params = PARAMS.model_copy(update={"data": PARAMS.data.model_copy(update={"teacher_noise": 0.3})})
     seam_label.run(noisy_params, layout)
     noisy = pq.read_table(layout.seam_labels).to_pandas().set_index("pair_id")
     picked = noisy_pairs(clean.index.tolist(), 0.3, noisy_params.seed)
