@@ -92,6 +92,11 @@ class Layout:
     def student_dir(self, method: str) -> Path:
         return self._seeded("models", "students") / method
 
+    @property
+    def judge_checkpoint(self) -> Path:
+        """The trained judge's resumable checkpoint: one judge serves every seed, so no seed-<k>."""
+        return self.root / "models" / "checkpoints" / "judge"
+
     def checkpoint_dir(self, name: str) -> Path:
         return self._seeded("models", "checkpoints") / name
 

@@ -96,7 +96,7 @@ def _train(params: Params, layout: Layout, pairs: list[Pair], out_dir) -> dict[s
         cfg,
         seed=params.downstream.judge_seed,
         name="judge",
-        checkpoint_dir=layout.checkpoint_dir("judge"),
+        checkpoint_dir=layout.judge_checkpoint,
     )
     save_reward_model(model, tokenizer, out_dir)
     return {
