@@ -11,6 +11,7 @@ import time
 import pandas as pd
 import pytest
 
+from prefshift.core.paths import Layout
 from prefshift.pipeline.stages import (
     downstream,
     gold_judge,
@@ -78,7 +79,8 @@ def test_best_of_n_stages_end_to_end(tmp_path_factory, tmp_path):
     # (the anchor_last student of `params` is not trained here, so two methods are listed).
     listed = tiny_params(methods=["naive", "ceiling"], downstream=settings)
     since_ms = int(time.time() * 1000)
-    assert downstream.run_all(listed, layout) == docs
+    shared = Layout(layout.root)  # as the CLI passes it: one downstream stage for every seed
+    assert downstream.run_all(listed, shared) == docs
     written = {layout.downstream_dir: ".json", layout.proxy_dir: ".parquet"}
     for directory, suffix in written.items():
         names = sorted(p.name for p in directory.iterdir())

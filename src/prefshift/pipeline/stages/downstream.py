@@ -118,10 +118,11 @@ def headline(doc: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _model_dir(layout: Layout, method: str):
-    """The proxy's directory in `layout`'s seed: best-of-n runs once, on the first seed's models
-    (sampling and judging are the costly part, and they are shared by every seed)."""
-    model_dir = layout.teacher_dir if method == "teacher" else layout.student_dir(method)
+def _model_dir(params: Params, layout: Layout, method: str):
+    """The proxy's directory: best-of-n runs once, on the first seed's models (sampling and
+    judging are the costly part, and they are shared by every seed)."""
+    seeded = layout.for_seed(params.seeds[0])
+    model_dir = seeded.teacher_dir if method == "teacher" else seeded.student_dir(method)
     if not model_dir.exists():
         hint = "prefshift teacher" if method == "teacher" else f"prefshift train --method {method}"
         raise DownstreamError(f"{model_dir}: no reward model for {method!r}; run `{hint}`")
@@ -147,7 +148,7 @@ def _score(params: Params, layout: Layout, method: str, inputs: tuple, staged: O
     from prefshift.tracking import runs as tracking
 
     version, samples, gold, wanted = inputs
-    model_dir = _model_dir(layout, method)
+    model_dir = _model_dir(params, layout, method)
     with tracking.stage_run(params, layout, "downstream", method) as logger:
         model, tokenizer = load_for_scoring(model_dir, params)
         proxy = score_samples(model, tokenizer, samples, params)
@@ -188,12 +189,11 @@ def _write_skip(layout: Layout, reason: str) -> dict[str, dict[str, Any]]:
 
 def run_all(params: Params, layout: Layout) -> dict[str, dict[str, Any]]:
     """Every proxy, as one output set over data/downstream/proxies and reports/downstream (the DVC stage)."""
-    layout = layout.for_seed(params.seeds[0])
     reason = skipped(layout)
     if reason:
         return _write_skip(layout, reason)
     for method in proxies(params):  # a missing model fails before anything is scored
-        _model_dir(layout, method)
+        _model_dir(params, layout, method)
     inputs = _inputs(params, layout)
     directories = [layout.proxy_dir, layout.downstream_dir]
     # No manifest: nothing verifies these directories, and `--method M` would leave one stale.
@@ -203,11 +203,10 @@ def run_all(params: Params, layout: Layout) -> dict[str, dict[str, Any]]:
 
 def run(params: Params, layout: Layout, method: str) -> dict[str, Any]:
     """One proxy (`--method M`): its two files replaced together, the other models' left as they are."""
-    layout = layout.for_seed(params.seeds[0])
     reason = skipped(layout)
     if reason:
         raise DownstreamError(f"{layout.policy_counts}: best-of-n was skipped ({reason}); nothing to score")
-    _model_dir(layout, method)  # a missing model is named before any missing upstream input
+    _model_dir(params, layout, method)  # a missing model is named before any missing upstream input
     inputs = _inputs(params, layout)
     files = [layout.proxy_scores(method), layout.downstream(method)]
     with output_set(layout.root, f"prefshift downstream --method {method}", files=files) as staged:
