@@ -5,6 +5,10 @@ once killed after a checkpoint exists and started again with the same command. T
 saved weights must be bitwise equal and the training logs (loss per logged step,
 drift) identical. Checkpoints every 3 steps and logs every 4 steps, so the kill
 lands inside a logging window and the resumed run must restore it too.
+
+LP-FT trains in two phases, each with a checkpoint of its own (issue 33): killed inside the
+head-only phase, or after it finished and the full fine-tuning began, the resumed run must
+neither repeat a finished phase nor lose a step of an unfinished one.
 """
 
 from __future__ import annotations
@@ -26,20 +30,27 @@ from prefshift.core.paths import Layout
 from prefshift.engine.train import STATE_FILE
 from tiny_project import copy_project, pipeline_root, tiny_params, write_params
 
-METHOD = "anchor_last"
 STUDENT = {"epochs": 2, "batch_size": 4, "checkpoint_every": 3, "log_every": 4, "drift_every": 5}
+TOTAL = 2 * 20  # 80 student pairs / 4 per batch, 2 epochs
+PROBE_TOTAL = 20  # lp_ft's head-only phase: one epoch
 
 
-def _project(source: Path, root: Path) -> Layout:
+def _project(source: Path, root: Path, method: str) -> Layout:
+    from prefshift.pipeline.stages import plan, targets
+
     layout = copy_project(source, root)
     for path in (layout.student_dir("naive"), layout.checkpoint_dir("naive")):
         shutil.rmtree(path, ignore_errors=True)
-    write_params(root, tiny_params(student=STUDENT))
+    params = tiny_params(student=STUDENT, methods=["naive", "anchor_last", "lp_ft"])
+    write_params(root, params)
+    if method == "lp_ft":  # the shared tiny project built targets for its own methods only
+        plan.run(params, layout)
+        targets.run(params, layout, method)
     return layout
 
 
-def _train_cmd(root: Path) -> list[str]:
-    return [str(Path(sys.executable).parent / "prefshift"), "train", "--method", METHOD, "--root", str(root),
+def _train_cmd(root: Path, method: str) -> list[str]:
+    return [str(Path(sys.executable).parent / "prefshift"), "train", "--method", method, "--root", str(root),
             "--params", str(root / "params.yaml")]  # fmt: skip
 
 
@@ -47,10 +58,13 @@ def _env() -> dict[str, str]:
     return {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 
 
-def _kill_after_checkpoint(root: Path, min_step: int, timeout: float = 240.0) -> int:
-    """Start training, SIGKILL it once a checkpoint at step >= min_step exists; return the last one's step."""
-    state = Layout(root, seed=0).checkpoint_dir(METHOD) / "last" / STATE_FILE
-    proc = subprocess.Popen(_train_cmd(root), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+def _kill_after_checkpoint(root: Path, method: str, run: str, min_step: int, timeout: float = 240.0) -> int:
+    """Start training `method`, SIGKILL it once its run `run` (the method, or `<method>-<phase>`)
+    has a checkpoint at step >= min_step; return that run's last checkpointed step."""
+    state = Layout(root, seed=0).checkpoint_dir(run) / "last" / STATE_FILE
+    proc = subprocess.Popen(
+        _train_cmd(root, method), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     deadline = time.time() + timeout
     try:
         while time.time() < deadline and proc.poll() is None:
@@ -70,33 +84,45 @@ def _kill_after_checkpoint(root: Path, min_step: int, timeout: float = 240.0) ->
     return json.loads(state.read_text())["step"]  # a later checkpoint may have landed before the signal
 
 
-def _run_to_end(root: Path) -> str:
-    done = subprocess.run(_train_cmd(root), env=_env(), capture_output=True, text=True, timeout=300)
+def _run_to_end(root: Path, method: str) -> str:
+    done = subprocess.run(_train_cmd(root, method), env=_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stderr
 
 
-@pytest.mark.slow
-def test_sigkilled_training_resumes_to_identical_weights_and_log(tmp_path_factory, tmp_path):
-    source = pipeline_root(tmp_path_factory)
-    whole, killed = _project(source, tmp_path / "whole"), _project(source, tmp_path / "killed")
-    _run_to_end(whole.root)
+KILLS = [
+    pytest.param("anchor_last", "anchor_last", 6, TOTAL, id="anchor_last"),
+    pytest.param("lp_ft", "lp_ft-probe", 3, PROBE_TOTAL, id="lp_ft-inside-the-probe-phase"),
+    pytest.param("lp_ft", "lp_ft", 3, TOTAL, id="lp_ft-in-the-fine-tuning-phase"),
+]
 
-    step = _kill_after_checkpoint(killed.root, min_step=6)
-    total = 2 * 20  # 80 student pairs / 4 per batch, 2 epochs
-    assert 6 <= step < total
-    assert not killed.student_dir(METHOD).exists() and not killed.train_log(METHOD).exists()
-    resumed_stderr = _run_to_end(killed.root)
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("method", "run", "min_step", "run_total"), KILLS)
+def test_sigkilled_training_resumes_to_identical_weights_and_log(
+    tmp_path_factory, tmp_path, method, run, min_step, run_total
+):
+    source = pipeline_root(tmp_path_factory)
+    whole = _project(source, tmp_path / "whole", method)
+    killed = _project(source, tmp_path / "killed", method)
+    _run_to_end(whole.root, method)
+
+    step = _kill_after_checkpoint(killed.root, method, run, min_step)
+    assert min_step <= step < run_total
+    assert not killed.student_dir(method).exists() and not killed.train_log(method).exists()
+    resumed_stderr = _run_to_end(killed.root, method)
     assert f"resuming from step {step} of" in resumed_stderr
 
-    a = load_file(whole.student_dir(METHOD) / "model.safetensors")
-    b = load_file(killed.student_dir(METHOD) / "model.safetensors")
+    a = load_file(whole.student_dir(method) / "model.safetensors")
+    b = load_file(killed.student_dir(method) / "model.safetensors")
     assert a.keys() == b.keys()
     different = [k for k in a if not (a[k].dtype == b[k].dtype and a[k].equal(b[k]))]
     assert not different, f"tensors differ after resume: {different}"
-    log_a = json.loads(whole.train_log(METHOD).read_text())
-    log_b = json.loads(killed.train_log(METHOD).read_text())
-    assert log_a["steps"][-1]["step"] == total
-    for key in ("steps", "drift", "drift_mse", "total_steps", "pairs", "reference"):
-        assert log_a[key] == log_b[key], f"train log {key!r} differs after resume"
-    assert not killed.checkpoint_dir(METHOD).exists()  # removed once the model is saved
+    log_a = json.loads(whole.train_log(method).read_text())
+    log_b = json.loads(killed.train_log(method).read_text())
+    assert log_a["steps"][-1]["step"] == TOTAL
+    for key in ("steps", "drift", "drift_mse", "total_steps", "pairs", "reference", "phases"):
+        assert log_a.get(key) == log_b.get(key), f"train log {key!r} differs after resume"
+    if method == "lp_ft":
+        assert log_a["phases"]["probe"]["steps"][-1]["step"] == PROBE_TOTAL
+    assert not any(path.name.startswith(method) for path in killed.checkpoint_dir(method).parent.iterdir())
