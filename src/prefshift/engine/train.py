@@ -296,7 +296,8 @@ def _batch_loss(
 
 def pair_forward_log(model: RewardModel) -> dict:
     """Which path computed the pairs (`shared_prefix` or `two_sequence`), the setting and why a
-    decoder could not share, and the forwards and tokens (padding included) each path computed."""
+    decoder could not share, and the forwards and tokens (padding included) each path computed in
+    this run and process (a resumed run counts only what it computed after resuming)."""
     return {
         "path": model.pair_path(),
         "setting": model.pair_forward,
@@ -511,6 +512,7 @@ def train_reward_model(
     if not items:
         raise TrainingError(f"{name}: no training pairs left after encoding")
     start_time = time.perf_counter()
+    model.pair_counts.clear()  # the log counts this run's forwards, not an earlier phase's
     seed_everything(seed)
     process_state()
     accelerator = Accelerator(

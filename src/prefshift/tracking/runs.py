@@ -352,12 +352,17 @@ def _stamp(path: Path) -> tuple[int, int] | None:
 
 @functools.cache
 def _resolved_dep_paths(root: Path, stage_name: str, _stamps: tuple) -> tuple[Path, ...] | None:
+    """DVC's own stage loader reads dvc.yaml alone: the deps are declared there, and dvc.lock,
+    which `repo.stage.collect` parses too, grows with every seed and method (3.5 of a 5.5 s
+    evaluate stage went into parsing it on a two-seed project)."""
     try:
+        from dvc.dvcfile import ProjectFile
         from dvc.repo import Repo
 
         with Repo(str(root)) as repo:
-            stages = repo.stage.collect(stage_name)
-            return tuple(Path(dep.fs_path) for stage in stages for dep in stage.deps)
+            dvcfile = ProjectFile(repo, str(root / "dvc.yaml"))
+            stage = dvcfile.LOADER(dvcfile, dvcfile.contents, {})[stage_name]
+            return tuple(Path(dep.fs_path) for dep in stage.deps)
     except Exception:  # no dvc.yaml, no such stage, not a DVC repo: fall back below
         return None
 
