@@ -383,3 +383,22 @@ def test_method_costs_are_medians_over_seeds_against_naive():
     }
     assert "| lp_ft | 18.0 s | 3 | 1.50× |" in _method_costs(costs)
     assert method_costs({"train@lp_ft-0": 3.0})["lp_ft"]["vs_naive"] is None  # no naive to compare with
+
+
+def test_pipeline_only_times_the_pipeline_alone(tmp_path, monkeypatch):
+    """`--pipeline-only` runs none of the in-process benchmarks, names itself in the regenerate
+    line, and is refused with a README block to write (that block needs the other sections)."""
+    from prefshift.bench import pipeline, run
+    from prefshift.bench.common import BenchError
+
+    measured = {"full_repro_s": 1.0, "noop_repro_s": 0.1, "max_stage_peak_rss_mb": 1.0}
+    section = {**measured, "stages_s": {"train@naive-0": 1.0}, "method_costs": {}, "noop_ran_stages": []}
+    section["targets"] = {key: {"max": 9e9, "met": True} for key in measured}
+    monkeypatch.setattr(pipeline, "bench_pipeline", lambda repo, log, keep, params: section)
+    monkeypatch.setattr(run, "_one_invocation", lambda *a: pytest.fail("a benchmark ran"))
+    result = run.run_bench(tmp_path, pipeline_only=True, log=lambda line: None)
+    assert result["pipeline"] == section and "training" not in result
+    markdown = (tmp_path / "bench.md").read_text()
+    assert "Regenerate: `prefshift bench --pipeline-only`" in markdown and "## Training" not in markdown
+    with pytest.raises(BenchError, match="--pipeline-only"):
+        run.run_bench(tmp_path, pipeline_only=True, readme=tmp_path / "README.md", log=lambda line: None)

@@ -413,6 +413,12 @@ def bench(
             "each method's train stage against naive's.",
         ),
     ] = None,
+    pipeline_only: Annotated[
+        bool,
+        typer.Option(
+            "--pipeline-only", help="Time the pipeline alone (no training, ANCHOR or scoring benchmarks)."
+        ),
+    ] = False,
 ):
     """Training vs TRL, ANCHOR overhead, scoring throughput (and the pipeline): reports/bench.{json,md}."""
     for output in [out / "bench.json", out / "bench.md", *([readme] if readme else [])]:
@@ -430,6 +436,7 @@ def bench(
         trl_as_shipped=trl_as_shipped,
         readme=readme,
         pipeline_params=pipeline_params,
+        pipeline_only=pipeline_only,
     )
 
 

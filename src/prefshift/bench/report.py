@@ -173,7 +173,7 @@ def _evaluation(section: dict) -> list[str]:
 
 
 def _pipeline(section: dict | None) -> list[str]:
-    lines = ["## Pipeline (embedded default)", ""]
+    lines = ["## Pipeline", ""]
     if not section:
         return [*lines, "Not measured in this run (`prefshift bench --pipeline`).", ""]
     if section.get("date"):

@@ -10,7 +10,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from prefshift.bench.common import machine, number_rounds_from, set_threads, tokenizer_dir, versions
+from prefshift.bench.common import (
+    BenchError,
+    machine,
+    number_rounds_from,
+    set_threads,
+    tokenizer_dir,
+    versions,
+)
 
 NO_GPU = (
     "No GPU was available when this was written; the bf16 ~0.5B-parameter GPU figures "
@@ -101,8 +108,10 @@ def _command(
     trl_as_shipped: bool,
     readme: Path | None,
     pipeline_params: Path | None = None,
+    pipeline_only: bool = False,
 ) -> str:
     flags = [
+        "--pipeline-only" if pipeline_only else "",
         "--quick" if quick else "",
         f"--invocations {invocations}" if invocations > 1 else "",
         "--trl-as-shipped" if trl_as_shipped else "",
@@ -128,6 +137,7 @@ def run_bench(
     trl_as_shipped: bool = False,
     readme: Path | None = None,
     pipeline_params: Path | None = None,
+    pipeline_only: bool = False,
     first_round: int = 0,
     log: Callable[[str], None] = print,
 ) -> dict:
@@ -136,17 +146,29 @@ def run_bench(
     With `invocations` > 1 the training, ANCHOR and evaluation benchmarks run that many times,
     each as its own process, and are merged (`bench.invocations`); the pipeline runs once.
     With `readme`, that file's numbers block is rewritten from the result (`bench.readme`).
+    `pipeline_only` times the pipeline alone, e.g. each method's cost in another params file.
     """
     from prefshift.bench.invocations import aggregate, run_invocations
     from prefshift.bench.pipeline import bench_pipeline
     from prefshift.bench.readme import update_readme
     from prefshift.bench.report import write_reports
 
+    if pipeline_only and (readme is not None or invocations > 1):
+        raise BenchError("--pipeline-only times one pipeline: it writes no README block and runs once")
     plan = QUICK if quick else Plan()
     reps = reps or plan.reps
     set_threads(threads)
     number_rounds_from(first_round)
-    if invocations > 1:
+    if pipeline_only:
+        result = {
+            "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": machine(),
+            "versions": versions(),
+            "settings": {"quick": quick, "reps": reps, "threads": threads, "invocations": 1},
+            "note": note,
+            "gpu": NO_GPU,
+        }
+    elif invocations > 1:
         argv = ["--reps", str(reps), "--threads", str(threads)]
         argv += (["--quick"] if quick else []) + (["--trl-as-shipped"] if trl_as_shipped else [])
         argv += ["--note", note] if note else []
@@ -162,10 +184,10 @@ def run_bench(
             **_one_invocation(plan, reps, trl_as_shipped, log),
         }
     result["settings"]["command"] = _command(
-        quick, pipeline, invocations, trl_as_shipped, readme, pipeline_params
+        quick, pipeline, invocations, trl_as_shipped, readme, pipeline_params, pipeline_only
     )
     json_path = out_dir / "bench.json"
-    measure = pipeline or pipeline_params is not None
+    measure = pipeline or pipeline_only or pipeline_params is not None
     result["pipeline"] = (
         bench_pipeline(repo, log, keep, pipeline_params) if measure else _previous_pipeline(json_path)
     )
