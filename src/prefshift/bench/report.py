@@ -207,9 +207,14 @@ def render_markdown(result: dict) -> str:
         f" {result['settings']['threads']} torch thread(s); load average at start {m['load_avg_1_5_15']}.",
         f"torch {v['torch']}, transformers {v['transformers']}, accelerate {v['accelerate']},"
         f" trl {v['trl']}.",
-        f"Regenerate: `{result['settings']['command']}`. Medians of {result['settings']['reps']} interleaved"
-        " repetitions, (min–max), the variants' order reversed every other round; ratios are"
-        " median ÷ median, (min–max) over the paired rounds, and the ratio of each variant's best run.",
+        f"Regenerate: `{result['settings']['command']}`."
+        + (
+            f" Medians of {result['settings']['reps']} interleaved repetitions, (min–max), the variants'"
+            " order reversed every other round; ratios are median ÷ median, (min–max) over the paired"
+            " rounds, and the ratio of each variant's best run."
+            if result.get("training")
+            else " One `dvc repro` of the pipeline (`--pipeline-only`), each stage a fresh process."
+        ),
         "",
     ]
     invocations = result["settings"].get("invocations", 1)
