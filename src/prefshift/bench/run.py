@@ -159,16 +159,7 @@ def run_bench(
     reps = reps or plan.reps
     set_threads(threads)
     number_rounds_from(first_round)
-    if pipeline_only:
-        result = {
-            "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            "machine": machine(),
-            "versions": versions(),
-            "settings": {"quick": quick, "reps": reps, "threads": threads, "invocations": 1},
-            "note": note,
-            "gpu": NO_GPU,
-        }
-    elif invocations > 1:
+    if invocations > 1:
         argv = ["--reps", str(reps), "--threads", str(threads)]
         argv += (["--quick"] if quick else []) + (["--trl-as-shipped"] if trl_as_shipped else [])
         argv += ["--note", note] if note else []
@@ -181,8 +172,9 @@ def run_bench(
             "settings": {"quick": quick, "reps": reps, "threads": threads, "invocations": 1},
             "note": note,
             "gpu": NO_GPU,
-            **_one_invocation(plan, reps, trl_as_shipped, log),
         }
+        if not pipeline_only:
+            result |= _one_invocation(plan, reps, trl_as_shipped, log)
     result["settings"]["command"] = _command(
         quick, pipeline, invocations, trl_as_shipped, readme, pipeline_params, pipeline_only
     )
