@@ -56,13 +56,13 @@ SMALL = {
 }
 
 STUDENTS = ("naive", "confidence", "seam", "anchor_last", "anchor_mid", "ceiling")
-"""The embedded default's students: one train and evaluate stage each per seed."""
+"""The embedded default's students: one targets, train and evaluate stage each, for every seed."""
 SEEDS = tuple(SMALL["seeds"])
 
 
-def per_seed(stages, methods, seeds=SEEDS) -> set[str]:
-    """DVC's names for the matrix stages: train@naive-0, ..."""
-    return {f"{stage}@{m}-{k}" for stage in stages for m in methods for k in seeds}
+def per_method(stages, methods) -> set[str]:
+    """DVC's names for the per-method stages (each runs every seed): train@naive, ..."""
+    return {f"{stage}@{m}" for stage in stages for m in methods}
 
 
 _BUILT: dict[str, dict] = {}

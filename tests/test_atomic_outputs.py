@@ -182,7 +182,7 @@ def test_killed_train_leaves_the_previous_model_scores_and_log_together(project)
     after = {p: p.read_bytes() for p in sorted(layout.student_dir("naive").rglob("*")) if p.is_file()}
     assert after == before
     manifest = verify(layout.root, manifest_of(layout.scores_dir("naive")), [layout.scores_dir("naive")], "x")
-    assert manifest["files"]["reports/train/seed-0/naive.json"] == file_sha256(layout.train_log("naive"))
+    assert manifest["files"]["reports/train/naive/seed-0.json"] == file_sha256(layout.train_log("naive"))
     weights = layout.student_dir("naive") / "model.safetensors"
     assert manifest["files"][weights.relative_to(layout.root).as_posix()] == file_sha256(weights)
     assert not manifest_of(layout.student_dir("naive")).exists()  # a model directory holds the model alone

@@ -370,19 +370,15 @@ def test_realistic_lengths_follow_the_measured_hh_quantiles():
     assert draw_lengths(50, seed=3) == draw_lengths(50, seed=3)
 
 
-def test_method_costs_are_medians_over_seeds_against_naive():
+def test_method_costs_are_train_stages_against_naive():
     from prefshift.bench.pipeline import method_costs
     from prefshift.bench.report import _method_costs
 
-    stages = {"train@naive-0": 10.0, "train@naive-1": 12.0, "train@naive-2": 30.0, "train@lp_ft-0": 18.0}
-    stages |= {"train@lp_ft-1": 15.0, "train@lp_ft-2": 99.0, "evaluate@naive-0": 5.0, "teacher@0": 7.0}
+    stages = {"train@naive": 40.0, "train@lp_ft": 60.0, "evaluate@naive": 5.0, "teacher@0": 7.0}
     costs = method_costs(stages)
-    assert costs == {
-        "naive": {"seeds": 3, "median_s": 12.0, "vs_naive": 1.0},
-        "lp_ft": {"seeds": 3, "median_s": 18.0, "vs_naive": 1.5},  # medians 18 and 12
-    }
-    assert "| lp_ft | 18.0 s | 3 | 1.50× |" in _method_costs(costs)
-    assert method_costs({"train@lp_ft-0": 3.0})["lp_ft"]["vs_naive"] is None  # no naive to compare with
+    assert costs == {"naive": {"stage_s": 40.0, "vs_naive": 1.0}, "lp_ft": {"stage_s": 60.0, "vs_naive": 1.5}}
+    assert "| lp_ft | 60.0 s | 1.50× |" in _method_costs(costs)
+    assert method_costs({"train@lp_ft": 3.0})["lp_ft"]["vs_naive"] is None  # no naive to compare with
 
 
 def test_pipeline_only_times_the_pipeline_alone(tmp_path, monkeypatch):
@@ -392,7 +388,7 @@ def test_pipeline_only_times_the_pipeline_alone(tmp_path, monkeypatch):
     from prefshift.bench.common import BenchError
 
     measured = {"full_repro_s": 1.0, "noop_repro_s": 0.1, "max_stage_peak_rss_mb": 1.0}
-    section = {**measured, "stages_s": {"train@naive-0": 1.0}, "method_costs": {}, "noop_ran_stages": []}
+    section = {**measured, "stages_s": {"train@naive": 1.0}, "method_costs": {}, "noop_ran_stages": []}
     section["targets"] = {key: {"max": 9e9, "met": True} for key in measured}
     monkeypatch.setattr(pipeline, "bench_pipeline", lambda repo, log, keep, params: section)
     monkeypatch.setattr(run, "_one_invocation", lambda *a: pytest.fail("a benchmark ran"))

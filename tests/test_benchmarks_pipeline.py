@@ -4,7 +4,7 @@ The finished tiny project is copied, `rewardbench_chat` (the RewardBench fixture
 local path) is added as a third target, and the stages from `prepare` on are run again with
 real tiny models (the backbones are reused; the teacher is retrained, since it scores every
 held-out split where it is trained, as `dvc repro` would retrain it on the new splits).
-The official Chat score in reports/metrics/seed-0/naive.json is then recomputed here from the score
+The official Chat score in reports/metrics/naive/seed-0.json is then recomputed here from the score
 files the stages wrote, with the benchmark's published example counts.
 """
 

@@ -57,8 +57,8 @@ def test_a_copy_after_dvc_repro_is_the_copy_of_a_fresh_clone(checkout, tmp_path)
     assert _copy(root, tmp_path, "after-repro") == fresh
 
     # A developer who committed the results (as `prefshift sweep` suggests) still gets a fresh clone.
-    (root / "reports" / "metrics" / "seed-0").mkdir(parents=True, exist_ok=True)
-    (root / "reports" / "metrics" / "seed-0" / "teacher.json").write_text('{"acc": 1}\n', encoding="utf-8")
+    (root / "reports" / "metrics" / "teacher").mkdir(parents=True, exist_ok=True)
+    (root / "reports" / "metrics" / "teacher" / "seed-0.json").write_text('{"acc": 1}\n', encoding="utf-8")
     run(["git", "add", "-f", "dvc.lock", "data/.gitignore", "reports/metrics"], root, env)
     run(["git", "commit", "-qm", "results"], root, env)
     assert "dvc.lock" in committed_files(root) and "data/.gitignore" in committed_files(root)

@@ -187,8 +187,7 @@ def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path, tm
     assert moved > 1e-3, "training did not change the weights, so the comparison proves nothing"
 
     logs = [
-        json.loads((r / "reports" / "train" / "seed-0" / f"{METHOD}.json").read_text())
-        for r in (single, double)
+        json.loads((r / "reports" / "train" / METHOD / "seed-0.json").read_text()) for r in (single, double)
     ]
     steps = PAIRS // (2 * BATCH)
     assert [log["total_steps"] for log in logs] == [steps, steps]

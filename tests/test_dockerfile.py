@@ -130,7 +130,7 @@ def test_entrypoint_is_the_prefshift_cli(steps):
     assert len(entrypoints) == 1
     assert json.loads(entrypoints[0]) == ["prefshift"], "use the exec form so signals reach the CLI"
     (script,) = entry_points(group="console_scripts", name="prefshift")
-    assert script.value == "prefshift.cli:app"
+    assert script.value == "prefshift.cli:main"
 
 
 def test_wheel_built_from_the_copied_context_ships_the_cli_and_package_data(steps, tmp_path):
@@ -161,7 +161,7 @@ def test_wheel_built_from_the_copied_context_ships_the_cli_and_package_data(step
         f"package data missing from the wheel (pyproject [tool.setuptools.package-data]): {missing}"
     )
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
-    assert "prefshift = prefshift.cli:app" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "prefshift = prefshift.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
 
 def test_hadolint_passes():

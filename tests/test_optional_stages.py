@@ -133,7 +133,7 @@ def test_report_with_both_optional_stages_skipped_names_them_and_why(tmp_path, c
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     module.write_score_files(layout)  # the score files the report's paired comparisons read
-    version = json.loads((FIXTURES / "metrics" / "seed-0" / "naive.json").read_text())["split_version"]
+    version = json.loads((FIXTURES / "metrics" / "naive" / "seed-0.json").read_text())["split_version"]
     layout.downstream_dir.mkdir(parents=True)
     doc = {"skipped": "policy LM x/y cannot load offline", "split_version": version}
     (layout.downstream_dir / downstream.SKIPPED).write_text(json.dumps(doc))

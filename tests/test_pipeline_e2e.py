@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from e2e_project import SEEDS, SMALL, STUDENTS, copy_reproduced, per_seed, project, reproduced
+from e2e_project import SEEDS, SMALL, STUDENTS, copy_reproduced, per_method, project, reproduced
 from e2e_project import ran_stages as _ran_stages
 from e2e_project import run as _run
 from prefshift.pipeline.sweep import experiment_rows
@@ -38,7 +38,7 @@ def test_repro_runs_every_stage_and_writes_the_report(pipeline):
     expected = {"prepare", "split", "backbone", "plan", "reference", "seam_principles", "probe", "report"}
     expected |= {"promote"}
     expected |= {f"{stage}@{k}" for stage in ("teacher", "label") for k in SEEDS}
-    expected |= per_seed(("targets", "train", "evaluate"), STUDENTS)
+    expected |= per_method(("targets", "train", "evaluate"), STUDENTS)
     expected |= {"policy_samples", "judge", "gold_judge", "downstream"}
     assert expected <= ran
     summary = (root / "reports" / "summary.md").read_text()
@@ -68,7 +68,7 @@ def test_anchor_students_read_the_one_shared_reference(pipeline):
     manifest = json.loads((root / "data" / "reference" / "manifest.json").read_text())
     assert manifest["stored"] and manifest["layers"] == layers
     for method in ("anchor_last", "anchor_mid"):
-        log = json.loads((root / "reports" / "train" / "seed-0" / f"{method}.json").read_text())
+        log = json.loads((root / "reports" / "train" / method / "seed-0.json").read_text())
         assert log["reference"]["route"] == "shared" and log["reference"]["forward_rows"] == 0, method
 
 
@@ -157,7 +157,8 @@ def _stages(root: Path, env: dict[str, str]) -> set[str]:
 
 def test_methods_is_the_pipeline(tmp_path_factory):
     """methods [naive, anchor_last] and seeds [0, 2]: no other method has a stage, each seed has its
-    own teacher, labels and students (named by the seed's value), and `dvc repro` on the fresh clone
+    own teacher and labels (stages named by the seed's value), each method one stage for every
+    seed (`--all-seeds`, re-run when `seeds` changes), and `dvc repro` on the fresh clone
     plans exactly those stages (real DVC. `--dry --force`: in a fresh clone every stage has changed
     anyway, and DVC 3's dry run cannot hash the inputs of a stage whose upstream never ran). What
     the stages do is shown by `pipeline` above and, without a ceiling, by test_downstream and
@@ -169,7 +170,7 @@ def test_methods_is_the_pipeline(tmp_path_factory):
         {**TINY, "seeds": [0, 2], "promote": SMALL["promote"]},
         tmp_path_factory,
     )
-    per_method = per_seed(("targets", "train", "evaluate"), ("naive", "anchor_last"), seeds=[0, 2])
+    method_stages = per_method(("targets", "train", "evaluate"), ("naive", "anchor_last"))
     expected = {
         "prepare",
         "split",
@@ -186,8 +187,8 @@ def test_methods_is_the_pipeline(tmp_path_factory):
     }
     expected |= {"inputs", "promote"}
     expected |= {"policy_samples", "judge", "gold_judge", "downstream"}  # the judge needs no ceiling
-    assert _stages(root, env) == expected | per_method
-    assert _ran_stages(_run(["dvc", "repro", "--dry", "--force"], root, env)) == expected | per_method
+    assert _stages(root, env) == expected | method_stages
+    assert _ran_stages(_run(["dvc", "repro", "--dry", "--force"], root, env)) == expected | method_stages
     assert not (root / "dvc.lock").exists() and not (root / "data").exists(), "--dry runs nothing"
 
 
@@ -224,12 +225,12 @@ def test_lambda_sweep_queues_experiments_that_carry_their_metrics(sweep_project)
     output = _run(sweep, root, env)
 
     assert (root / "params.yaml").read_bytes() == before
-    assert "git add dvc.lock reports/metrics/seed-0/teacher.json" in output  # the uncommitted baseline
+    assert "git add dvc.lock reports/metrics/teacher/seed-0.json" in output  # the uncommitted baseline
     # What a λ change re-runs, in each experiment (its echoed queue log): plan and the two anchor
     # students with what reads them (downstream scores every proxy in one stage); the shared
     # `reference`, the judge and its gold scores (they read no student) and the other four
     # students stay cached.
-    anchor_stages = per_seed(("train", "evaluate"), ("anchor_last", "anchor_mid"))
+    anchor_stages = per_method(("train", "evaluate"), ("anchor_last", "anchor_mid"))
     per_point = {"inputs", "plan", "downstream", "report"} | anchor_stages
     logs = output.split("--- experiment ")[1:]
     assert len(logs) == 1
@@ -243,7 +244,7 @@ def test_lambda_sweep_queues_experiments_that_carry_their_metrics(sweep_project)
     row = _show_rows(root, env)[name]
     assert row["state"] == "success"
     own = [
-        f"reports/metrics/seed-{k}/{m}.json" for k in SEEDS for m in ("anchor_last", "ceiling")
+        f"reports/metrics/{m}/seed-{k}.json" for k in SEEDS for m in ("anchor_last", "ceiling")
     ]  # ceiling: not rerun
     for path, block in (
         *((path, row["metrics"][path]) for path in own),
@@ -255,7 +256,7 @@ def test_lambda_sweep_queues_experiments_that_carry_their_metrics(sweep_project)
 
     # Against the workspace (the baseline the sweep started from): what a user compares first.
     diff = _json(["dvc", "exp", "diff", name, "--all", "--json"], root, env)
-    assert set(diff["metrics"]["reports/metrics/seed-0/anchor_last.json"]) >= {"wrg", "mean_aog", "mean_nts"}
+    assert set(diff["metrics"]["reports/metrics/anchor_last/seed-0.json"]) >= {"wrg", "mean_aog", "mean_nts"}
     assert {k: v for k, v in diff["params"]["params.yaml"]["anchor.lambda"].items() if k != "diff"} == {
         "old": 0.1,
         "new": baseline,
@@ -270,8 +271,8 @@ def test_lambda_sweep_queues_experiments_that_carry_their_metrics(sweep_project)
     assert files == [f"anchor_last__anchor.lambda=0.1__seed={k}.json" for k in SEEDS]
     result = json.loads((root / "reports" / "sweeps" / files[0]).read_text())
     assert result["sweep"] == {"anchor.lambda": 0.1, "seed": 0} and result["method"] == "anchor_last"
-    assert result["wrg"] == row["metrics"]["reports/metrics/seed-0/anchor_last.json"]["wrg"]
-    workspace = json.loads((root / "reports" / "metrics" / "seed-0" / "anchor_last.json").read_text())
+    assert result["wrg"] == row["metrics"]["reports/metrics/anchor_last/seed-0.json"]["wrg"]
+    workspace = json.loads((root / "reports" / "metrics" / "anchor_last" / "seed-0.json").read_text())
     assert result["split_version"] == workspace["split_version"]
 
     summary = (root / "reports" / "summary.md").read_text()

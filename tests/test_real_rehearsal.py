@@ -149,11 +149,11 @@ def test_encoder_student_reaches_the_report_offline_with_best_of_n_skipped(tmp_p
     counts = json.loads((root / "data" / "policy_samples" / "counts.json").read_text())
     assert counts["skipped"].startswith("policy LM HuggingFaceTB/SmolLM2-135M-Instruct cannot load offline")
     assert {"policy_samples", "gold_judge", "downstream", "report", "promote"} <= ran_stages(output)
-    assert "evaluate anchor_last: reports/metrics/seed-0/anchor_last.json — ID " in output
+    assert "evaluate anchor_last: reports/metrics/anchor_last/seed-0.json — ID " in output
     assert "report: reports/summary.md, reports/metrics.json and " in output
     assert output.count("; skipped: best-of-n") == 1
     # The anchor student read the reference the stage stored once (anchor.cache), not a frozen copy.
-    train_log = json.loads((root / "reports" / "train" / "seed-0" / "anchor_last.json").read_text())
+    train_log = json.loads((root / "reports" / "train" / "anchor_last" / "seed-0.json").read_text())
     assert train_log["reference"]["route"] == "shared"
     header = (root / "params.yaml").read_text().split("\nseed:", 1)[0]
     assert "OOD targets rmbench_safety (" in header and "pku_saferlhf" not in header
@@ -173,5 +173,5 @@ def test_decoder_student_reaches_the_report_offline_with_the_probe_switched_off(
     manifest = json.loads((root / "data" / "reference" / "manifest.json").read_text())
     assert manifest["stored"] is False and manifest["tokens"] == 0 and manifest["num_layers"] == 2
     assert "reference: nothing computed: anchor.cache is false and anchor.normalize is none" in output
-    train_log = json.loads((root / "reports" / "train" / "seed-0" / "anchor_last.json").read_text())
+    train_log = json.loads((root / "reports" / "train" / "anchor_last" / "seed-0.json").read_text())
     assert train_log["reference"]["route"] == "frozen copy"

@@ -424,7 +424,7 @@ def test_promote_refuses_metrics_edited_by_hand_and_trusts_dvc_lock(tmp_path, tm
     # A checkout brings no local record, but dvc.lock's md5 vouches for the file it committed.
     shutil.rmtree(layout.root / ".prefshift" / "outputs")
     out = {
-        "path": "reports/metrics/seed-0/naive.json",
+        "path": "reports/metrics/naive/seed-0.json",
         "hash": "md5",
         "md5": hashlib.md5(path.read_bytes()).hexdigest(),
     }

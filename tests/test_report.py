@@ -64,7 +64,7 @@ def test_report_renders_every_method_and_target(layout: Layout):
     assert "| seam |" not in main
     for target in TARGETS:
         assert f"{target} acc" in main and f"{target} NTS" in main
-    naive = json.loads((layout.root / "reports" / "metrics" / "seed-0" / "naive.json").read_text())
+    naive = json.loads((layout.root / "reports" / "metrics" / "naive" / "seed-0.json").read_text())
     wrg = naive["wrg"]
     lo, hi = naive["ci"]["wrg"]
     assert f"| {wrg:.1f} [{lo:.1f}, {hi:.1f}] |" in main
@@ -177,7 +177,7 @@ def test_report_refuses_best_of_n_from_other_splits(layout: Layout):
 
 
 def test_headline_carries_length_shortcut_and_null_pgr():
-    naive = json.loads((FIXTURES / "metrics" / "seed-0" / "naive.json").read_text())
+    naive = json.loads((FIXTURES / "metrics" / "naive" / "seed-0.json").read_text())
     head = evaluate.headline(naive, TARGETS)
     shortcut = naive["length_shortcut"]["id_test"]
     assert head["length_r_id"] == shortcut["pearson_r"]

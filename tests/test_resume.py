@@ -133,4 +133,5 @@ def test_sigkilled_training_resumes_to_identical_weights_and_log(tmp_path_factor
         assert not differ, f"{name}'s log differs after resume in {differ}"
     if method == "lp_ft":
         assert log_a["phases"]["probe"]["steps"][-1]["step"] == PROBE_TOTAL
-    assert not any(path.name.startswith(method) for path in killed.checkpoint_dir(method).parent.iterdir())
+    seed_dir = killed.checkpoint_dir(method).name  # no checkpoint of the run or its phases is left
+    assert not list((killed.root / "models" / "checkpoints").glob(f"{method}*/{seed_dir}"))

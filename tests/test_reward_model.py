@@ -157,6 +157,24 @@ def test_load_from_backbone_dir_adds_head_and_turns_dropout_off(tmp_path):
     assert tok.pad_token_id == model.config.pad_token_id
 
 
+def test_a_fresh_head_depends_on_the_seed_alone(tmp_path):
+    """torch seeds itself from the OS in every process, so a head built from whatever state the
+    generator is in differs from run to run (the best-of-n judge did). Loading seeds it."""
+    from transformers import LlamaForCausalLM
+
+    from prefshift.models.backbone import save_backbone, tiny_config
+
+    save_backbone(LlamaForCausalLM(tiny_config(SPEC, tokenizer(), 64)), tokenizer(), tmp_path / "base", {})
+    heads = []
+    for state, seed in ((11, 3), (12, 3), (11, 4)):
+        torch.manual_seed(state)  # what ran before the load: another draw, another process
+        torch.rand(state)
+        model, _ = load_reward_model(tmp_path / "base", seed=seed)
+        heads.append(model.hf.score.weight.detach().clone())
+    assert torch.equal(heads[0], heads[1])
+    assert not torch.equal(heads[0], heads[2])
+
+
 def test_missing_local_dir_and_offline_hub_id_fail_clearly(tmp_path):
     with pytest.raises(ModelLoadError, match="does not exist"):
         load_reward_model(tmp_path / "nope")

@@ -131,7 +131,7 @@ def _row(name, state="success", wrg=1.5):
     """One `experiment_rows` row as `dvc exp show --json` yields it for a one-method sweep."""
     headline = {"wrg": wrg, "mean_aog": -0.5, "mean_nts": 0.0}
     metrics = {
-        "reports/metrics/seed-0/anchor_last.json": {"method": "anchor_last", **headline},
+        "reports/metrics/anchor_last/seed-0.json": {"method": "anchor_last", **headline},
         "reports/metrics.json": {"anchor_last": headline},
     }
     return {"name": name, "task_id": f"task-{name}", "state": state, "rev": "ab" * 20, "metrics": metrics}
@@ -153,7 +153,7 @@ def test_experiment_rows_read_queue_state_task_and_metrics_from_exp_show_json():
                             "data": {
                                 "metrics": {
                                     "reports/metrics.json": {"data": {"anchor_last": {"wrg": 2.0}}},
-                                    "reports/metrics/seed-0/naive.json": {
+                                    "reports/metrics/naive/seed-0.json": {
                                         "error": {"type": "FileNotFoundError"}
                                     },
                                 }
@@ -173,7 +173,7 @@ def test_experiment_rows_read_queue_state_task_and_metrics_from_exp_show_json():
             "rev": "e" * 40,
             "metrics": {
                 "reports/metrics.json": {"anchor_last": {"wrg": 2.0}},
-                "reports/metrics/seed-0/naive.json": None,
+                "reports/metrics/naive/seed-0.json": None,
             },
         },
         {"name": "exp-1", "task_id": None, "state": None, "rev": "d" * 40, "metrics": {}},
@@ -192,10 +192,10 @@ def test_only_successful_experiments_with_every_headline_number_pass():
 
     bad_values = _row("b", wrg=float("nan"))
     bad_values["metrics"]["reports/metrics.json"]["anchor_last"]["mean_nts"] = True
-    del bad_values["metrics"]["reports/metrics/seed-0/anchor_last.json"]["mean_aog"]
+    del bad_values["metrics"]["reports/metrics/anchor_last/seed-0.json"]["mean_aog"]
     assert missing_numbers(bad_values["metrics"], ["anchor_last"], layout) == [
-        "reports/metrics/seed-0/anchor_last.json:wrg",
-        "reports/metrics/seed-0/anchor_last.json:mean_aog",
+        "reports/metrics/anchor_last/seed-0.json:wrg",
+        "reports/metrics/anchor_last/seed-0.json:mean_aog",
         "reports/metrics.json:anchor_last.wrg",
         "reports/metrics.json:anchor_last.mean_nts",
     ]
@@ -205,7 +205,7 @@ def test_only_successful_experiments_with_every_headline_number_pass():
     with pytest.raises(SweepError) as err:
         check_experiments(rows, tasks, ["anchor_last"], layout)
     message = str(err.value)
-    assert "b (ababab" in message and "reports/metrics/seed-0/anchor_last.json:wrg" in message
+    assert "b (ababab" in message and "reports/metrics/anchor_last/seed-0.json:wrg" in message
     assert "c: failed" in message and "d: task task-d is not in `dvc exp show`" in message
     assert "a:" not in message and "a (" not in message
 
@@ -245,9 +245,9 @@ if lam == 13:
     sys.exit(f"evaluate.py: no result for lambda {lam}")
 headline = {"wrg": 2.0 * lam, "mean_aog": float(lam), "mean_nts": -1.0 * lam}
 for seed in yaml.safe_load(open("params.yaml"))["seeds"]:
-    out = pathlib.Path(f"reports/metrics/seed-{seed}")
+    out = pathlib.Path("reports/metrics/anchor_last")
     out.mkdir(parents=True, exist_ok=True)
-    (out / "anchor_last.json").write_text(json.dumps({"method": "anchor_last", **headline}))
+    (out / f"seed-{seed}.json").write_text(json.dumps({"method": "anchor_last", **headline}))
 pathlib.Path("reports/metrics.json").write_text(json.dumps({"anchor_last": headline}))
 """
 
@@ -263,7 +263,7 @@ def test_a_failed_experiment_fails_the_sweep_with_its_queue_log(tmp_path, monkey
     shutil.copy2(REPO / "params.yaml", tmp_path / "params.yaml")
     (tmp_path / "evaluate.py").write_text(EVALUATE)
     seeds = yaml.safe_load((REPO / "params.yaml").read_text())["seeds"]
-    files = [f"reports/metrics/seed-{k}/anchor_last.json" for k in seeds] + ["reports/metrics.json"]
+    files = [f"reports/metrics/anchor_last/seed-{k}.json" for k in seeds] + ["reports/metrics.json"]
     metrics = [{p: {"cache": False}} for p in files]
     report = {"cmd": f"{sys.executable} evaluate.py", "deps": ["evaluate.py"], "params": ["anchor.lambda"]}
     (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"report": {**report, "metrics": metrics}}}))

@@ -68,9 +68,9 @@ if uri.startswith("http"):  # MLflow's REST API: a stage's run without the secon
     metric = {"key": "wrg", "value": headline["wrg"], "timestamp": now, "step": 0}
     call("runs/log-metric", {"run_id": run_id, **metric})
     call("runs/update", {"run_id": run_id, "status": "FINISHED", "end_time": int(time.time() * 1000)})
-own = pathlib.Path("reports/metrics/seed-0")
+own = pathlib.Path("reports/metrics/anchor_last")
 own.mkdir(parents=True, exist_ok=True)
-(own / "anchor_last.json").write_text(json.dumps({"method": "anchor_last", **headline}))
+(own / "seed-0.json").write_text(json.dumps({"method": "anchor_last", **headline}))
 pathlib.Path("reports/metrics.json").write_text(json.dumps({"anchor_last": headline}))
 (trace / f"end-{lam}-{os.getpid()}.json").write_text(json.dumps({**seen, "end": time.time()}))
 """
@@ -101,7 +101,7 @@ def _project(tmp: Path, env: dict[str, str], remotes: bool) -> tuple[Path, Path]
     (root / "evaluate.py").write_text(EVALUATE)
     (root / ".gitignore").write_text("models/checkpoints/\n")
     metrics = [
-        {p: {"cache": False}} for p in ("reports/metrics/seed-0/anchor_last.json", "reports/metrics.json")
+        {p: {"cache": False}} for p in ("reports/metrics/anchor_last/seed-0.json", "reports/metrics.json")
     ]
     stages = {
         "prepare": {

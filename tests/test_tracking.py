@@ -89,7 +89,7 @@ def test_stage_runs_log_config_tags_metrics_under_one_pipeline_parent(project, m
         "git.dirty": "false",
         "stage": "train",
         "method": "naive",
-        "dvc.stage": "train@naive-0",  # as DVC names the matrix stage
+        "dvc.stage": "train@naive",  # as DVC names the per-method stage (every seed)
         "data.source": "syn_help_forum",
         "data.targets": "syn_help_instruct,syn_help_chat",
         "seed": "0",

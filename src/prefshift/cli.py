@@ -6,15 +6,18 @@ lazily so `prefshift --help` stays fast and a stage pulls in only what it needs.
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import json
+import os
 import sys
+import threading
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
-from prefshift.config.params import Params, check_listed, check_method, for_seed, load_params
+from prefshift.config.params import ConfigError, Params, check_listed, check_method, for_seed, load_params
 from prefshift.core.atomic import STDOUT, check_output
 from prefshift.core.console import error_text, messages
 from prefshift.core.errors import PrefshiftError, file_error_message
@@ -36,6 +39,13 @@ SetOption = Annotated[
 SeedOption = Annotated[
     int | None,
     typer.Option("--seed", help="Which replicate seed of params `seeds` (default: the first)."),
+]
+AllSeedsOption = Annotated[
+    bool,
+    typer.Option(
+        "--all-seeds",
+        help="Every seed of params `seeds`, one after another in one process (as DVC runs a method's stage).",
+    ),
 ]
 RootOption = Annotated[
     Path,
@@ -76,6 +86,24 @@ def _seeded(path: Path, overrides: list[str] | None, seed: int | None, root: Pat
     """Params and layout of one replicate seed, for the stages DVC runs once per seed."""
     loaded = _call(for_seed, _params(path, overrides), seed)
     return loaded, Layout(root).for_seed(loaded.seed)
+
+
+def _seeds_to_run(params: Params, seed: int | None, all_seeds: bool) -> list[int | None]:
+    if all_seeds and seed is not None:
+        raise ConfigError(f"--seed {seed} and --all-seeds name different runs; pass one of them")
+    return list(params.seeds) if all_seeds else [seed]
+
+
+def _each_seed(
+    path: Path, overrides: list[str] | None, seed: int | None, all_seeds: bool, root: Path
+) -> list[tuple[Params, Layout]]:
+    """(params, layout) of each seed a method's command runs: one (`--seed`, default the first) or
+    every listed one (`--all-seeds`). DVC runs a method's stage once for all seeds, because each
+    stage process spends seconds importing torch, transformers and MLflow before any work: one
+    process per method instead of one per method and seed took a third off a three-seed repro."""
+    loaded = _params(path, overrides)
+    seeded = [_call(for_seed, loaded, k) for k in _call(_seeds_to_run, loaded, seed, all_seeds)]
+    return [(one, Layout(root).for_seed(one.seed)) for one in seeded]
 
 
 @app.command()
@@ -147,7 +175,7 @@ def seam_label(
     seed: SeedOption = None,
     root: RootOption = Path("."),
 ):
-    """SEAM soft labels: strong-LM principles judged by the teacher (data/targets/seed-<k>/seam/)."""
+    """SEAM soft labels: strong-LM principles judged by the teacher (data/targets/seam/seed-<k>/)."""
     _call(_stage("pipeline.stages.seam_label"), *_seeded(params, set_, seed, root))
 
 
@@ -177,13 +205,14 @@ def targets(
     params: ParamsOption = Path("params.yaml"),
     set_: SetOption = None,
     seed: SeedOption = None,
+    all_seeds: AllSeedsOption = False,
     root: RootOption = Path("."),
 ):
-    """Write what student M trains on (data/targets/seed-<k>/<M>/): teacher q, gold, or SEAM's labels."""
+    """Write what student M trains on (data/targets/<M>/seed-<k>/): teacher q, gold, or SEAM's labels."""
     _call(check_method, method)
-    loaded, layout = _seeded(params, set_, seed, root)
-    _call(check_listed, loaded, method)
-    _call(_stage("pipeline.stages.targets"), loaded, layout, method)
+    for loaded, layout in _each_seed(params, set_, seed, all_seeds, root):
+        _call(check_listed, loaded, method)
+        _call(_stage("pipeline.stages.targets"), loaded, layout, method)
 
 
 @app.command()
@@ -192,13 +221,14 @@ def train(
     params: ParamsOption = Path("params.yaml"),
     set_: SetOption = None,
     seed: SeedOption = None,
+    all_seeds: AllSeedsOption = False,
     root: RootOption = Path("."),
 ):
-    """Train one strong student for one seed (models/students/seed-<k>/<method>/)."""
+    """Train strong student M for one seed or every seed (models/students/<M>/seed-<k>/)."""
     _call(check_method, method)
-    loaded, layout = _seeded(params, set_, seed, root)
-    _call(check_listed, loaded, method)
-    _call(_stage("pipeline.stages.train"), loaded, layout, method)
+    for loaded, layout in _each_seed(params, set_, seed, all_seeds, root):
+        _call(check_listed, loaded, method)
+        _call(_stage("pipeline.stages.train"), loaded, layout, method)
 
 
 @app.command()
@@ -207,13 +237,14 @@ def evaluate(
     params: ParamsOption = Path("params.yaml"),
     set_: SetOption = None,
     seed: SeedOption = None,
+    all_seeds: AllSeedsOption = False,
     root: RootOption = Path("."),
 ):
-    """Score ID and OOD splits with a student; write reports/metrics/seed-<k>/<method>.json."""
+    """Metrics of student M from its held-out scores, per seed: reports/metrics/<M>/seed-<k>.json."""
     _call(check_method, method)
-    loaded, layout = _seeded(params, set_, seed, root)
-    _call(check_listed, loaded, method)
-    _call(_stage("pipeline.stages.evaluate"), loaded, layout, method)
+    for loaded, layout in _each_seed(params, set_, seed, all_seeds, root):
+        _call(check_listed, loaded, method)
+        _call(_stage("pipeline.stages.evaluate"), loaded, layout, method)
 
 
 @app.command("policy-samples")
@@ -637,4 +668,30 @@ def sweep_task(folder: Path, index: int):
 
 
 def main() -> None:
-    app()
+    """`prefshift` and `python -m prefshift`: run the command, then end the process without tearing
+    the interpreter down.
+
+    Python's shutdown frees every module and object one by one: about 1 s per process once torch,
+    transformers and MLflow are loaded, 2 s after training, paid by each of the pipeline's stage
+    processes. Everything a command writes is closed by then (outputs are renamed into place,
+    MLflow runs ended), so the exit handlers run, the streams are flushed and the process ends.
+    A thread still running keeps the ordinary shutdown, which waits for it.
+    """
+    try:
+        app()
+    except SystemExit as stop:
+        _leave(stop.code)
+    _leave(0)
+
+
+def _leave(code: int | str | None) -> NoReturn:
+    main_thread = threading.main_thread()
+    if any(t.is_alive() and not t.daemon and t is not main_thread for t in threading.enumerate()):
+        raise SystemExit(code)
+    if code is not None and not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code or 0)

@@ -8,16 +8,15 @@ Stage durations come from the time each "Running stage" line appeared.
 
 With a params file (e.g. one `prefshift preset robust-ft` wrote), the clone runs that pipeline
 instead of the embedded default, and each method's training cost is read off the same run:
-the median over seeds of its `train@<method>-<seed>` stage against naive's (`method_costs`).
-Every stage is a fresh process on the same machine, data and sizes, so the ratio is what the
-method costs a user of the pipeline, process start-up included.
+its `train@<method>` stage (every seed, one process) against naive's (`method_costs`). Every
+stage is a fresh process on the same machine, data and sizes, so the ratio is what the method
+costs a user of the pipeline, process start-up included.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -137,18 +136,10 @@ def _repro(root: Path, env: dict[str, str], log: Callable[[str], None]) -> dict:
 
 
 def method_costs(stages_s: dict[str, float]) -> dict[str, dict]:
-    """method → its train stages' median wall time over seeds and that median ÷ naive's."""
-    walls: dict[str, list[float]] = {}
-    for stage, seconds in stages_s.items():
-        if stage.startswith("train@"):
-            method = stage.removeprefix("train@").rsplit("-", 1)[0]
-            walls.setdefault(method, []).append(seconds)
-    medians = {m: statistics.median(v) for m, v in walls.items()}
-    naive = medians.get("naive")
-    return {
-        m: {"seeds": len(walls[m]), "median_s": v, "vs_naive": v / naive if naive else None}
-        for m, v in medians.items()
-    }
+    """method → its train stage's wall time (every seed, one process) and that ÷ naive's."""
+    walls = {stage.removeprefix("train@"): s for stage, s in stages_s.items() if stage.startswith("train@")}
+    naive = walls.get("naive")
+    return {m: {"stage_s": v, "vs_naive": v / naive if naive else None} for m, v in walls.items()}
 
 
 def bench_pipeline(

@@ -493,8 +493,9 @@ class Params(Strict):
     seeds: list[Seed] = Field(
         default_factory=lambda: [0, 1, 2],
         min_length=1,
-        description="Replicate seeds: DVC runs the teacher, its labels and every student once per seed "
-        "(stages teacher@<seed>, train@<method>-<seed>, ...), and the report's verdicts rest on all of them.",
+        description="Replicate seeds: DVC runs the teacher and its labels once per seed (teacher@<seed>, "
+        "label@<seed>) and each method's stages once for every seed (train@<method>: seed after seed, one "
+        "process); the report's verdicts rest on all of them.",
     )
     methods: list[str] = Field(default_factory=lambda: list(DEFAULT_METHODS))
     method_settings: dict[str, dict[str, Any]] = Field(default_factory=dict, exclude=True)

@@ -4,12 +4,14 @@ Stages take a `Layout` so tests can run the pipeline inside a temporary director
 
 Seeds. What depends on the training seed (the teacher, its labels, each student, their scores,
 train logs and metrics, checkpoints, a method's targets) lives one level down in a `seed-<k>`
-directory: models/students/seed-0/naive, reports/metrics/seed-1/anchor_last.json. Everything
-else (pairs, splits, the pretrained bases, the plan, the reference states, the probe) is shared
-by every seed. A per-seed path needs a layout bound to a seed (`for_seed`); asking an unbound
-layout for one is a programming error, so a stage that spans seeds cannot silently read seed 0.
-The `seed-<k>` level sits under each kind's directory, not above it, so one DVC dependency on
-reports/metrics (or models/students) covers every seed.
+directory, under the model's own name: models/students/naive/seed-0,
+reports/metrics/anchor_last/seed-1.json, models/teacher/seed-2. Everything else (pairs, splits,
+the pretrained bases, the plan, the reference states, the probe) is shared by every seed. A
+per-seed path needs a layout bound to a seed (`for_seed`); asking an unbound layout for one is a
+programming error, so a stage that spans seeds cannot silently read seed 0.
+The `seed-<k>` level sits under each model's directory, not above it, so one method's stage can
+own every seed of that method as one DVC output (models/students/naive), and one dependency on
+reports/metrics (or models/students) still covers every method and seed.
 """
 
 from __future__ import annotations
@@ -34,19 +36,14 @@ class Layout:
         return replace(self, seed=seed)
 
     def _seeded(self, *kind: str) -> Path:
+        """`kind` (e.g. models/students/naive) with this layout's `seed-<k>` under it."""
         if self.seed is None:
             raise ValueError(f"{'/'.join(kind)} is per seed: use layout.for_seed(seed)")
         return self.root.joinpath(*kind, seed_dir_name(self.seed))
 
-    def seed_dirs(self, *kind: str) -> dict[int, Path]:
-        """Seed → directory of every `seed-<k>` found under `kind` (e.g. "reports", "metrics")."""
-        found = {}
-        base = self.root.joinpath(*kind)
-        for path in sorted(base.glob(f"{SEED_DIR_PREFIX}*")) if base.is_dir() else []:
-            suffix = path.name[len(SEED_DIR_PREFIX) :]
-            if path.is_dir() and suffix.isdigit():
-                found[int(suffix)] = path
-        return dict(sorted(found.items()))
+    def _seeded_file(self, *kind: str) -> Path:
+        """`kind` (e.g. reports/metrics/naive) with this layout's `seed-<k>.json` in it."""
+        return self._seeded(*kind).with_suffix(".json")
 
     @property
     def pairs_dir(self) -> Path:
@@ -90,7 +87,7 @@ class Layout:
         return self._seeded("models", "teacher")
 
     def student_dir(self, method: str) -> Path:
-        return self._seeded("models", "students") / method
+        return self._seeded("models", "students", method)
 
     @property
     def judge_checkpoint(self) -> Path:
@@ -98,7 +95,7 @@ class Layout:
         return self.root / "models" / "checkpoints" / "judge"
 
     def checkpoint_dir(self, name: str) -> Path:
-        return self._seeded("models", "checkpoints") / name
+        return self._seeded("models", "checkpoints", name)
 
     @property
     def weak_labels(self) -> Path:
@@ -126,7 +123,7 @@ class Layout:
 
     def targets_dir(self, method: str) -> Path:
         """What `train --method` trains on (written by `targets --method`)."""
-        return self._seeded("data", "targets") / method
+        return self._seeded("data", "targets", method)
 
     def targets(self, method: str) -> Path:
         return self.targets_dir(method) / "student_train.parquet"
@@ -156,7 +153,7 @@ class Layout:
 
     def scores_dir(self, model: str) -> Path:
         """Reward margins on the held-out splits: `teacher` (written by label) or a method (by train)."""
-        return self._seeded("data", "scores") / model
+        return self._seeded("data", "scores", model)
 
     def scores(self, model: str, split: str) -> Path:
         return self.scores_dir(model) / f"{split}.parquet"
@@ -165,10 +162,10 @@ class Layout:
         return self.scores_dir(model) / "groups" / f"{dataset}.parquet"
 
     def train_log(self, name: str) -> Path:
-        return self._seeded("reports", "train") / f"{name}.json"
+        return self._seeded_file("reports", "train", name)
 
     def metrics(self, method: str) -> Path:
-        return self._seeded("reports", "metrics") / f"{method}.json"
+        return self._seeded_file("reports", "metrics", method)
 
     @property
     def probe_report(self) -> Path:
@@ -177,7 +174,7 @@ class Layout:
 
     @property
     def teacher_metrics(self) -> Path:
-        return self._seeded("reports", "metrics") / "teacher.json"
+        return self._seeded_file("reports", "metrics", "teacher")
 
     @property
     def summary(self) -> Path:

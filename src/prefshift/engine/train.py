@@ -67,11 +67,15 @@ def seed_everything(seed: int) -> None:
     for programs that read memory they never wrote. Ours does not (the determinism tests
     check byte-identical results), and the fills were 1.5% of a small_4x256 training run's
     CPU time in the issue-18 profile, so they are off; the algorithms stay deterministic.
+
+    The flag is set on torch's core directly: `torch.use_deterministic_algorithms` also imports
+    TorchInductor to set its compiler's flag, 1.3 s of every stage process's start-up here, and
+    nothing in prefshift compiles (no `torch.compile`).
     """
     random.seed(seed)
     torch.manual_seed(seed)
     if not torch.cuda.is_available():
-        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch._C._set_deterministic_algorithms(True, warn_only=True)
         torch.utils.deterministic.fill_uninitialized_memory = False
 
 

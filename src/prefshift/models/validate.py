@@ -194,5 +194,5 @@ def require_trained_head(config: Any, name_or_path: str | Path) -> None:
             f"{name_or_path} has no trained reward head ({architectures}; its config.json lacks "
             f"{TRAINED_HEAD_KEY}, which prefshift records when it saves a trained reward model): it is a "
             "backbone or a model prefshift did not train, and its scores would be random. Score with a "
-            "trained model: models/teacher/seed-<k>, models/students/seed-<k>/<method>, or a models:/ URI"
+            "trained model: models/teacher/seed-<k>, models/students/<method>/seed-<k>, or a models:/ URI"
         )

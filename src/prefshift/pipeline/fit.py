@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from contextlib import nullcontext
 from pathlib import Path
+from typing import Any
 
 from prefshift.config.params import AnchorConfig, Params, TrainConfig
 from prefshift.core.atomic import write_json
@@ -127,6 +128,26 @@ def _drift_pairs(layout: Layout) -> list[Pair]:
     return read_pairs(path)[:READ_PAIRS] if path.exists() else []
 
 
+_START_ROWS: dict[tuple, Any] = {}
+"""Reading states of a start checkpoint, by (base, pairs, settings): see `_start_rows`."""
+
+
+def _start_rows(model, tokenizer, pairs: Sequence[Pair], params: Params, base_dir: Path):
+    """The start's reading states (engine.drift), read once per process: every seed of a method
+    starts from the same base, and its fresh head does not change the states it reads, so a stage
+    that trains every seed reads them for the first seed and reuses them (bit-identical)."""
+    key = (
+        str(Path(base_dir).resolve()),
+        tuple(p.pair_id for p in pairs),
+        params.encode.model_dump_json(),
+        params.evaluate.batch_size,
+        params.backbone.trust_remote_code,
+    )
+    if key not in _START_ROWS:
+        _START_ROWS[key] = reading_rows(model, tokenizer, pairs, params)
+    return _START_ROWS[key]
+
+
 def _after_training(spec: registry.Method, built: registry.Build, model, log: dict) -> None:
     """The method's step on the trained model, if it has one, recorded in the log by its name."""
     if spec.after_training is None:
@@ -167,9 +188,10 @@ def fit(
             base_dir,
             trust_remote_code=params.backbone.trust_remote_code,
             pair_forward=params.encode.pair_forward,
+            seed=params.seed,
         )
         drift_pairs = _drift_pairs(layout)
-        start_rows = reading_rows(model, tokenizer, drift_pairs, params)
+        start_rows = _start_rows(model, tokenizer, drift_pairs, params, base_dir)
         skips = SkipCounter()
         items = Encoder(tokenizer, params.encode).encode_pairs(pairs, targets, skips)
         publish = None if run is None else _publish(run)

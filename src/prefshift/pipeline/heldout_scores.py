@@ -91,7 +91,7 @@ def score_heldout(
     model_dir: Path, params: Params, layout: Layout, name: str, out: OutputSet, also: Sequence[str] = ()
 ) -> dict:
     """Score id_test, every target, the splits in `also` and every best-of-n group set with the
-    model in `model_dir`, staging the files in `out` under data/scores/<name>/. The teacher's
+    model in `model_dir`, staging the files in `out` under data/scores/<name>/seed-<k>/. The teacher's
     pair scores carry `data.teacher_noise` (`with_annotator_noise`); its group scores do not.
 
     Returns the skip counts per split and group set, the truncation counts (also written to

@@ -35,7 +35,7 @@ it), found in /proc and ended with SIGTERM (SIGKILL after a grace period), and t
 still queued are removed. It prints each step. The queue is the project's: a worker that another
 command started in this project is stopped too.
 
-Results are read from the experiment commit (`git show <rev>:reports/metrics/seed-<k>/<m>.json`,
+Results are read from the experiment commit (`git show <rev>:reports/metrics/<m>/seed-<k>.json`,
 for each seed the experiment's params list) and written to reports/sweeps/ as the report
 expects them: the full metrics JSON (with the confidence intervals that `dvc exp show` drops,
 lists not being metrics to DVC) plus {"sweep": {<dotted key>: <value from the experiment's
@@ -82,7 +82,7 @@ SWEEP_METHODS = ("anchor_last", "anchor_mid")
 TARGET = "report"  # see the module docstring: one consistent pipeline state per experiment
 HEADLINE = ("wrg", "mean_aog", "mean_nts")
 DONE_STATES = ("success", "failed")
-SEEDED_METRICS = re.compile(r"reports/metrics/seed-\d+/[^/]+\.json")
+SEEDED_METRICS = re.compile(r"reports/metrics/(?P<method>[^/]+)/seed-\d+\.json")
 POLL_S = 10.0  # one `dvc exp show --json` per poll: about a second of CPU
 EXP_SHOW_TIMEOUT_S = 30.0
 """A hung call is killed and retried like a failed one. `dvc exp show` sometimes blocks on a futex
@@ -398,9 +398,9 @@ def missing_numbers(metrics: Mapping[str, Any], methods: Sequence[str], layout: 
     summary = layout.metrics_summary.relative_to(layout.root).as_posix()
     missing = []
     for method in methods:
-        owns = sorted(k for k in metrics if SEEDED_METRICS.fullmatch(k) and k.endswith(f"/{method}.json"))
-        blocks = [(own, metrics.get(own), f"{own}:") for own in owns] or [
-            (f"reports/metrics/seed-<k>/{method}.json", None, f"reports/metrics/seed-<k>/{method}.json:")
+        owns = sorted(k for k in metrics if (own := SEEDED_METRICS.fullmatch(k)) and own["method"] == method)
+        blocks = [(path, metrics.get(path), f"{path}:") for path in owns] or [
+            (f"reports/metrics/{method}/seed-<k>.json", None, f"reports/metrics/{method}/seed-<k>.json:")
         ]
         blocks.append((summary, (metrics.get(summary) or {}).get(method), f"{summary}:{method}."))
         for _, block, prefix in blocks:

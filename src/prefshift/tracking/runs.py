@@ -322,14 +322,19 @@ def scrub(values: Mapping[str, Any]) -> dict[str, str]:
 
 
 def run_name(stage: str, method: str | None, seed: int | None) -> str:
-    """One run per model (even in one DVC stage) and seed, named as DVC names the stage:
+    """One run per model and seed, even where one DVC stage trains every seed of a method:
     train@naive-0, teacher@1; `downstream@naive` for a stage that runs once for every seed."""
     keys = [str(k) for k in (method, seed) if k is not None]
     return f"{stage}@{'-'.join(keys)}" if keys else stage
 
 
 def dvc_stage_name(stage: str, method: str | None, seed: int | None = None) -> str:
-    return os.environ.get("DVC_STAGE") or run_name(stage, method, seed)
+    """The DVC stage this run belongs to: DVC's own name for it when DVC runs it, else the name
+    dvc.yaml gives it: one stage per method for every seed (train@naive), one per seed where no
+    method is involved (teacher@1)."""
+    if os.environ.get("DVC_STAGE"):
+        return os.environ["DVC_STAGE"]
+    return run_name(stage, method, None if method is not None else seed)
 
 
 def _dvc_dep_paths(root: Path, stage_name: str) -> tuple[Path, ...] | None:

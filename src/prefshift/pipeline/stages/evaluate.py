@@ -268,7 +268,7 @@ def metrics_document(
     sizes: Mapping[str, int],
     training_log: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
-    """reports/metrics/seed-<k>/<method>.json: compute_metrics' result plus provenance, rounded."""
+    """reports/metrics/<method>/seed-<k>.json: compute_metrics' result plus provenance, rounded."""
     document = {
         **result,
         "method": method,

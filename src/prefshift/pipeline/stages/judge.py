@@ -26,6 +26,7 @@ bootstrap interval, so a reader sees how far to trust the gold scores. The judge
 
 from __future__ import annotations
 
+import shutil
 from typing import Any
 
 from prefshift.config.params import JUDGE_TRAINED, Params
@@ -84,7 +85,9 @@ def _train(params: Params, layout: Layout, pairs: list[Pair], out_dir) -> dict[s
 
     cfg = params.student.model_copy(update={"epochs": params.downstream.judge_epochs})
     model, tokenizer = load_reward_model(
-        layout.base_model("strong"), trust_remote_code=params.backbone.trust_remote_code
+        layout.base_model("strong"),
+        trust_remote_code=params.backbone.trust_remote_code,
+        seed=params.downstream.judge_seed,
     )
     skips = SkipCounter()
     items = Encoder(tokenizer, params.encode).encode_pairs(pairs, [p.gold for p in pairs], skips)
@@ -158,6 +161,7 @@ def run(params: Params, layout: Layout) -> dict[str, Any]:
             doc["accuracy"] = _accuracy(params.downstream.judge, params, layout)
         doc = _rounded(doc)
         write_json(out.path(layout.judge_report), doc)
+    shutil.rmtree(layout.judge_checkpoint, ignore_errors=True)  # the judge is saved: nothing to resume
     for dataset, block in doc.get("accuracy", {}).items():
         low, high = block["ci"]
         console.print(

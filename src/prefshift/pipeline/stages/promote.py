@@ -1,7 +1,7 @@
 """`prefshift promote`: register the students that pass the gate; `champion` on the best by mean NTS.
 
 Gate (params.promote): ID accuracy ≥ teacher ID accuracy − id_tolerance, and mean
-AOG > min_mean_aog, both in percentage points from reports/metrics/seed-<k>/<method>.json
+AOG > min_mean_aog, both in percentage points from reports/metrics/<method>/seed-<k>.json
 (keys `id.acc`, `teacher.id.acc`, `mean_aog`, `mean_nts`, `wrg`, `targets.<k>.aog|nts`,
 as written by the evaluate stage). The ceiling is never promoted: it is trained on
 gold labels, so it is a reference, not a weak-to-strong student.

@@ -1,8 +1,8 @@
 """`prefshift report`: tables, figures and DVC metrics/plots across every evaluated method.
 
-Inputs are only files other stages wrote: reports/metrics/seed-<k>/<method>.json for every seed
+Inputs are only files other stages wrote: reports/metrics/<method>/seed-<k>.json for every seed
 params list (the teacher row comes from their `teacher` block, computed on the same bootstrap
-draws), the first seed's reports/train/seed-<k>/<name>.json for curves and drift, every seed's
+draws), the first seed's reports/train/<name>/seed-<k>.json for curves and drift, every seed's
 per-pair scores for the paired comparisons, and optional sweep results in reports/sweeps/*.json
 for the ablation tables. The across-seeds table and the paired verdicts use every seed; the
 detail tables (main table, diagnostics, drift, curves) show the first seed and say so.
@@ -68,7 +68,7 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def load_runs(params: Params, layout: Layout) -> dict[int, dict[str, dict[str, Any]]]:
-    """seed → method → metrics document, for every seed params list (reports/metrics/seed-<k>/).
+    """seed → method → metrics document, for every seed params list (reports/metrics/<method>/seed-<k>.json).
 
     The first listed seed's documents are the detail tables' (the report names it); a seed with
     no metrics at all is left out and the header says which seeds the numbers rest on.

@@ -1,6 +1,6 @@
 """The report's paired comparisons: each method against naive, anchor_last and the teacher, per split.
 
-Reads every seed's per-pair margins (data/scores/seed-<k>/<model>/<split>.parquet, written by
+Reads every seed's per-pair margins (data/scores/<model>/seed-<k>/<split>.parquet, written by
 train and teacher) for the seeds params list, and compares on the pairs every model of every
 seed scored; the math, and why the interval spans seeds and pairs, is in
 prefshift.science.comparisons. A seed whose scores are missing for a model leaves that model's

@@ -1,4 +1,4 @@
-"""`prefshift seam-label`: one seed's SEAM soft labels for student_train (data/targets/seed-<k>/seam/).
+"""`prefshift seam-label`: one seed's SEAM soft labels for student_train (data/targets/seam/seed-<k>/).
 
 The strong backbone's principles per prompt come from `seam-principles` (data/seam/, shared by
 every seed); this seed's teacher scores each pair under every principle, and

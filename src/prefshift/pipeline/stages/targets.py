@@ -1,4 +1,4 @@
-"""`prefshift targets --method M`: what student M trains on (data/targets/<M>/).
+"""`prefshift targets --method M`: what student M trains on (data/targets/<M>/seed-<k>/).
 
 One stage per listed method, so a method not listed costs nothing: `seam` runs the SEAM
 labeller here (and only here), the teacher-label methods copy the teacher's q, the ceiling

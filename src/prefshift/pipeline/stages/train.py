@@ -1,6 +1,6 @@
 """`prefshift train --method M`: one strong student (or the gold ceiling) from the strong backbone.
 
-Every method trains on data/targets/<M>/ (written by `prefshift targets --method M`);
+Every method trains on data/targets/<M>/seed-<k>/ (written by `prefshift targets --method M`);
 students refuse targets made from another version of the splits. Anchor methods read
 the shared reference states (data/reference/, see prefshift.engine.reference_store).
 """

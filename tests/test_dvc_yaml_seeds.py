@@ -1,0 +1,64 @@
+"""How dvc.yaml spreads seeds over stages: one stage per seed (`foreach: ${seeds}`, `--seed`) or one
+per method that runs every seed (`foreach: ${methods}`, `--all-seeds`).
+
+A stage that runs every seed must re-run when `seeds` changes: DVC sees no other change when a
+seed is added (its command and its method's files stay the same), so without the `seeds` param
+the new seed's targets, student or metrics would simply be missing, or an old seed's stay.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from prefshift.cli import _seeds_to_run
+from prefshift.config.params import ConfigError, Params
+
+REPO = Path(__file__).resolve().parents[1]
+STAGES = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+
+
+def _template(stage: dict) -> dict:
+    return stage.get("do", stage)
+
+
+def _paths(entries: list) -> list[str]:
+    return [next(iter(e)) if isinstance(e, dict) else e for e in entries]
+
+
+ALL_SEEDS = {name: _template(s) for name, s in STAGES.items() if "--all-seeds" in _template(s)["cmd"]}
+PER_SEED = {name: _template(s) for name, s in STAGES.items() if s.get("foreach") == "${seeds}"}
+
+
+def test_the_per_method_stages_run_every_seed():
+    assert set(ALL_SEEDS) == {"targets", "train", "evaluate"}
+    assert set(PER_SEED) == {"teacher", "label"}
+    for name in ALL_SEEDS:
+        assert STAGES[name]["foreach"] == "${methods}", name
+
+
+@pytest.mark.parametrize("name", sorted(ALL_SEEDS))
+def test_a_stage_that_runs_every_seed_reruns_when_seeds_change(name):
+    template = ALL_SEEDS[name]
+    assert "seeds" in template.get("params", []), f"{name}: add `seeds` to its params"
+    owned = _paths(template.get("outs", []) + template.get("metrics", []))
+    assert owned and all(path.endswith("/${item}") for path in owned), (name, owned)
+
+
+@pytest.mark.parametrize("name", sorted(PER_SEED))
+def test_a_per_seed_stage_names_its_seed(name):
+    template = PER_SEED[name]
+    assert "--seed ${item}" in template["cmd"]
+    owned = _paths(template.get("outs", []) + template.get("metrics", []))
+    assert owned and all("seed-${item}" in path for path in owned), (name, owned)
+
+
+def test_seed_options():
+    params = Params.model_validate({"seeds": [3, 1, 4]})
+    assert _seeds_to_run(params, None, True) == [3, 1, 4]
+    assert _seeds_to_run(params, 1, False) == [1]
+    assert _seeds_to_run(params, None, False) == [None]  # for_seed then takes the first
+    with pytest.raises(ConfigError, match="--seed 1 and --all-seeds"):
+        _seeds_to_run(params, 1, True)
