@@ -9,7 +9,6 @@ set and removes the resumable checkpoint. The teacher and student stages share i
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from collections.abc import Sequence
 from contextlib import nullcontext
@@ -37,7 +36,7 @@ from prefshift.methods import registry
 from prefshift.methods.base import Objective
 from prefshift.models.reward import load_reward_model, save_reward_model
 from prefshift.pipeline.heldout_scores import score_heldout
-from prefshift.pipeline.method_tools import StageTools
+from prefshift.pipeline.method_tools import StageTools, remove_checkpoint
 from prefshift.pipeline.output_set import output_set
 from prefshift.tracking import runs as tracking
 
@@ -226,7 +225,7 @@ def fit(
         if run is None:
             return log
         _save(model, tokenizer, log, params, layout, name=name, method=method, out_dir=out_dir)
-        shutil.rmtree(ckpt, ignore_errors=True)
+        remove_checkpoint(ckpt)
         tools.remove_checkpoints()
         run.log_metrics({"wall_s": log["wall_s"], "peak_rss_mb": log["peak_rss_mb"], "skips": log["skips"]})
         final = log["drift"][-1]

@@ -5,6 +5,7 @@ trains a head first (LP-FT) or chooses an interpolation on validation data (WiSE
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,6 +24,14 @@ from prefshift.science.metrics import accuracy
 
 ID_VALIDATION_SPLIT = "teacher_train"
 """The split behind registry.ID_VALIDATION (see there for why)."""
+
+
+def remove_checkpoint(path: Path) -> None:
+    """A saved run's resumable checkpoint (models/checkpoints/<name>/seed-<k>), and its name's
+    directory once no seed's checkpoint is left in it: nothing of a finished run stays behind."""
+    shutil.rmtree(path, ignore_errors=True)
+    with contextlib.suppress(OSError):  # another seed's checkpoint is still there
+        path.parent.rmdir()
 
 
 @dataclass
@@ -78,4 +87,4 @@ class StageTools:
 
     def remove_checkpoints(self) -> None:
         for checkpoint in self.checkpoints:
-            shutil.rmtree(checkpoint, ignore_errors=True)
+            remove_checkpoint(checkpoint)
