@@ -8,6 +8,7 @@ the new seed's targets, student or metrics would simply be missing, or an old se
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,29 @@ def test_seed_options():
     assert _seeds_to_run(params, None, False) == [None]  # for_seed then takes the first
     with pytest.raises(ConfigError, match="--seed 1 and --all-seeds"):
         _seeds_to_run(params, 1, True)
+
+
+@pytest.mark.slow
+def test_one_stage_trains_and_evaluates_every_seed_and_a_new_seed_reruns_it(tmp_path_factory):
+    """Real DVC on the tiny project, seeds [0, 2]: train@naive and evaluate@naive each run once and
+    write both seeds under the method's directory; listing one more seed re-runs them."""
+    from e2e_project import project, ran_stages, run
+    from tiny_project import TINY
+
+    root, env = project(
+        tmp_path_factory.mktemp("seeds"), {**TINY, "methods": ["naive"], "seeds": [0, 2]}, tmp_path_factory
+    )
+    output = run(["dvc", "repro", "evaluate@naive"], root, env)
+    ran = ran_stages(output)
+    assert {"teacher@0", "teacher@2", "label@0", "label@2", "train@naive", "evaluate@naive"} <= ran
+    assert not any(stage.startswith(("train@naive-", "evaluate@naive-")) for stage in ran)
+    for seed in (0, 2):
+        assert (root / "models" / "students" / "naive" / f"seed-{seed}" / "config.json").is_file()
+        metrics = json.loads((root / "reports" / "metrics" / "naive" / f"seed-{seed}.json").read_text())
+        assert metrics["method"] == "naive" and metrics["setting"]["seed"] == seed
+    assert not (root / "models" / "checkpoints" / "naive").exists()
+
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    (root / "params.yaml").write_text(yaml.safe_dump({**params, "seeds": [0, 1, 2]}, sort_keys=False))
+    status = run(["dvc", "status", "targets@naive", "train@naive", "evaluate@naive"], root, env)
+    assert all(f"{stage}@naive:" in status for stage in ("targets", "train", "evaluate")), status

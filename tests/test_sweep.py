@@ -317,6 +317,39 @@ def test_a_hung_exp_show_is_killed_and_retried(monkeypatch, tmp_path):
     assert calls == [sweep_module.EXP_SHOW_TIMEOUT_S] * 2
 
 
+def test_exp_show_waits_out_the_queues_own_files_but_not_other_failures(monkeypatch, tmp_path):
+    """A failure on a file under .dvc/tmp/exps/ (an executor being set up or cleaned up) is retried
+    past `attempts`, up to `settle_s`; any other failure counts after `attempts` tries."""
+    import prefshift.pipeline.sweep as sweep_module
+
+    missing = "ERROR: [Errno 2] No such file or directory: '/p/.dvc/tmp/exps/run/ab/ab.run'"
+    calls = []
+
+    def run(command, **kwargs):
+        calls.append(command)
+        if len(calls) < 9:
+            return subprocess.CompletedProcess(command, 255, "", missing)
+        return subprocess.CompletedProcess(command, 0, "[]", "")
+
+    monkeypatch.setattr(sweep_module.subprocess, "run", run)
+    assert sweep_module.exp_show(tmp_path, attempts=3, pause_s=0) == []
+    assert len(calls) == 9
+
+    def broken(command, **kwargs):
+        calls.append(command)
+        return subprocess.CompletedProcess(command, 255, "", "ERROR: dvc.yaml is invalid")
+
+    calls.clear()
+    monkeypatch.setattr(sweep_module.subprocess, "run", broken)
+    with pytest.raises(SweepError, match="failed 3 times"):
+        sweep_module.exp_show(tmp_path, attempts=3, pause_s=0)
+    assert len(calls) == 3
+    monkeypatch.setattr(sweep_module.subprocess, "run", run)
+    calls.clear()
+    with pytest.raises(SweepError, match=r"run/ab/ab\.run"):
+        sweep_module.exp_show(tmp_path, attempts=3, pause_s=0, settle_s=0)
+
+
 SLEEPER = """
 import os, pathlib, sys, time
 pids = pathlib.Path(sys.argv[1])

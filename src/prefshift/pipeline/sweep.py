@@ -84,6 +84,10 @@ HEADLINE = ("wrg", "mean_aog", "mean_nts")
 DONE_STATES = ("success", "failed")
 SEEDED_METRICS = re.compile(r"reports/metrics/(?P<method>[^/]+)/seed-\d+\.json")
 POLL_S = 10.0  # one `dvc exp show --json` per poll: about a second of CPU
+QUEUE_TMP = "/.dvc/tmp/exps/"
+QUEUE_SETTLE_S = 300.0
+"""How long `exp_show` retries a failure on the queue's own temporary files. 30 s was not enough
+in CI: after a failed experiment, an executor's info file stayed missing for longer under load."""
 EXP_SHOW_TIMEOUT_S = 30.0
 """A hung call is killed and retried like a failed one. `dvc exp show` sometimes blocks on a futex
 while the queue worker cleans up (seen in CI: 300 s lost to one call that the retry answered at
@@ -330,15 +334,20 @@ def ran_stages(output: str) -> list[str]:
     return [line.split("'")[1] for line in output.splitlines() if line.startswith("Running stage '")]
 
 
-def exp_show(root: Path, attempts: int = 6, pause_s: float = 5.0) -> list[dict[str, Any]]:
+def exp_show(
+    root: Path, attempts: int = 6, pause_s: float = 5.0, settle_s: float = QUEUE_SETTLE_S
+) -> list[dict[str, Any]]:
     """`dvc exp show --json` of HEAD's experiments (stdout only: warnings go to stderr).
 
-    While the queue sets up or cleans an executor's temporary copy, `dvc exp show` can fail on
-    that half-made directory ("directory .../.dvc/tmp/exps/tmp.../.dvc does not exist"); such
-    a failure is retried, `attempts` times `pause_s` apart, before it counts.
+    While the queue sets up or cleans up an executor, `dvc exp show` can fail on the queue's own
+    half-made or half-removed files under .dvc/tmp/exps/ ("directory .../.dvc/tmp/exps/tmp.../.dvc
+    does not exist", "No such file or directory: .../.dvc/tmp/exps/run/<rev>/<rev>.run"). Such a
+    failure is retried `pause_s` apart for up to `settle_s`; any other, `attempts` times.
     """
     command, env = dvc_command(["exp", "show", "--json"])
-    for attempt in range(attempts):
+    started, attempt = time.monotonic(), 0
+    while True:
+        attempt += 1
         try:
             done = subprocess.run(
                 command, cwd=root, env=env, capture_output=True, text=True, timeout=EXP_SHOW_TIMEOUT_S
@@ -350,10 +359,12 @@ def exp_show(root: Path, attempts: int = 6, pause_s: float = 5.0) -> list[dict[s
                 return json.loads(done.stdout)
             except ValueError:
                 pass
-        if attempt + 1 < attempts:
-            time.sleep(pause_s)
-    output = (done.stdout + done.stderr)[-2000:]
-    raise SweepError(f"`dvc exp show --json` failed {attempts} times (exit {done.returncode}):\n{output}")
+        output = (done.stdout + done.stderr)[-2000:]
+        in_transition = QUEUE_TMP in output.replace(os.sep, "/")
+        if time.monotonic() - started >= settle_s or (attempt >= attempts and not in_transition):
+            failed = f"`dvc exp show --json` failed {attempt} times (exit {done.returncode})"
+            raise SweepError(f"{failed}:\n{output}")
+        time.sleep(pause_s)
 
 
 def experiment_rows(show: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
