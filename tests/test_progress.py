@@ -263,17 +263,18 @@ def test_teacher_metrics_reach_mlflow_during_training_not_after(tmp_path, monkey
 @pytest.mark.slow
 def test_a_stage_command_fills_its_log_file_while_it_trains(tmp_path):
     """`prefshift teacher > log` as a queue worker or cluster job runs it: no terminal, stdout a
-    block-buffered file, a line every 0.2 s. A snapshot of the log that holds a mid-run line but
+    block-buffered file, a line every 0.1 s. A snapshot of the log that holds a mid-run line but
     not the last one proves the lines arrive while training runs (the old rich bar wrote nothing
-    into a file until the end)."""
+    into a file until the end). 128 steps take about a second on a quiet 2-core machine: 32 once
+    finished in 0.2 s, before the first line was due."""
     layout = _teacher_project(tmp_path / "project")
     settings = {
         "data": {"source": "toy", "targets": ["toy_ood"]},
-        "teacher": {"batch_size": 1, "epochs": 4, "log_every": 8},
+        "teacher": {"batch_size": 1, "epochs": 16, "log_every": 8},
     }
     (layout.root / "params.yaml").write_text(json.dumps(settings))
     log_path = tmp_path / "teacher.log"
-    env = {**os.environ, EVERY_ENV: "0.2"}
+    env = {**os.environ, EVERY_ENV: "0.1"}
     command = [sys.executable, "-m", "prefshift", "teacher", "--root", str(layout.root)]
     mid_run = None
     with open(log_path, "w") as log:
@@ -286,7 +287,7 @@ def test_a_stage_command_fills_its_log_file_while_it_trains(tmp_path):
     text = log_path.read_text()
     assert proc.returncode == 0, text
     assert mid_run is not None, f"no progress line reached the log before training ended:\n{text}"
-    assert TRAIN_LINE.match(_lines(text, "train teacher")[-1])["step"] == "32"
+    assert TRAIN_LINE.match(_lines(text, "train teacher")[-1])["step"] == "128"
 
 
 # --- the other long loops ---------------------------------------------------------------------
