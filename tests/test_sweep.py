@@ -350,6 +350,96 @@ def test_exp_show_waits_out_the_queues_own_files_but_not_other_failures(monkeypa
         sweep_module.exp_show(tmp_path, attempts=3, pause_s=0, settle_s=0)
 
 
+def test_a_handed_back_task_with_no_worker_starts_the_queue_or_says_how(monkeypatch, tmp_path):
+    """The info file of a task listed as running is missing: while a worker runs, that is a task
+    being set up (waited on); with none, a task handed back, which `revive_jobs` has run."""
+    import prefshift.pipeline.sweep as sweep_module
+
+    rev = "4e9b81fcc574357a65b154206b10d3f42f8e7f4c"
+    missing = f"ERROR: [Errno 2] No such file or directory: '/p/.dvc/tmp/exps/run/{rev}/{rev}.run'"
+    workers, started, calls = {}, [], []
+
+    def run(command, **kwargs):
+        calls.append(command)
+        if not started:
+            return subprocess.CompletedProcess(command, 255, "", missing)
+        return subprocess.CompletedProcess(command, 0, "[]", "")
+
+    monkeypatch.setattr(sweep_module.subprocess, "run", run)
+    monkeypatch.setattr(sweep_module, "queue_workers", lambda root: workers)
+    monkeypatch.setattr(sweep_module, "start_queue", lambda root, jobs: started.append(jobs))
+    with pytest.raises(SweepError, match=r"task 4e9b81f is listed as running .* `dvc queue start` runs it"):
+        sweep_module.exp_show(tmp_path, attempts=3, pause_s=0)
+    assert len(calls) == 3 and started == []  # not the 300 s of a task being set up
+
+    assert sweep_module.exp_show(tmp_path, attempts=3, pause_s=0, revive_jobs=2) == []
+    assert started == [2]
+
+    workers[1] = ("0", "dvc exp queue-worker")  # a worker runs: the task is being set up, waited on
+    started.clear()
+    calls.clear()
+    with pytest.raises(SweepError, match=r"failed \d+ times"):
+        sweep_module.exp_show(tmp_path, attempts=3, pause_s=0, settle_s=0.2, revive_jobs=2)
+    assert len(calls) > 3 and started == []  # retried past `attempts`, up to `settle_s`
+
+
+HANDBACK_STAGE = "import json, yaml; x = yaml.safe_load(open('params.yaml'))['anchor']['lambda']; " + (
+    "json.dump({'x': x}, open('reports/metrics.json', 'w'))"
+)
+
+
+def _hand_back(root: Path) -> None:
+    """Leave the project's one queued task as a worker leaves a task it took and handed back when
+    it stopped. DVC's queue is kombu's filesystem transport: a worker taking a message moves its
+    file from broker/in/ to broker/processed/ (which DVC reads as the running tasks), and a message
+    taken but not acknowledged when the worker stops is put back in broker/in/ under a new name."""
+    broker = root / ".dvc" / "tmp" / "exps" / "celery" / "broker"
+    (message,) = [m for m in (broker / "in").glob("*.celery.msg") if "pidbox" not in m.name]
+    shutil.copy2(message, broker / "in" / f"9{message.name}")
+    (broker / "processed").mkdir(exist_ok=True)
+    message.rename(broker / "processed" / message.name)
+
+
+@pytest.mark.slow
+def test_a_task_handed_back_by_a_stopping_worker_is_run_and_a_queued_task_gets_a_worker(tmp_path, capfd):
+    """CI, stop 41: the queue's worker stopped as a sweep queued its rerun, took the task and handed
+    it back; every `dvc exp show` then failed on the task's info file, and the sweep gave up after
+    300 s, before starting any worker. Here the same state, made on disk, with real DVC and workers."""
+    from prefshift.pipeline import sweep
+
+    env = {**os.environ, **{f"GIT_{w}_{x}": "t" for w in ("AUTHOR", "COMMITTER") for x in ("NAME", "EMAIL")}}
+    stage = {"cmd": f'{sys.executable} -c "{HANDBACK_STAGE}"', "params": ["anchor.lambda"]}
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / ".gitkeep").write_text("")
+    _git_dvc_project(tmp_path, {**stage, "metrics": [{"reports/metrics.json": {"cache": False}}]}, env)
+    names = ["sweep-anchor.lambda-3", "sweep-anchor.lambda-4"]
+    try:
+        tasks = sweep.queue_points(tmp_path, [{"anchor.lambda": "3"}], [])
+        _hand_back(tmp_path)
+        shown = subprocess.run(
+            [str(Path(sys.executable).parent / "dvc"), "exp", "show", "--json"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert shown.returncode != 0 and ".run'" in shown.stderr, shown  # the state CI was stuck in
+        with pytest.raises(SweepError, match="`dvc queue start` runs it"):
+            sweep.exp_show(tmp_path, attempts=2, pause_s=0.1)
+        rows, _ = sweep.wait_for_queue(tmp_path, tasks, poll_s=1, wait_s=600, jobs=1)
+        assert {r["task_id"]: r["state"] for r in rows}[tasks[names[0]]] == "success"
+        assert "was handed back to the queue and no worker runs it: starting one" in capfd.readouterr().err
+
+        sweep.await_idle_workers(tmp_path)  # the worker that ran it, out of work, stops by itself
+        assert sweep.queue_workers(tmp_path) == {}
+        tasks = sweep.queue_points(tmp_path, [{"anchor.lambda": "4"}], [])  # and no worker is started
+        rows, _ = sweep.wait_for_queue(tmp_path, tasks, poll_s=1, wait_s=600, jobs=1)
+        assert {r["task_id"]: r["state"] for r in rows}[tasks[names[1]]] == "success"
+        assert f"note: {names[1]} queued and no queue worker runs: starting one" in capfd.readouterr().err
+    finally:
+        sweep.stop_queue(tmp_path, names)
+
+
 SLEEPER = """
 import os, pathlib, sys, time
 pids = pathlib.Path(sys.argv[1])

@@ -86,8 +86,14 @@ SEEDED_METRICS = re.compile(r"reports/metrics/(?P<method>[^/]+)/seed-\d+\.json")
 POLL_S = 10.0  # one `dvc exp show --json` per poll: about a second of CPU
 QUEUE_TMP = "/.dvc/tmp/exps/"
 QUEUE_SETTLE_S = 300.0
-"""How long `exp_show` retries a failure on the queue's own temporary files. 30 s was not enough
-in CI: after a failed experiment, an executor's info file stayed missing for longer under load."""
+"""How long `exp_show` retries a failure on the queue's own temporary files while a worker runs:
+an executor being set up or cleaned up takes seconds, longer under load."""
+HANDED_BACK = re.compile(r"/\.dvc/tmp/exps/run/(?P<rev>[0-9a-f]{40})/(?P=rev)\.run")
+"""The info file of a task that DVC lists as running. Missing while no worker runs, it marks a
+task handed back: see `exp_show`."""
+IDLE_WORKER_EXIT_S = 60.0
+"""DVC stops a queue worker about 10 s after its work ran out (10.0 s measured here); the bound
+leaves room for a loaded machine."""
 EXP_SHOW_TIMEOUT_S = 30.0
 """A hung call is killed and retried like a failed one. `dvc exp show` sometimes blocks on a futex
 while the queue worker cleans up (seen in CI: 300 s lost to one call that the retry answered at
@@ -335,7 +341,11 @@ def ran_stages(output: str) -> list[str]:
 
 
 def exp_show(
-    root: Path, attempts: int = 6, pause_s: float = 5.0, settle_s: float = QUEUE_SETTLE_S
+    root: Path,
+    attempts: int = 6,
+    pause_s: float = 5.0,
+    settle_s: float = QUEUE_SETTLE_S,
+    revive_jobs: int = 0,
 ) -> list[dict[str, Any]]:
     """`dvc exp show --json` of HEAD's experiments (stdout only: warnings go to stderr).
 
@@ -343,6 +353,14 @@ def exp_show(
     half-made or half-removed files under .dvc/tmp/exps/ ("directory .../.dvc/tmp/exps/tmp.../.dvc
     does not exist", "No such file or directory: .../.dvc/tmp/exps/run/<rev>/<rev>.run"). Such a
     failure is retried `pause_s` apart for up to `settle_s`; any other, `attempts` times.
+
+    One such failure does not pass by itself. A worker that stops (DVC stops an idle one after
+    10 s) while a task is queued can take the task and hand it back: the message it took stays
+    in DVC's list of running tasks, with no info file, and a copy is queued again. Every `dvc exp
+    show` then fails on that info file until a worker runs the copy (seen in CI: for 300 s, with
+    no worker left to run it). With no worker running, `revive_jobs` > 0 starts the queue
+    (`dvc queue start --jobs revive_jobs`) and waits; with 0, the failure counts like any other,
+    and the error says how to run the task.
     """
     command, env = dvc_command(["exp", "show", "--json"])
     started, attempt = time.monotonic(), 0
@@ -360,7 +378,23 @@ def exp_show(
             except ValueError:
                 pass
         output = (done.stdout + done.stderr)[-2000:]
-        in_transition = QUEUE_TMP in output.replace(os.sep, "/")
+        shown = output.replace(os.sep, "/")
+        in_transition = QUEUE_TMP in shown
+        handed_back = HANDED_BACK.search(shown)
+        if handed_back and not queue_workers(root):
+            rev = handed_back["rev"][:7]
+            if revive_jobs:
+                sys.stderr.write(
+                    f"note: task {rev} was handed back to the queue and no worker runs it: starting one\n"
+                )
+                start_queue(root, revive_jobs)
+            else:
+                in_transition = False
+                output += (
+                    f"\ntask {rev} is listed as running without its info file and no queue worker runs: "
+                    "a stopping worker handed it back. `dvc queue start` runs it, and `dvc exp show` "
+                    "works again once it started"
+                )
         if time.monotonic() - started >= settle_s or (attempt >= attempts and not in_transition):
             failed = f"`dvc exp show --json` failed {attempt} times (exit {done.returncode})"
             raise SweepError(f"{failed}:\n{output}")
@@ -451,16 +485,19 @@ def queue_point(root: Path, point: Mapping[str, str], copies: Sequence[str]) -> 
     return name
 
 
-def queue_points(root: Path, points: Sequence[Mapping[str, str]], copies: Sequence[str]) -> dict[str, str]:
+def queue_points(
+    root: Path, points: Sequence[Mapping[str, str]], copies: Sequence[str], jobs: int = 1
+) -> dict[str, str]:
     """Queue every point; return {experiment name: queue task id}.
 
     A point whose name is still queued or running (an interrupted sweep) is refused rather
     than run twice; a finished experiment of that name on HEAD is replaced. Task ids are
     the ones new in `dvc exp show` after queueing, so older failed tasks that share a name
-    never stand in for this sweep's.
+    never stand in for this sweep's. An idle worker (a previous sweep's) is let stop first;
+    `jobs` is what `exp_show` starts the queue with if it finds a task handed back.
     """
     names = [experiment_name(p) for p in points]
-    before = experiment_rows(exp_show(root))
+    before = experiment_rows(exp_show(root, revive_jobs=jobs))
     busy = sorted({r["name"] for r in before if r["name"] in names and r["state"] in ("queued", "running")})
     if busy:
         raise SweepError(
@@ -471,9 +508,10 @@ def queue_points(root: Path, points: Sequence[Mapping[str, str]], copies: Sequen
         if experiment_ref(root, name):
             run_dvc(root, ["exp", "remove", name])
     known = {r["task_id"] for r in before}
+    await_idle_workers(root)
     for point in points:
         queue_point(root, point, copies)
-    rows = experiment_rows(exp_show(root))
+    rows = experiment_rows(exp_show(root, revive_jobs=jobs))
     tasks = {r["name"]: r["task_id"] for r in rows if r["task_id"] and r["task_id"] not in known}
     lost = [name for name in names if name not in tasks]
     if lost:
@@ -491,19 +529,28 @@ def _task_log(root: Path, task: str) -> str:
 
 
 def wait_for_queue(
-    root: Path, tasks: Mapping[str, str], poll_s: float = POLL_S, wait_s: float = WAIT_S
+    root: Path, tasks: Mapping[str, str], poll_s: float = POLL_S, wait_s: float = WAIT_S, jobs: int = 1
 ) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """Poll `dvc exp show --json` until every task succeeded, failed or was removed; echo each one's log.
 
     Returns the last rows and {name: `dvc queue logs` output}. Past `wait_s` the sweep
-    stops waiting (the queue itself keeps running) and says how to follow it.
+    stops waiting (the queue itself keeps running) and says how to follow it. A task of the
+    sweep's still queued when no worker runs (two polls in a row) gets the queue started again
+    with `jobs` workers: nothing else would run it.
     """
     deadline = time.monotonic() + wait_s
     logs: dict[str, str] = {}
     unlisted = dict.fromkeys(tasks, 0)
+    unserved = 0
     while True:
-        rows = experiment_rows(exp_show(root))
+        rows = experiment_rows(exp_show(root, revive_jobs=jobs))
         states = {row["task_id"]: row["state"] for row in rows}
+        queued = [name for name, task in tasks.items() if states.get(task) == "queued"]
+        unserved = unserved + 1 if queued and not queue_workers(root) else 0
+        if unserved >= 2:
+            sys.stderr.write(f"note: {', '.join(queued)} queued and no queue worker runs: starting one\n")
+            start_queue(root, jobs)
+            unserved = 0
         for name, task in tasks.items():
             unlisted[name] = 0 if task in states else unlisted[name] + 1
         gone = [name for name in tasks if name not in logs and unlisted[name] >= GONE_POLLS]
@@ -567,6 +614,33 @@ def queue_processes(root: Path) -> dict[int, tuple[str, str]]:
         found |= grown
     found.discard(os.getpid())
     return {pid: (table[pid][1], _shown_command(table[pid][2])) for pid in sorted(found) if not _zombie(pid)}
+
+
+def queue_workers(root: Path) -> dict[int, tuple[str, str]]:
+    """The project's queue daemons alone (`queue_processes` without experiments and stages)."""
+    return {pid: info for pid, info in queue_processes(root).items() if _is_queue_daemon(info[1].split())}
+
+
+def await_idle_workers(root: Path, wait_s: float = IDLE_WORKER_EXIT_S) -> None:
+    """Let a worker that ran out of work finish stopping before anything is queued.
+
+    A task queued while such a worker stops can be taken by it and handed back (see `exp_show`),
+    and a `dvc queue start` meanwhile starts no new worker, its worker's name being taken. A worker
+    with an experiment in hand is not idle and is left to it. Past `wait_s`, queueing goes ahead.
+    """
+    processes = queue_processes(root)
+    workers = queue_workers(root)
+    if not workers or len(workers) < len(processes):
+        return
+    deadline = time.monotonic() + wait_s
+    while any(_alive(pid, started) for pid, (started, _) in workers.items()):
+        if time.monotonic() > deadline:
+            sys.stderr.write(
+                f"note: the queue's idle worker(s) {_listed(workers)} did not stop within "
+                f"{wait_s:.0f} s; queueing anyway\n"
+            )
+            return
+        time.sleep(0.5)
 
 
 def _shown_command(argv: Sequence[str]) -> str:
@@ -638,7 +712,7 @@ def _after_workers_stop(root: Path, wait_s: float = STOP_SETTLE_S) -> dict[int, 
     deadline = time.monotonic() + wait_s
     while True:
         left = queue_processes(root)
-        if time.monotonic() > deadline or not any(_is_queue_daemon(c.split()) for _, c in left.values()):
+        if time.monotonic() > deadline or not queue_workers(root):
             return left
         time.sleep(0.5)
 
@@ -747,9 +821,9 @@ def run_points(
         )
     try:
         with signals_as_exceptions():
-            tasks = queue_points(root, points, copies)
+            tasks = queue_points(root, points, copies, jobs)
             start_queue(root, jobs)
-            rows, logs = wait_for_queue(root, tasks, poll_s, wait_s)
+            rows, logs = wait_for_queue(root, tasks, poll_s, wait_s, jobs)
     except (Terminated, KeyboardInterrupt) as stop:
         signum = stop_signal(stop)
         with signals_ignored():
