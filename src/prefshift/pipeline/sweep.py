@@ -91,9 +91,6 @@ an executor being set up or cleaned up takes seconds, longer under load."""
 HANDED_BACK = re.compile(r"/\.dvc/tmp/exps/run/(?P<rev>[0-9a-f]{40})/(?P=rev)\.run")
 """The info file of a task that DVC lists as running. Missing while no worker runs, it marks a
 task handed back: see `exp_show`."""
-IDLE_WORKER_EXIT_S = 60.0
-"""DVC stops a queue worker about 10 s after its work ran out (10.0 s measured here); the bound
-leaves room for a loaded machine."""
 EXP_SHOW_TIMEOUT_S = 30.0
 """A hung call is killed and retried like a failed one. `dvc exp show` sometimes blocks on a futex
 while the queue worker cleans up (seen in CI: 300 s lost to one call that the retry answered at
@@ -493,8 +490,8 @@ def queue_points(
     A point whose name is still queued or running (an interrupted sweep) is refused rather
     than run twice; a finished experiment of that name on HEAD is replaced. Task ids are
     the ones new in `dvc exp show` after queueing, so older failed tasks that share a name
-    never stand in for this sweep's. An idle worker (a previous sweep's) is let stop first;
-    `jobs` is what `exp_show` starts the queue with if it finds a task handed back.
+    never stand in for this sweep's. `jobs` is what `exp_show` starts the queue with if it finds
+    a task handed back (a previous sweep's worker, stopping as this one queues, can take one).
     """
     names = [experiment_name(p) for p in points]
     before = experiment_rows(exp_show(root, revive_jobs=jobs))
@@ -508,7 +505,6 @@ def queue_points(
         if experiment_ref(root, name):
             run_dvc(root, ["exp", "remove", name])
     known = {r["task_id"] for r in before}
-    await_idle_workers(root)
     for point in points:
         queue_point(root, point, copies)
     rows = experiment_rows(exp_show(root, revive_jobs=jobs))
@@ -536,7 +532,9 @@ def wait_for_queue(
     Returns the last rows and {name: `dvc queue logs` output}. Past `wait_s` the sweep
     stops waiting (the queue itself keeps running) and says how to follow it. A task of the
     sweep's still queued when no worker runs (two polls in a row) gets the queue started again
-    with `jobs` workers: nothing else would run it.
+    with `jobs` workers: nothing else would run it. (`start_queue` starts none while a previous
+    sweep's idle worker still holds the worker's name, and that worker may stop without taking
+    the task.)
     """
     deadline = time.monotonic() + wait_s
     logs: dict[str, str] = {}
@@ -619,28 +617,6 @@ def queue_processes(root: Path) -> dict[int, tuple[str, str]]:
 def queue_workers(root: Path) -> dict[int, tuple[str, str]]:
     """The project's queue daemons alone (`queue_processes` without experiments and stages)."""
     return {pid: info for pid, info in queue_processes(root).items() if _is_queue_daemon(info[1].split())}
-
-
-def await_idle_workers(root: Path, wait_s: float = IDLE_WORKER_EXIT_S) -> None:
-    """Let a worker that ran out of work finish stopping before anything is queued.
-
-    A task queued while such a worker stops can be taken by it and handed back (see `exp_show`),
-    and a `dvc queue start` meanwhile starts no new worker, its worker's name being taken. A worker
-    with an experiment in hand is not idle and is left to it. Past `wait_s`, queueing goes ahead.
-    """
-    processes = queue_processes(root)
-    workers = queue_workers(root)
-    if not workers or len(workers) < len(processes):
-        return
-    deadline = time.monotonic() + wait_s
-    while any(_alive(pid, started) for pid, (started, _) in workers.items()):
-        if time.monotonic() > deadline:
-            sys.stderr.write(
-                f"note: the queue's idle worker(s) {_listed(workers)} did not stop within "
-                f"{wait_s:.0f} s; queueing anyway\n"
-            )
-            return
-        time.sleep(0.5)
 
 
 def _shown_command(argv: Sequence[str]) -> str:
