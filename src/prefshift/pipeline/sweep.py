@@ -614,9 +614,13 @@ def queue_processes(root: Path) -> dict[int, tuple[str, str]]:
     return {pid: (table[pid][1], _shown_command(table[pid][2])) for pid in sorted(found) if not _zombie(pid)}
 
 
+def _daemons(processes: Mapping[int, tuple[str, str]]) -> dict[int, tuple[str, str]]:
+    return {pid: info for pid, info in processes.items() if _is_queue_daemon(info[1].split())}
+
+
 def queue_workers(root: Path) -> dict[int, tuple[str, str]]:
     """The project's queue daemons alone (`queue_processes` without experiments and stages)."""
-    return {pid: info for pid, info in queue_processes(root).items() if _is_queue_daemon(info[1].split())}
+    return _daemons(queue_processes(root))
 
 
 def _shown_command(argv: Sequence[str]) -> str:
@@ -688,7 +692,7 @@ def _after_workers_stop(root: Path, wait_s: float = STOP_SETTLE_S) -> dict[int, 
     deadline = time.monotonic() + wait_s
     while True:
         left = queue_processes(root)
-        if time.monotonic() > deadline or not queue_workers(root):
+        if time.monotonic() > deadline or not _daemons(left):
             return left
         time.sleep(0.5)
 
