@@ -170,21 +170,22 @@ def test_the_served_model_refuses_an_oversized_request_with_a_400(tmp_path):
     assert scorer.predict(None, small)["reward"].notna().all()
 
 
-def _save_pyfunc(tmp_path: Path) -> Path:
-    import mlflow.pyfunc
-
-    from prefshift.tracking.registry import ARTIFACT_KEY, PIP_REQUIREMENTS, RewardScorer
+def _registered_pyfunc(tmp_path: Path) -> tuple[str, dict[str, str]]:
+    """The tiny model registered as `prefshift promote` registers one (a pyfunc logged as code, whose
+    files `load_context` checks against its version's record): its models:/ URI and the env that
+    reaches the registry (the session's tracking database, tests/conftest.py)."""
+    from prefshift.core.paths import Layout
+    from prefshift.tracking import registry
+    from prefshift.tracking import runs as tracking
     from test_registry import tiny_reward_model
 
-    out = tmp_path / "pyfunc"
-    mlflow.pyfunc.save_model(
-        str(out),
-        python_model=RewardScorer(),
-        artifacts={ARTIFACT_KEY: str(tiny_reward_model(tmp_path / "hf", 0))},
-        pip_requirements=PIP_REQUIREMENTS,
-        model_config={"encode": {"max_length": 64}},
-    )
-    return out
+    params, layout = Params(), Layout(tmp_path, seed=0)
+    with tracking.stage_run(params, layout, "promote") as run:
+        registry.ensure_registered_model(run.client, "bounded", params.tracking.experiment)
+        version, _ = registry.register(
+            run, "bounded", tiny_reward_model(tmp_path / "hf", 0), {}, {"max_length": 64}
+        )
+    return f"models:/bounded/{version.version}", {"MLFLOW_TRACKING_URI": run.uri}
 
 
 def _post(url: str, payload: bytes) -> tuple[int, dict]:
@@ -198,14 +199,17 @@ def _post(url: str, payload: bytes) -> tuple[int, dict]:
 
 @pytest.mark.slow
 def test_mlflow_models_serve_refuses_a_50_mb_row_with_400_and_keeps_serving(tmp_path):
-
-    model = _save_pyfunc(tmp_path)
+    model, registry_env = _registered_pyfunc(tmp_path)
     port, log = free_port(), tmp_path / "serve.log"
-    cmd = [sys.executable, "-m", "mlflow", "models", "serve", "-m", str(model), "--env-manager", "local",
+    cmd = [sys.executable, "-m", "mlflow", "models", "serve", "-m", model, "--env-manager", "local",
            "-h", "127.0.0.1", "-p", str(port)]  # fmt: skip
     with log.open("wb") as sink:
         server = subprocess.Popen(
-            cmd, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ}
+            cmd,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, **registry_env},
         )
     url = f"http://127.0.0.1:{port}"
     try:

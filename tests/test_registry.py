@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,10 +12,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+import yaml
 from mlflow import MlflowClient
 from typer.testing import CliRunner
 
-from mlflow_support import free_port, running_server, seed_database
+from mlflow_support import free_port, running_server, seed_database, stop_group
 from prefshift.cli import app
 from prefshift.config.params import EncodeConfig, Params
 from prefshift.core.paths import Layout
@@ -267,7 +269,9 @@ def test_pull_refuses_an_artifact_whose_hash_changed(promoted, tmp_path):
     original = config.read_bytes()
     config.write_bytes(original.replace(b"}", b', "tampered": true}', 1))
     try:
-        with pytest.raises(registry.RegistryError, match="refusing to use it"):
+        with pytest.raises(
+            registry.RegistryError, match=r"seed-0/config.json was modified after registration"
+        ):
             registry.pull(client, f"models:/{version.name}@candidate-naive", tmp_path / "x")
     finally:
         config.write_bytes(original)
@@ -434,3 +438,187 @@ def test_promote_refuses_metrics_edited_by_hand_and_trusts_dvc_lock(tmp_path, tm
     path.write_text(path.read_text().replace('"mean_aog": -3.0', '"mean_aog": 9.0'))
     with pytest.raises(OutputSetError, match="neither the sha256 recorded"):
         promote.run(params, layout)
+
+
+# --- no pickle in the registry: every stored file checked where it is loaded -------------------
+
+
+def _stored(layout: Layout, uri_alias: str, params: Params) -> tuple[MlflowClient, Path]:
+    client = _client(layout)
+    version = client.get_model_version_by_alias(params.tracking.registered_model, uri_alias)
+    uri = client.get_model_version_download_uri(version.name, version.version)
+    return client, Path(uri.removeprefix("file://"))
+
+
+def test_a_registered_version_is_code_and_its_record_lists_every_stored_file(promoted):
+    params, layout, _, _ = promoted
+    client, stored = _stored(layout, "champion", params)
+    version = client.get_model_version_by_alias(params.tracking.registered_model, "champion")
+    record = json.loads(version.tags[registry.FILES_TAG])
+    on_disk = {
+        p.relative_to(stored).as_posix()
+        for p in stored.rglob("*")
+        if p.is_file() and p.name != registry.DOWNLOAD_META
+    }
+    assert set(record) == on_disk
+    hf_dir = registry._hf_dir_in(stored).relative_to(stored).as_posix()
+    assert {"MLmodel", "serving_model.py", "requirements.txt", f"{hf_dir}/config.json"} <= on_disk
+    assert not [p for p in on_disk if p.endswith((".pkl", ".pickle"))]
+    flavor = yaml.safe_load((stored / "MLmodel").read_text())["flavors"]["python_function"]
+    assert "python_model" not in flavor and flavor["model_code_path"].endswith("serving_model.py")
+
+
+class _Payload:
+    """Unpickling this creates `marker`: what a planted python_model.pkl would run."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))
+
+
+def _change(stored: Path, marker: Path) -> dict:
+    """Each kind of tampering, keyed by the file the refusal must name: (apply, undo)."""
+    import pickle
+
+    def edit(rel: str, old: bytes, new: bytes):
+        path = stored / rel
+        original = path.read_bytes()
+        assert old in original
+        return (lambda: path.write_bytes(original.replace(old, new, 1)), lambda: path.write_bytes(original))
+
+    def remove(rel: str):
+        path = stored / rel
+        original = path.read_bytes()
+        return (path.unlink, lambda: path.write_bytes(original))
+
+    def add(rel: str, content: bytes):
+        path = stored / rel
+        return (lambda: path.write_bytes(content), path.unlink)
+
+    def link(rel: str):
+        path = stored / rel
+        original = path.read_bytes()
+        outside = marker.with_name("outside.json")
+        outside.write_bytes(original)
+
+        def apply():
+            path.unlink()
+            path.symlink_to(outside)
+
+        return (apply, lambda: (path.unlink(), path.write_bytes(original)))
+
+    return {
+        "artifacts/seed-0/config.json changed": edit(CONFIG, b"}", b', "x": 1}'),
+        "requirements.txt changed": edit("requirements.txt", b"torch", b"torch\nevil-package"),
+        "MLmodel changed": edit("MLmodel", b"max_length", b"max_length_"),
+        "python_model.pkl added": add("python_model.pkl", pickle.dumps(_Payload(marker))),
+        "artifacts/seed-0/tokenizer.json missing": remove("artifacts/seed-0/tokenizer.json"),
+        "artifacts/seed-0/config.json linked": link(CONFIG),
+    }
+
+
+CONFIG = "artifacts/seed-0/config.json"
+CHANGES = [
+    "artifacts/seed-0/config.json changed",
+    "requirements.txt changed",
+    "MLmodel changed",
+    "python_model.pkl added",
+    "artifacts/seed-0/tokenizer.json missing",
+    "artifacts/seed-0/config.json linked",
+]
+
+
+@pytest.mark.parametrize("change", CHANGES)
+def test_a_tampered_version_is_refused_by_load_model_pull_and_score_naming_the_file(
+    promoted, tmp_path, change
+):
+    """mlflow.pyfunc.load_model("models:/…") is what `mlflow models serve` runs; pull and score too."""
+    import mlflow
+
+    params, layout, _, _ = promoted
+    client, stored = _stored(layout, "champion", params)
+    marker = tmp_path / "payload-ran"
+    apply, undo = _change(stored, marker)[change]
+    rel = change.rsplit(" ", 1)[0]
+    uri = f"models:/{params.tracking.registered_model}@champion"
+    apply()
+    try:
+        with (
+            registry._global_uris(tracking.default_uri(layout.root.resolve())),
+            pytest.raises(registry.RegistryError, match=f"{rel} (was|is)"),
+        ):
+            mlflow.pyfunc.load_model(uri)
+        with pytest.raises(registry.RegistryError, match=rel):  # MLflow's own refusal for a link
+            registry.pull(client, uri, tmp_path / "pulled")
+        rows = tmp_path / "rows.jsonl"
+        rows.write_text(json.dumps({"prompt": "hi", "response": "yo"}) + "\n")
+        result = CliRunner().invoke(
+            app, ["score", "--model", uri, "--input", str(rows), "--root", str(layout.root)]
+        )
+        assert result.exit_code == 2 and rel in result.output and "Traceback" not in result.output
+    finally:
+        undo()
+    assert not marker.exists(), "the planted pickle was unpickled"
+    assert not (tmp_path / "pulled").exists()
+
+
+def test_a_pyfunc_loaded_outside_the_registry_or_without_a_record_is_refused(tmp_path, tmp_path_factory):
+    import mlflow
+
+    params, layout = _project(tmp_path / "p", tmp_path_factory)
+    model_dir = tiny_reward_model(tmp_path / "student", 0)
+    with tracking.stage_run(params, layout, "promote") as run:
+        registry.ensure_registered_model(run.client, "rm", params.tracking.experiment)
+        first, created = registry.register(run, "rm", model_dir, {"method": "naive"}, {})
+    assert created
+    client = _client(layout)
+    stored = Path(client.get_model_version_download_uri("rm", first.version).removeprefix("file://"))
+    copy = tmp_path / "copy"
+    shutil.copytree(stored, copy, ignore=shutil.ignore_patterns(registry.DOWNLOAD_META))
+    with pytest.raises(registry.RegistryError, match="not loaded from the registry"):
+        mlflow.pyfunc.load_model(str(copy))
+
+    # A version from before the record (a pickled pyfunc) is not loaded, and never reused by promote.
+    client.delete_model_version_tag("rm", first.version, registry.FILES_TAG)
+    with (
+        registry._global_uris(tracking.default_uri(layout.root.resolve())),
+        pytest.raises(registry.RegistryError, match="run `prefshift promote` again"),
+    ):
+        mlflow.pyfunc.load_model(f"models:/rm/{first.version}")
+    with tracking.stage_run(params, layout, "promote") as run:
+        again, created = registry.register(run, "rm", model_dir, {"method": "naive"}, {})
+    assert created and int(again.version) > int(first.version)
+    assert registry.FILES_TAG in again.tags
+
+
+@pytest.mark.slow
+def test_mlflow_models_serve_refuses_a_tampered_version_and_never_unpickles(promoted, tmp_path):
+    """The real serving path: `mlflow models serve -m models:/…` stops with the file named; the
+    planted pickle's payload never runs."""
+    params, layout, _, _ = promoted
+    _, stored = _stored(layout, "champion", params)
+    marker = tmp_path / "payload-ran"
+    apply, undo = _change(stored, marker)["python_model.pkl added"]
+    log = tmp_path / "serve.log"
+    cmd = [sys.executable, "-m", "mlflow", "models", "serve", "-m",
+           f"models:/{params.tracking.registered_model}@champion", "--env-manager", "local",
+           "-h", "127.0.0.1", "-p", str(free_port())]  # fmt: skip
+    env = {**os.environ, "MLFLOW_TRACKING_URI": tracking.default_uri(layout.root.resolve())}
+    apply()
+    try:
+        with log.open("wb") as sink:
+            server = subprocess.Popen(
+                cmd, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        try:
+            code = server.wait(timeout=300)
+        finally:
+            stop_group(server)
+    finally:
+        undo()
+    said = log.read_text(errors="replace")
+    assert code != 0, said
+    assert "python_model.pkl was added to the stored model after registration" in said
+    assert not marker.exists()

@@ -5,10 +5,18 @@ directory (`artifacts/<dir name>/`), so `prefshift pull` can hand out a director
 `AutoModelForSequenceClassification.from_pretrained` loads, and `mlflow.pyfunc` users
 can score (prompt, response) rows directly.
 
+No pickle: the pyfunc is logged as code (MLflow's models-from-code, `serving_model.py`), so
+loading a version imports prefshift's installed code. Every file of the logged model (the
+MLmodel, the code file, the environment files and the HF directory) is listed with its sha256
+in the version's `prefshift.files` tag, read back from the store right after logging. `pull`,
+`score models:/…` and the pyfunc's `load_context` (what `mlflow.pyfunc.load_model` and
+`mlflow models serve` run) refuse a version whose stored files differ from that record (a
+changed, missing or added file, or a link), naming the file.
+
 Identity is the content hash of the HF directory's files (`prefshift.content_hash`
-version tag): registering an unchanged model returns the existing version, and
-`pull` refuses a download whose files no longer hash to it. The reward mean/std the
-model's config.json carries (id_test, OpenRLHF's normalisation keys) are copied into
+version tag): registering an unchanged model returns the existing version (one registered
+as code), and `pull` refuses a download whose files no longer hash to it. The reward mean/std
+the model's config.json carries (id_test, OpenRLHF's normalisation keys) are copied into
 the version's tags.
 
 Pull never deletes or replaces a user's files: it writes into a new or empty directory,
@@ -48,6 +56,10 @@ from prefshift.core.atomic import STDOUT, atomic_path, check_output, output_erro
 from prefshift.core.errors import PrefshiftError
 
 HASH_TAG = "prefshift.content_hash"
+FILES_TAG = "prefshift.files"
+SERVING_CODE = Path(__file__).with_name("serving_model.py")
+DOWNLOAD_META = "registered_model_meta"
+"""What MLflow writes into a models:/ download (name and version): not part of the stored model."""
 LINEAGE_TAG = "prefshift_experiment"
 ARTIFACT_KEY = "hf_dir"
 MODEL_NAME = "reward_model"
@@ -123,9 +135,11 @@ class RewardScorer(mlflow.pyfunc.PythonModel):
     """
 
     def load_context(self, context) -> None:
+        """Check the loaded files against their version's record first; then load the HF model."""
         from prefshift.config.params import parse_params
         from prefshift.engine.scoring import load_for_scoring
 
+        check_loaded_version(_model_root(Path(context.artifacts[ARTIFACT_KEY])))
         self.params = parse_params({"encode": (context.model_config or {}).get("encode", {})}, "model_config")
         self.model, self.tokenizer = load_for_scoring(context.artifacts[ARTIFACT_KEY], self.params)
 
@@ -263,25 +277,132 @@ def register(
     """
     client = run.client
     digest = content_hash(model_dir)
-    existing = versions_with_hash(client, name, digest)
+    existing = _versions_as_code(client, name, digest)
     if existing:
         return existing[0], False
     with _global_uris(run.uri), mlflow.start_run(run_id=run.run_id):
         info = mlflow.pyfunc.log_model(
             name=MODEL_NAME,
-            python_model=RewardScorer(),
+            python_model=str(SERVING_CODE),
             artifacts={ARTIFACT_KEY: str(model_dir)},
             pip_requirements=PIP_REQUIREMENTS,
             model_config={"encode": encode},
         )
-        created = mlflow.register_model(
-            info.model_uri, name, tags={**tags, **reward_stat_tags(model_dir), HASH_TAG: digest}
-        )
-    canonical = versions_with_hash(client, name, digest)[0]
+        record = {**tags, **reward_stat_tags(model_dir), HASH_TAG: digest, FILES_TAG: _stored_record(info)}
+        created = mlflow.register_model(info.model_uri, name, tags=record)
+    canonical = _versions_as_code(client, name, digest)[0]
     if canonical.version != created.version:
         client.delete_model_version(name, created.version)
         return canonical, False
     return created, True
+
+
+def _versions_as_code(client: Any, name: str, digest: str) -> list[Any]:
+    """The versions of this content that carry a record of every file: a version from before
+    (a pickled pyfunc, no record) is never reused, so promoting again registers the model as code."""
+    return [v for v in versions_with_hash(client, name, digest) if FILES_TAG in v.tags]
+
+
+def _stored_record(info: Any) -> str:
+    """The `prefshift.files` tag: every file of the logged model as the store holds it, read back."""
+    with tempfile.TemporaryDirectory(prefix="prefshift-record-") as scratch:
+        local = _download(info.model_uri, scratch, info.model_uri)
+        return json.dumps(stored_files(local, info.model_uri), sort_keys=True, separators=(",", ":"))
+
+
+def _download(source: str, scratch: str, where: str) -> Path:
+    """The stored model downloaded into `scratch`; MLflow's refusal (a file outside the artifact
+    folder, a link, a store it cannot read) is one line naming the file."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return Path(mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=scratch))
+    except MlflowException as err:
+        said = " ".join(str(err.message).replace("#", " ").split())
+        raise RegistryError(f"{where}: MLflow could not download the stored model: {said}") from None
+
+
+def stored_files(root: Path, where: str) -> dict[str, str]:
+    """{relative path: sha256} of every file of a logged model (MLflow's download note left out).
+
+    A link or anything but a regular file or folder is refused: a stored model holds none, and
+    following one would check a file outside the model instead of the one MLflow reads.
+    """
+    found: dict[str, str] = {}
+    for folder, dirs, files in os.walk(root):
+        for entry in [*dirs, *files]:
+            path = Path(folder) / entry
+            rel = path.relative_to(root).as_posix()
+            if path.is_symlink() or not (path.is_dir() or path.is_file()):
+                raise RegistryError(
+                    f"{where}: {rel} is a link or special file, which no registered model holds; "
+                    "refusing to use this copy (promote the model again)"
+                )
+            if entry in files and rel != DOWNLOAD_META:
+                found[rel] = _sha256(path)
+    return found
+
+
+def check_stored_files(root: Path, record: str | None, where: str) -> None:
+    """Refuse the model at `root` unless its files are exactly the version's record, naming the first
+    file that differs (changed, missing or added)."""
+    try:
+        expected = json.loads(record) if record else None
+    except ValueError:
+        expected = None
+    if not isinstance(expected, dict) or not all(isinstance(v, str) for v in expected.values()):
+        raise RegistryError(
+            f"{where}: the version carries no readable {FILES_TAG} record of its files (registered by an "
+            "older prefshift as a pickled pyfunc, or the tag was edited); run `prefshift promote` again to "
+            "register the model as code"
+        )
+    actual = stored_files(root, where)
+    for rel in sorted(expected.keys() | actual.keys(), key=PurePosixPath):
+        if rel not in actual:
+            problem = "is missing from the stored model"
+        elif rel not in expected:
+            problem = "was added to the stored model after registration"
+        elif actual[rel] != expected[rel]:
+            problem = f"was modified after registration (recorded sha256 {expected[rel][:12]}…)"
+        else:
+            continue
+        raise RegistryError(f"{where}: {rel} {problem}; refusing to use this version (register it again)")
+
+
+def _model_root(artifact: Path) -> Path:
+    """The logged model's folder (the one holding MLmodel) above an artifact's path."""
+    for folder in artifact.parents:
+        if (folder / "MLmodel").is_file():
+            return folder
+    raise RegistryError(f"{artifact}: no MLmodel above this artifact; not a logged MLflow model")
+
+
+def check_loaded_version(root: Path) -> None:
+    """What `load_context` runs first: the files MLflow is loading are the ones their registry
+    version recorded. The version is the one MLflow's models:/ download names (`registered_model_meta`);
+    its record is read from the registry of this process (MLFLOW_TRACKING_URI / MLFLOW_REGISTRY_URI)."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    meta_path = root / DOWNLOAD_META
+    try:
+        meta = yaml.safe_load(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else None
+    except (OSError, ValueError, yaml.YAMLError):
+        meta = None
+    if not isinstance(meta, dict) or not {"model_name", "model_version"} <= meta.keys():
+        raise RegistryError(
+            f"{root}: not loaded from the registry, so there is no version record to check its files "
+            "against; load or serve it as models:/<name>@<alias> or models:/<name>/<version>"
+        )
+    where = f"models:/{meta['model_name']}/{meta['model_version']}"
+    try:
+        version = MlflowClient().get_model_version(str(meta["model_name"]), str(meta["model_version"]))
+    except MlflowException as err:
+        raise RegistryError(
+            f"{where}: cannot read its content record from the registry ({err.message.splitlines()[0]}); "
+            "set MLFLOW_TRACKING_URI to the registry the model came from"
+        ) from None
+    check_stored_files(root, version.tags.get(FILES_TAG), where)
 
 
 def set_alias(client: Any, name: str, alias: str, version: str) -> str:
@@ -362,7 +483,9 @@ def pull(client: Any, uri: str, out: Path, force: bool = False) -> dict[str, str
     info = {"name": ref.name, "version": str(version.version), "content_hash": expected, "out": str(out)}
     source = client.get_model_version_download_uri(ref.name, version.version)
     with tempfile.TemporaryDirectory(prefix="prefshift-pull-") as scratch:
-        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=scratch))
+        local = _download(source, scratch, uri)
+        if FILES_TAG in version.tags:  # older versions (pickled, never loaded here) have the HF hash only
+            check_stored_files(local, version.tags[FILES_TAG], uri)
         hf_dir = _hf_dir_in(local)
         files = file_hashes(hf_dir)
         actual = listing_hash(files)
