@@ -15,21 +15,54 @@ import threading
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
+import click
 import typer
+from typer.core import TyperGroup
 
 from prefshift.config.params import ConfigError, Params, check_listed, check_method, for_seed, load_params
 from prefshift.core.atomic import STDOUT, check_output
 from prefshift.core.console import error_text, messages
-from prefshift.core.errors import PrefshiftError, file_error_message
+from prefshift.core.errors import PrefshiftError, boundary_line
 from prefshift.core.paths import Layout
 from prefshift.core.progress import lines_to
 
+err_console = messages()
+
+
+def _one_line(err: Exception) -> NoReturn:
+    """The one error boundary: a problem the user can fix is one line on stderr and exit 2.
+
+    Those are PrefshiftErrors, OSErrors that name their file (missing, a directory, no
+    permission, read-only, disk full), and the library errors a bad input or store produces
+    (`core.errors.boundary_line`: JSON, Unicode, tokenizer, sqlite and MLflow store errors),
+    named by the file, row or store the code was reading. Anything else keeps its traceback.
+    """
+    line = boundary_line(err)
+    if line is None:
+        raise err
+    err_console.print(error_text(line))
+    raise typer.Exit(2) from None
+
+
+class _Boundary(TyperGroup):
+    """Every command, and every line of a command's body, runs inside `_one_line`; click's own
+    exits and usage errors pass through as they are."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
+        except Exception as err:
+            _one_line(err)
+
+
 app = typer.Typer(
+    cls=_Boundary,
     add_completion=False,
     no_args_is_help=True,
     help="prefshift: weak-to-strong reward models under preference shift.",
 )
-err_console = messages()
 
 ParamsOption = Annotated[Path, typer.Option("--params", "-p", help="params.yaml to read.")]
 SetOption = Annotated[
@@ -60,22 +93,11 @@ def _stage(module: str, function: str = "run") -> Any:
 
 
 def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    """Run a command's work; a problem the user can fix is one line on stderr and exit 2.
-
-    An OSError that names its file (missing, a directory, no permission, read-only, disk full)
-    is such a problem wherever it is raised, so it is printed the same way, never as a traceback.
-    One without a file name is not a file-boundary error and keeps its traceback.
-    """
+    """Run a command's work inside the one error boundary (`_one_line`)."""
     try:
         return fn(*args, **kwargs)
-    except PrefshiftError as err:
-        err_console.print(error_text(err))
-        raise typer.Exit(2) from None
-    except OSError as err:
-        if err.filename is None:
-            raise
-        err_console.print(error_text(file_error_message(err)))
-        raise typer.Exit(2) from None
+    except Exception as err:
+        _one_line(err)
 
 
 def _params(path: Path, overrides: list[str] | None) -> Params:

@@ -32,7 +32,7 @@ from pydantic import (
     model_validator,
 )
 
-from prefshift.core.errors import PrefshiftError
+from prefshift.core.errors import PrefshiftError, value_problem
 
 DEFAULT_METHODS = ("naive", "confidence", "seam", "anchor_last", "anchor_mid", "ceiling")
 """The embedded default's `methods`, and the order reports list prefshift's own methods in."""
@@ -769,6 +769,8 @@ def read_yaml(text: str, source: str, hint: str = "") -> Any:
         raise ConfigError(f"{source}: not valid YAML: {_yaml_problem(err)}{hint}") from None
     except RecursionError:
         raise ConfigError(f"{source}: nested too deeply to read; flatten it") from None
+    except ValueError as err:  # a value YAML parsed but cannot build: a 5000-digit number, a 13th month
+        raise ConfigError(f"{source}: {value_problem(err)}") from None
 
 
 OVERRIDE_QUOTING = (

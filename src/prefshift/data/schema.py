@@ -98,6 +98,7 @@ def check_prompt(prompt: Any, where: str) -> list[dict[str, str]]:
             raise RowError("bad_prompt", f"{where}: prompt[{i}].role {role!r:.40} not in {ROLES}")
         if not isinstance(content, str):
             raise RowError("bad_prompt", f"{where}: prompt[{i}].content must be a string")
+        _check_encodable(content, f"prompt[{i}].content", where)
         messages.append({"role": role, "content": content})
     if not any(m["role"] == "user" and m["content"].strip() for m in messages):
         raise RowError("empty_prompt", f"{where}: prompt has no non-empty user message")
@@ -111,7 +112,7 @@ def _decoded_messages(text: str) -> list | None:
         return None
     try:
         decoded = json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
+    except (ValueError, RecursionError):  # bad JSON, or a number past Python's digit limit: plain text
         return None
     return decoded if isinstance(decoded, list) else None
 
@@ -122,7 +123,21 @@ def check_response(value: Any, name: str, where: str) -> str:
         raise RowError("bad_type", f"{where}: field {name!r} must be a string, got {type(value).__name__}")
     if not value.strip():
         raise RowError("empty_response", f"{where}: field {name!r} is empty")
+    _check_encodable(value, f"field {name!r}", where)
     return value
+
+
+def _check_encodable(text: str, what: str, where: str) -> None:
+    """Refuse text that is no Unicode: a lone surrogate (JSON's `\\ud800` escape without its pair)
+    decodes into a Python string but stands for no character, and every tokenizer fails on it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise RowError(
+            "bad_text",
+            f"{where}: {what} holds {text[err.start : err.end]!r} at character {err.start}, a lone "
+            "surrogate escape that stands for no character; remove it or write the character it should be",
+        ) from None
 
 
 def make_pair(

@@ -15,7 +15,7 @@ from typing import Any
 
 from prefshift.config.params import Params
 from prefshift.core.atomic import atomic_path
-from prefshift.core.errors import JSON_TOO_DEEP, PrefshiftError
+from prefshift.core.errors import JSON_TOO_DEEP, PrefshiftError, json_problem
 from prefshift.data.schema import Group, check_prompt, check_response
 from prefshift.engine.scoring import load_for_scoring, score_groups
 
@@ -41,8 +41,10 @@ def reward_norm(model_dir: Path) -> tuple[float, float]:
     path = Path(model_dir) / "config.json"
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as err:
+    except OSError as err:
         raise NormalizationError(f"{path}: cannot read the model config ({err})") from None
+    except (ValueError, RecursionError) as err:
+        raise NormalizationError(f"{path}: cannot read the model config: {json_problem(err)}") from None
     if not isinstance(config, dict):
         raise NormalizationError(f"{path}: not a model config (expected a JSON object)")
     mean, std = config.get("mean"), config.get("std")
@@ -119,8 +121,8 @@ def read_rows(path: Path) -> tuple[str, list[dict[str, Any]]]:
                 continue
             try:
                 row = json.loads(raw.decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError) as err:
-                raise ScoreInputError(f"{where}: not a JSON object ({err})") from None
+            except ValueError as err:  # not JSON, not UTF-8, or a number past Python's digit limit
+                raise ScoreInputError(f"{where}: not a JSON object ({json_problem(err)})") from None
             except RecursionError:
                 raise ScoreInputError(f"{where}: {JSON_TOO_DEEP}") from None
             if not isinstance(row, dict):

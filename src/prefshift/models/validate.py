@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from prefshift.core.errors import JSON_TOO_DEEP, PrefshiftError
+from prefshift.core.errors import JSON_TOO_DEEP, PrefshiftError, json_problem
 
 TRAINED_HEAD_KEY = "prefshift_trained_reward_head"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "spiece.model")
@@ -97,8 +97,8 @@ def _config(path: Path, fail) -> dict[str, Any]:
         raise fail("has no config.json")
     try:
         loaded = json.loads(config.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise fail(f"has an unreadable config.json ({err})") from None
+    except ValueError as err:  # not JSON, not UTF-8, or a number past Python's digit limit
+        raise fail(f"has an unreadable config.json ({json_problem(err)})") from None
     except RecursionError:
         raise fail(f"has a config.json that cannot be read: {JSON_TOO_DEEP}") from None
     if not isinstance(loaded, dict) or "model_type" not in loaded:
@@ -114,8 +114,10 @@ def _weights(path: Path, names: set[str], fail) -> None:
     for index in (path / n for n in WEIGHT_INDEXES if n in names):
         try:
             shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
-        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, AttributeError) as err:
-            raise fail(f"has an unreadable {index.name} ({err})") from None
+        except ValueError as err:
+            raise fail(f"has an unreadable {index.name} ({json_problem(err)})") from None
+        except (KeyError, AttributeError, TypeError) as err:
+            raise fail(f"has an unreadable {index.name} (no weight_map of file names: {err!r:.80})") from None
         except RecursionError:
             raise fail(f"has an unreadable {index.name} ({JSON_TOO_DEEP})") from None
         missing = [s for s in shards if s not in names]

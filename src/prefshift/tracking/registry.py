@@ -53,7 +53,7 @@ import mlflow.pyfunc
 import yaml
 
 from prefshift.core.atomic import STDOUT, atomic_path, check_output, output_errors, refuse_unowned
-from prefshift.core.errors import PrefshiftError
+from prefshift.core.errors import PrefshiftError, naming
 
 HASH_TAG = "prefshift.content_hash"
 FILES_TAG = "prefshift.files"
@@ -83,6 +83,12 @@ def file_hashes(model_dir: Path) -> dict[str, str]:
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise RegistryError(f"{model_dir}: model directory not found")
+    links = [p for p in model_dir.rglob("*") if p.is_symlink()]
+    if links:  # MLflow refuses to store it, and its hash would be the target's, wherever that is
+        raise RegistryError(
+            f"{links[0]}: a link inside the model directory {model_dir}; a registered model holds its own "
+            "files: replace the link with a copy of the file, or remove it"
+        )
     files = (p for p in model_dir.rglob("*") if p.is_file() and p.name != PULL_MARKER)
     return {p.relative_to(model_dir).as_posix(): _sha256(p) for p in files}
 
@@ -640,7 +646,9 @@ def _copy_files(source: Path, target: Path, files: list[str], mask: int) -> None
 
 
 def pull_to(uri: str, out: Path, layout: Any, force: bool = False) -> dict[str, str]:
-    """`prefshift pull`: the registry at the project's tracking URI (checked reachable first)."""
+    """`prefshift pull`: the registry at the project's tracking URI (checked reachable first); an
+    error of its store (a damaged or locked database) names it."""
     from prefshift.tracking import runs as tracking
 
-    return pull(tracking.open_client(layout), uri, out, force)
+    with naming(f"tracking store {tracking.public_uri(tracking.tracking_uri(layout))}"):
+        return pull(tracking.open_client(layout), uri, out, force)

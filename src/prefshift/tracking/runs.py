@@ -64,7 +64,7 @@ from typing import Any
 import yaml
 
 from prefshift.config.params import Params
-from prefshift.core.errors import PrefshiftError
+from prefshift.core.errors import PrefshiftError, library_problem
 from prefshift.core.host import compute_tags
 from prefshift.core.locks import private_dir
 from prefshift.core.paths import Layout
@@ -424,7 +424,8 @@ class StageRun:
             raise  # not an outage: an offline fallback would hide it
         except Exception as err:
             if params.tracking.required or is_offline(uri):
-                raise TrackingError(f"cannot use MLflow tracking at {public_uri(uri)}: {err}") from err
+                said = library_problem(err) or err
+                raise TrackingError(f"cannot use MLflow tracking at {public_uri(uri)}: {said}") from err
             self._go_offline(err)
 
     def _start(self, uri: str, extra_tags: dict[str, str]) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import tempfile
 from typing import Any
 
-from prefshift.core.errors import PrefshiftError
+from prefshift.core.errors import PrefshiftError, naming
 from prefshift.core.paths import Layout
 from prefshift.tracking import runs as tracking
 
@@ -67,7 +67,17 @@ def sync(layout: Layout, target: str | None = None) -> dict[str, Any]:
         raise PrefshiftError(f"sync target {target} is the offline database itself; set MLFLOW_TRACKING_URI")
     tracking.check_sqlite(target)
     tracking.check_reachable(target)
-    src, dst = tracking.client_for(source), tracking.client_for(target)
+    with naming(f"offline database {db}"):  # each store's own error (damaged, locked) names it
+        src = tracking.client_for(source)
+        src.search_experiments(max_results=1)
+    with naming(f"tracking store {tracking.public_uri(target)}"):
+        dst = tracking.client_for(target)
+        dst.search_experiments(max_results=1)
+    with naming(f"sync from {db} to {tracking.public_uri(target)}"):
+        return _copy_pending(src, dst, target, result)
+
+
+def _copy_pending(src: Any, dst: Any, target: str, result: dict[str, Any]) -> dict[str, Any]:
     for experiment in src.search_experiments():
         runs = src.search_runs([experiment.experiment_id], max_results=5000)
         pending = [
