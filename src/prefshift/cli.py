@@ -19,7 +19,7 @@ import click
 import typer
 from typer.core import TyperGroup
 
-from prefshift.config.params import ConfigError, Params, check_listed, check_method, for_seed, load_params
+from prefshift.config.params import ConfigError, Params, check_listed, for_seed, load_params
 from prefshift.core.atomic import STDOUT, check_output
 from prefshift.core.console import error_text, messages
 from prefshift.core.errors import PrefshiftError, boundary_line
@@ -232,7 +232,7 @@ def targets(
     root: RootOption = Path("."),
 ):
     """Write what student M trains on (data/targets/<M>/seed-<k>/): teacher q, gold, or SEAM's labels."""
-    _call(check_method, method)
+    _call(_stage("methods.registry", "get"), method)  # loads it: its contract is checked here
     for loaded, layout in _each_seed(params, set_, seed, all_seeds, root):
         _call(check_listed, loaded, method)
         _call(_stage("pipeline.stages.targets"), loaded, layout, method)
@@ -248,7 +248,7 @@ def train(
     root: RootOption = Path("."),
 ):
     """Train strong student M for one seed or every seed (models/students/<M>/seed-<k>/)."""
-    _call(check_method, method)
+    _call(_stage("methods.registry", "get"), method)  # loads it: its contract is checked here
     for loaded, layout in _each_seed(params, set_, seed, all_seeds, root):
         _call(check_listed, loaded, method)
         _call(_stage("pipeline.stages.train"), loaded, layout, method)
@@ -264,7 +264,7 @@ def evaluate(
     root: RootOption = Path("."),
 ):
     """Metrics of student M from its held-out scores, per seed: reports/metrics/<M>/seed-<k>.json."""
-    _call(check_method, method)
+    _call(_stage("methods.registry", "get"), method)  # loads it: its contract is checked here
     for loaded, layout in _each_seed(params, set_, seed, all_seeds, root):
         _call(check_listed, loaded, method)
         _call(_stage("pipeline.stages.evaluate"), loaded, layout, method)

@@ -70,7 +70,7 @@ def label_source(method: str) -> str:
 
 def build_objective(method: str, params: Params, num_layers: int) -> Objective:
     """The objective for `method`; its settings are validated here, before any training."""
-    return registry.get(method).objective(registry.build(method, params, num_layers))
+    return registry.objective_of(registry.get(method), registry.build(method, params, num_layers))
 
 
 __all__ = [

@@ -9,16 +9,24 @@ all read this registry, so adding a method touches no prefshift file.
 
 A third-party method's own params live in a top-level section named after the method,
 validated by its `settings` model; built-in methods read the sections params.yaml already has.
+
+The contract is checked where a method is registered (`_load`), before any stage uses it: its
+name is one safe path component (it names folders under data/, models/ and reports/), `labels`
+is one of the known sources, `settings` is a pydantic model, the hooks are callables. A
+plug-in's objective factory and hooks run through `call_hook`: whatever they raise becomes one
+line naming the method, its package and the hook, so the CLI's boundary prints it (exit 2).
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.metadata
+import re
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 
 from pydantic import BaseModel, ValidationError
 
@@ -30,6 +38,10 @@ if TYPE_CHECKING:
     from prefshift.models.reward import RewardModel
 
 LabelSource = Literal["gold", "weak", "seam"]
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+"""A method name: one path component that is never hidden, `..`, an option (`-x`) or a DVC
+foreach key with dots, at most 64 characters."""
+ANCHOR_KINDS = (None, "last", "mid")
 
 
 class MethodError(ConfigError):
@@ -111,16 +123,93 @@ TEACHER = Method(name="teacher", labels="gold", objective=bradley_terry)
 
 
 def _load(entry: importlib.metadata.EntryPoint) -> Method:
-    where = f"entry point {entry.name} = {entry.value!r} (group prefshift.methods)"
+    package = _package_of(entry) or "an unknown package"
+    where = f"entry point {entry.name} = {entry.value!r} of {package} (group prefshift.methods)"
     try:
         method = entry.load()
     except Exception as err:  # a plug-in's import error can be of any type
-        raise MethodError(f"{where}: cannot be loaded ({type(err).__name__}: {err})") from None
+        raise MethodError(f"{where}: cannot be loaded ({_raised(err)})") from None
     if not isinstance(method, Method):
         raise MethodError(f"{where}: is a {type(method).__name__}, not a prefshift.methods.registry.Method")
     if method.name != entry.name:
         raise MethodError(f"{where}: declares name {method.name!r}; the entry point and Method must agree")
+    problem = contract_problem(method)
+    if problem:
+        raise MethodError(f"{where}: {problem}")
     return method
+
+
+def contract_problem(method: Method) -> str | None:
+    """What in `method`'s declaration breaks the contract the stages rely on, or None."""
+    if not isinstance(method.name, str) or not SAFE_NAME.fullmatch(method.name):
+        return (
+            f"name {method.name!r} is not one safe path component (letters, digits, '_' and '-', starting "
+            "with a letter or digit, at most 64): it names the method's folders under data/, models/ and "
+            "reports/"
+        )
+    if method.labels not in get_args(LabelSource):
+        return f"labels {method.labels!r} is not one of {', '.join(get_args(LabelSource))}"
+    if method.settings is not None and not (
+        isinstance(method.settings, type) and issubclass(method.settings, BaseModel)
+    ):
+        return (
+            f"settings {method.settings!r:.80} is not a pydantic model class (a BaseModel subclass) or None"
+        )
+    if not callable(method.objective):
+        return f"objective {method.objective!r:.80} is not a callable that builds an Objective"
+    for hook in ("prepare", "after_training"):
+        if getattr(method, hook) is not None and not callable(getattr(method, hook)):
+            return f"{hook} {getattr(method, hook)!r:.80} is not a callable or None"
+    if method.anchor_kind not in ANCHOR_KINDS:
+        return f"anchor_kind {method.anchor_kind!r} is not one of last, mid or None"
+    for field_name in ("sections", "target_sections"):
+        value = getattr(method, field_name)
+        if not isinstance(value, tuple) or not all(isinstance(v, str) for v in value):
+            return f"{field_name} {value!r:.80} is not a tuple of params section names"
+    return None
+
+
+def _package_of(entry: importlib.metadata.EntryPoint) -> str | None:
+    dist = entry.dist
+    return None if dist is None else f"{dist.name} {dist.version}"
+
+
+def _raised(err: BaseException) -> str:
+    """`Type: message (at file:line in function)`: where a plug-in's code failed, in one line."""
+    frames = [f for f in traceback.extract_tb(err.__traceback__) if not f.filename.startswith("<frozen")]
+    at = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
+    said = " ".join(str(err).split())[:300]
+    return f"{type(err).__name__}: {said}{at}"
+
+
+def call_hook(method: Method, hook: str, function: Callable[..., Any], *args: Any) -> Any:
+    """Run a method's objective factory or hook. A third-party method's failure becomes one
+    MethodError naming the method, its package and the hook; prefshift's own methods' failures
+    keep their tracebacks (a bug in prefshift, not in an input)."""
+    package = distribution(method.name)
+    try:
+        result = function(*args)
+    except Exception as err:
+        if package is None:
+            raise
+        raise MethodError(
+            f"method {method.name} (package {package}): its {hook} failed: {_raised(err)}"
+        ) from None
+    return result
+
+
+def objective_of(method: Method, built: Build) -> Objective:
+    """The method's training objective from its factory, checked to be an Objective."""
+    from prefshift.methods.base import Objective
+
+    objective = call_hook(method, "objective factory", method.objective, built)
+    if not isinstance(objective, Objective):
+        package = distribution(method.name) or "prefshift"
+        raise MethodError(
+            f"method {method.name} (package {package}): its objective factory returned a "
+            f"{type(objective).__name__}, not a prefshift.methods.base.Objective"
+        )
+    return objective
 
 
 @functools.cache
@@ -138,11 +227,11 @@ def get(name: str) -> Method:
 
 
 def distribution(name: str) -> str | None:
-    """'package version' of a third-party method, None for prefshift's own."""
-    dist = method_entry_points()[name].dist
-    if dist is None or dist.name == "prefshift":
+    """'package version' of a third-party method, None for prefshift's own (and the teacher)."""
+    entry = method_entry_points().get(name)
+    if entry is None or entry.dist is None or entry.dist.name == "prefshift":
         return None
-    return f"{dist.name} {dist.version}"
+    return _package_of(entry)
 
 
 def settings_of(method: Method, params: Params) -> BaseModel | None:
@@ -152,12 +241,21 @@ def settings_of(method: Method, params: Params) -> BaseModel | None:
         if raw is not None:
             raise ConfigError(f"params section {method.name}: {method.name} takes no settings; remove it")
         return None
+    package = distribution(method.name)
     try:
         return method.settings.model_validate(raw or {})
     except ValidationError as err:
         first = err.errors()[0]
         key = ".".join(str(p) for p in (method.name, *first["loc"]))
-        raise ConfigError(f"params key {key}: {first['msg']}") from None
+        owner = f" (settings of method {method.name}, package {package})" if package else ""
+        raise ConfigError(f"params key {key}: {first['msg']}{owner}") from None
+    except Exception as err:  # a plug-in's own validator raised something else
+        if package is None:
+            raise
+        raise MethodError(
+            f"method {method.name} (package {package}): its settings model failed on params section "
+            f"{method.name}: {_raised(err)}"
+        ) from None
 
 
 def build(

@@ -152,7 +152,7 @@ def _after_training(spec: registry.Method, built: registry.Build, model, log: di
     if spec.after_training is None:
         return
     hook = spec.after_training
-    result = hook(model, built) or {}
+    result = registry.call_hook(spec, "after_training hook", hook, model, built) or {}
     log["after_training"] = {"hook": f"{hook.__module__}.{hook.__qualname__}", **result}
 
 
@@ -197,11 +197,11 @@ def fit(
         tools = StageTools(params, layout, name, tokenizer, items, publish)
         spec = registry.get(method)
         built = registry.build(method, params, model.num_layers, base_dir, tools)
-        objective = spec.objective(built)
+        objective = registry.objective_of(spec, built)
         ckpt = layout.checkpoint_dir(name)
         reference, anchor = shared_reference(params, layout, objective, items, cfg)
         if spec.prepare is not None:
-            spec.prepare(model, objective, built)
+            registry.call_hook(spec, "prepare hook", spec.prepare, model, objective, built)
         model, log = train_reward_model(
             model,
             tokenizer,
