@@ -94,7 +94,7 @@ class Bad:
     says: str
     files: dict[str, bytes | str] = field(default_factory=dict)
     args: list[str] = field(default_factory=list)
-    store: str = "good"  # the tracking store: good | corrupt | locked | directory
+    store: str = "good"  # the tracking store: good | corrupt | locked | directory | empty | offline-corrupt
     model: Callable[[Path], None] | None = None  # changes the case's model directory
     project: Callable[[Path, Path], None] | None = None  # prepares the project (root, model directory)
 
@@ -179,10 +179,15 @@ CORPUS = [
     Bad("store: a locked mlflow.db when promoting", ("promote",), "another process holds the database",
         store="locked", project=_passing_student),
     Bad("store: a damaged offline database", ("sync",), "offline database", store="offline-corrupt"),
+    Bad("store: mlflow.db is a directory", ("pull", "score models:/", "sync"), "mlflow.db is not a file",
+        store="directory"),
+    Bad("store: an empty mlflow.db", ("pull", "score models:/"), "no registered model named 'rm'",
+        store="empty"),
     # grid files
     Bad("grid file: a 5000-digit number", ("sweep",), "grid.yaml: a number with more digits",
         files={"grid.yaml": f"blocks:\n- axes:\n    anchor.lambda: [{BIG}]\n"}, args=GRID),
-    Bad("grid file: not UTF-8", ("sweep",), "UTF-8", files={"grid.yaml": b"\xff\xfe"}, args=GRID),
+    Bad("grid file: not UTF-8", ("sweep",), "grid.yaml: not UTF-8", files={"grid.yaml": b"\xff\xfe"},
+        args=GRID),
 ]  # fmt: skip
 
 CASES = [pytest.param(bad, c, id=f"{c} | {bad.name}") for bad in CORPUS for c in bad.commands]
@@ -204,6 +209,11 @@ def _store(case: Path, kind: str, tmp_path_factory) -> tuple[str, Callable[[], N
         db.write_bytes(b"this is not a database " * 100)
     elif kind == "locked":
         release = _locked(db)()
+    elif kind == "directory":
+        db.unlink()
+        db.mkdir()
+    elif kind == "empty":  # a file sqlite opens, with no MLflow tables yet
+        db.write_bytes(b"")
     offline = case / ".prefshift" / "offline.db"  # sync reads it first: a run recorded offline
     seed_database(tmp_path_factory, offline)
     if kind == "offline-corrupt":

@@ -22,7 +22,7 @@ from typer.core import TyperGroup
 from prefshift.config.params import ConfigError, Params, check_listed, for_seed, load_params
 from prefshift.core.atomic import STDOUT, check_output
 from prefshift.core.console import error_text, messages
-from prefshift.core.errors import PrefshiftError, boundary_line
+from prefshift.core.errors import PrefshiftError, boundary_line, naming
 from prefshift.core.paths import Layout
 from prefshift.core.progress import lines_to
 
@@ -582,7 +582,7 @@ def sweep(
         return
     from prefshift.pipeline import sweep as sweep_module
 
-    grid = _call(_stage("pipeline.sweep_grid_file", "load_grid_file"), grid_file) if grid_file else None
+    grid = _call(_grid, grid_file) if grid_file else None
     if grid is None and not set_:
         err_console.print(error_text("nothing to sweep: pass -S key=value1,value2 or --grid-file FILE"))
         raise typer.Exit(2)
@@ -617,6 +617,12 @@ def sweep(
             _stage("pipeline.sweep_clones", "start"), root, points, listed, chosen, scratch, report, wait
         )
     _print_sweep(result)
+
+
+def _grid(path: Path) -> Any:
+    """The grid file, read; a library's error inside (bytes that are not UTF-8) names the file."""
+    with naming(str(path)):
+        return _stage("pipeline.sweep_grid_file", "load_grid_file")(path)
 
 
 def _dry_run(root: Path, grid: Any, points: list, chosen: Any, scratch: Path | None) -> None:
