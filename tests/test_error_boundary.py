@@ -86,8 +86,9 @@ def _locked(path: Path) -> Callable[[], Callable[[], None]]:
 
 @dataclass
 class Bad:
-    """One malformed input: the files it writes (relative to the case folder), the arguments it
-    adds, the commands it is tried on, and words the one-line error must contain."""
+    """One malformed input: the files it writes (relative to the case folder; `<dir>` in a text
+    is that folder), the arguments it adds, the commands it is tried on, and words the one-line
+    error must contain."""
 
     name: str
     commands: tuple[str, ...]
@@ -143,6 +144,12 @@ CORPUS = [
     Bad("override: a 5000-digit number", OVERRIDE_COMMANDS, "more digits than Python converts",
         args=["-S", f"seed={BIG}"]),
     Bad("override: not YAML", OVERRIDE_COMMANDS, "not valid YAML", args=["-S", "seed=[1"]),
+    # a local data source for prepare
+    Bad("data: a 5000-digit number in a local JSONL", ("prepare",), "own test (", files={
+        "params.yaml": "data:\n  source: own\n  category: helpful\n  targets: []\n  sources:\n"
+                       "    own: {adapter: local, path: <dir>/data_in, category: helpful}\n",
+        "data_in/test.jsonl": '{"prompt": "hi", "chosen": "a", "rejected": "b", "n": ' + BIG + "}\n",
+        "data_in/train.jsonl": json.dumps({"prompt": "hi", "chosen": "a", "rejected": "b"}) + "\n"}),
     # rows for score
     Bad("rows: a 5000-digit number", ("score",), "rows.jsonl line 1: not a JSON object (a number with more",
         files={"rows.jsonl": '{"prompt": "hi", "response": "yo", "n": ' + BIG + "}\n"}),
@@ -231,7 +238,10 @@ def test_a_malformed_input_is_one_line_and_exit_2(bad, command, tmp_path, tmp_pa
             if folder.is_file():
                 folder.unlink()
         path.parent.mkdir(parents=True, exist_ok=True)
-        (path.write_bytes if isinstance(content, bytes) else path.write_text)(content)
+        if isinstance(content, str):
+            path.write_text(content.replace("<dir>", str(tmp_path)))
+        else:
+            path.write_bytes(content)
     model = tmp_path / "rm"
     shutil.copytree(tiny_model, model)
     if bad.model:

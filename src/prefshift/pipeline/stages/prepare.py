@@ -17,7 +17,7 @@ from rich.table import Table
 
 from prefshift.config.params import ConfigError, Params
 from prefshift.core.atomic import write_json
-from prefshift.core.errors import PrefshiftError
+from prefshift.core.errors import PrefshiftError, naming
 from prefshift.core.paths import Layout
 from prefshift.data.adapters import get_adapter
 from prefshift.data.schema import SkipCounter, write_groups, write_pairs
@@ -39,7 +39,8 @@ def run(params: Params, layout: Layout) -> None:
             skips = {}
             for split in ("train", "test") if name == data.source else ("test",):
                 counter = SkipCounter()
-                pairs = adapter.load_pairs(split, params, counter)
+                with naming(f"{name} {split} ({adapter.describe_source(split, params)})"):
+                    pairs = adapter.load_pairs(split, params, counter)  # a library's error names the source
                 skips[split] = counter.as_dict()
                 if not pairs:
                     raise _nothing_usable(name, split, adapter.describe_source(split, params), skips[split])
