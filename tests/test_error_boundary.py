@@ -174,6 +174,8 @@ CORPUS = [
         model=_index_number),
     Bad("model: a 5000-digit normalisation mean", ("score",), "config.json (a number with more digits",
         model=_stats_number, args=["--normalize"]),
+    Bad("model: a 5000-digit mean in the student promote registers", ("promote",), "config.json",
+        model=_stats_number, project=_passing_student),
     Bad("model: a link inside the student promote registers", ("promote",), "a link",
         project=lambda root, model: _passing_student(root, model, link=True)),
     # tracking stores

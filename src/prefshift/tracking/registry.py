@@ -235,7 +235,9 @@ def ensure_registered_model(client: Any, name: str, experiment: str) -> None:
 
 def reward_stat_tags(model_dir: Path) -> dict[str, str]:
     """`reward.mean`/`reward.std` tags from config.json (absent in a model saved without them)."""
-    config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+    path = Path(model_dir) / "config.json"
+    with naming(str(path)):  # a number past Python's digit limit is named by its file
+        config = json.loads(path.read_text(encoding="utf-8"))
     return {tag: repr(float(config[key])) for key, tag in STATS_TAGS.items() if key in config}
 
 
@@ -286,6 +288,7 @@ def register(
     existing = _versions_as_code(client, name, digest)
     if existing:
         return existing[0], False
+    stats = reward_stat_tags(model_dir)  # read before anything is logged: a bad config.json logs nothing
     with _global_uris(run.uri), mlflow.start_run(run_id=run.run_id):
         info = mlflow.pyfunc.log_model(
             name=MODEL_NAME,
@@ -294,7 +297,7 @@ def register(
             pip_requirements=PIP_REQUIREMENTS,
             model_config={"encode": encode},
         )
-        record = {**tags, **reward_stat_tags(model_dir), HASH_TAG: digest, FILES_TAG: _stored_record(info)}
+        record = {**tags, **stats, HASH_TAG: digest, FILES_TAG: _stored_record(info)}
         created = mlflow.register_model(info.model_uri, name, tags=record)
     canonical = _versions_as_code(client, name, digest)[0]
     if canonical.version != created.version:
