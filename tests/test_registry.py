@@ -622,3 +622,37 @@ def test_mlflow_models_serve_refuses_a_tampered_version_and_never_unpickles(prom
     assert code != 0, said
     assert "python_model.pkl was added to the stored model after registration" in said
     assert not marker.exists()
+
+
+def test_an_mlmodel_rewritten_to_a_pickle_is_refused_when_mlflow_is_told_to_refuse_pickles(
+    promoted, tmp_path, monkeypatch
+):
+    """What the check cannot cover, MLflow's own switch does: MLflow parses MLmodel before prefshift
+    gets control, so an MLmodel rewritten to name a planted pickle is unpickled by MLflow unless
+    MLFLOW_ALLOW_PICKLE_DESERIALIZATION=false, which docs/tracking.md tells servers to set."""
+    import pickle
+
+    import mlflow
+
+    params, layout, _, _ = promoted
+    _, stored = _stored(layout, "champion", params)
+    marker = tmp_path / "payload-ran"
+    mlmodel = stored / "MLmodel"
+    original = mlmodel.read_text()
+    described = yaml.safe_load(original)
+    flavor = described["flavors"]["python_function"]
+    flavor.pop("model_code_path")
+    flavor["python_model"] = "python_model.pkl"
+    (stored / "python_model.pkl").write_bytes(pickle.dumps(_Payload(marker)))
+    mlmodel.write_text(yaml.safe_dump(described))
+    monkeypatch.setenv("MLFLOW_ALLOW_PICKLE_DESERIALIZATION", "false")
+    try:
+        with (
+            registry._global_uris(tracking.default_uri(layout.root.resolve())),
+            pytest.raises(mlflow.exceptions.MlflowException, match="pickle is disallowed"),
+        ):
+            mlflow.pyfunc.load_model(f"models:/{params.tracking.registered_model}@champion")
+    finally:
+        mlmodel.write_text(original)
+        (stored / "python_model.pkl").unlink()
+    assert not marker.exists()
