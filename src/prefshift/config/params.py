@@ -33,6 +33,7 @@ from pydantic import (
 )
 
 from prefshift.core.errors import PrefshiftError
+from prefshift.core.reading import MIB, InputFileError, read_regular
 
 DEFAULT_METHODS = ("naive", "confidence", "seam", "anchor_last", "anchor_mid", "ceiling")
 """The embedded default's `methods`, and the order reports list prefshift's own methods in."""
@@ -43,6 +44,10 @@ CATEGORIES = ("helpful", "harmless")
 
 class ConfigError(PrefshiftError, ValueError):
     """A params file or override that cannot be used; the message names the key."""
+
+
+MAX_PARAMS_BYTES = 4 * MIB
+"""The bound on a params file: the embedded default is 12 KB, and YAML this large is not params."""
 
 
 Seed = Annotated[int, Field(ge=0, lt=2**32)]  # what numpy's and torch's generators all accept
@@ -490,6 +495,12 @@ class Params(Strict):
         description="The seed of what every seed shares (the split, the pretrained bases, the policy's "
         "samples); a per-seed stage runs with `seed` set to its own replicate seed (`for_seed`).",
     )
+    max_seeds: int = Field(
+        32,
+        ge=1,
+        description="The cap on `seeds`: each seed is one DVC stage per method and per teacher, so a list "
+        "typed or generated wrong (10,000 seeds) would stall every DVC command; raise it to run more.",
+    )
     seeds: list[Seed] = Field(
         default_factory=lambda: [0, 1, 2],
         min_length=1,
@@ -530,13 +541,28 @@ class Params(Strict):
         rest = {k: v for k, v in data.items() if k not in plugin}
         return {**rest, "method_settings": {k: data[k] for k in sorted(plugin)}}
 
+    @field_validator("seeds", mode="before")
+    @classmethod
+    def _seeds_within_the_cap(cls, value: Any, info: ValidationInfo) -> Any:
+        """Before each seed is checked: a list far past the cap is refused at once, by its length."""
+        cap = info.data.get("max_seeds")
+        if isinstance(value, list) and isinstance(cap, int) and len(value) > cap:
+            raise ValueError(
+                f"{len(value)} seeds listed, more than max_seeds ({cap}), the cap on replicates (each "
+                "seed is one DVC stage per method); raise `max_seeds` in params.yaml (or pass "
+                f"-S max_seeds={len(value)}) to run them all"
+            )
+        return value
+
     @field_validator("seeds")
     @classmethod
     def _distinct_seeds(cls, value: list[int]) -> list[int]:
         """A seed listed twice would be one DVC stage generated twice (DVC refuses the file)."""
-        for i, seed in enumerate(value):
-            if seed in value[:i]:
+        seen: set[int] = set()
+        for seed in value:
+            if seed in seen:
                 raise ValueError(f"seed {seed} is listed twice")
+            seen.add(seed)
         return value
 
     @field_validator("methods")
@@ -716,6 +742,10 @@ class DuplicateKeyError(yaml.YAMLError):
     """A mapping that names one key twice."""
 
 
+class AliasError(yaml.YAMLError):
+    """A YAML alias (`*name`): refused in params, where a few nested ones expand past any memory."""
+
+
 def _refuse_duplicate_keys(node: yaml.Node, path: tuple[str, ...], seen: set[int]) -> None:
     if id(node) in seen:  # an alias to a node already walked (or to an ancestor)
         return
@@ -750,6 +780,17 @@ class StrictLoader(yaml.SafeLoader):
         _refuse_duplicate_keys(document, (), set())
         return document
 
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        """No aliases: nine nested ones (an "alias bomb") stand for 10^9 values, which every check of
+        the params would then walk. Params never need one; the value is written out instead."""
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise AliasError(
+                f"a YAML alias (*{event.anchor}, line {event.start_mark.line + 1}) is not accepted in "
+                "params: a few nested aliases expand past any memory; write the value out"
+            )
+        return super().compose_node(parent, index)
+
 
 def _yaml_problem(err: yaml.YAMLError) -> str:
     if isinstance(err, yaml.MarkedYAMLError) and err.problem_mark is not None:
@@ -763,7 +804,7 @@ def read_yaml(text: str, source: str, hint: str = "") -> Any:
     """Parse params YAML (a file or an override value) strictly; errors name `source`."""
     try:
         return yaml.load(text, Loader=StrictLoader)  # a SafeLoader subclass: no arbitrary objects
-    except DuplicateKeyError as err:
+    except (DuplicateKeyError, AliasError) as err:
         raise ConfigError(f"{source}: {err}") from None
     except yaml.YAMLError as err:
         raise ConfigError(f"{source}: not valid YAML: {_yaml_problem(err)}{hint}") from None
@@ -825,11 +866,13 @@ def parse_params(raw: dict[str, Any], source: str = "params") -> Params:
 def load_params(path: str | Path = "params.yaml", overrides: list[str] | None = None) -> Params:
     """Read params.yaml and apply `section.key=value` overrides (values parsed as YAML)."""
     path = Path(path)
-    if not path.is_file():
+    if path.is_dir() or not path.exists():
         problem = "is a directory, not a params file" if path.is_dir() else "params file not found"
         raise ConfigError(f"{path}: {problem} (run from the project root or pass --params)")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_regular(path, "params file", MAX_PARAMS_BYTES).decode("utf-8")
+    except InputFileError as err:
+        raise ConfigError(str(err)) from None
     except (OSError, UnicodeError) as err:
         raise ConfigError(f"{path}: cannot read the params file ({err})") from None
     raw = read_yaml(text, str(path))

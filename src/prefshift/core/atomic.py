@@ -30,6 +30,7 @@ from typing import Any
 
 from prefshift.core import scratch
 from prefshift.core.errors import PrefshiftError, os_error_cause
+from prefshift.core.reading import special_kind
 
 STDOUT = "-"
 # Write failures that carry no file name: the write() itself failed, so they are about the output.
@@ -140,7 +141,7 @@ def refuse_unowned(target: str | Path, directory: bool = False, force: bool = Fa
         )
     if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
         raise OutputError(
-            f"{target}: is a {_special_kind(mode)}, not a regular file; prefshift never writes over one. "
+            f"{target}: is a {special_kind(mode)}, not a regular file; prefshift never writes over one. "
             "Choose a file path (for standard output, `--out -` where a command offers it)"
         )
     if info.st_uid != os.geteuid() and not force:
@@ -157,14 +158,6 @@ def _user(uid: int) -> str:
         return f"user {pwd.getpwuid(uid).pw_name} (uid {uid})"
     except KeyError:
         return f"uid {uid}"
-
-
-def _special_kind(mode: int) -> str:
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "device"
-    if stat.S_ISFIFO(mode):
-        return "FIFO (named pipe)"
-    return "socket" if stat.S_ISSOCK(mode) else "special file"
 
 
 def check_output(
