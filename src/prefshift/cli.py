@@ -459,6 +459,8 @@ def bench(
     """Training vs TRL, ANCHOR overhead, scoring throughput (and the pipeline): reports/bench.{json,md}."""
     for output in [out / "bench.json", out / "bench.md", *([readme] if readme else [])]:
         _call(check_output, output)
+    if pipeline_params is not None:  # a params file (regular, bounded, valid) before any benchmark runs
+        _params(pipeline_params, None)
     _call(
         _stage("bench.run", "run_bench"),
         out,
