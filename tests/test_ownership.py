@@ -133,6 +133,13 @@ def test_a_copied_renamed_or_foreign_scratch_proves_nothing(tmp_path):
     shutil.copyfile(real / scratch.RECORD, kept["planted"] / scratch.RECORD)
     (tmp_path / "elsewhere").mkdir()
     linked_to = _leftover(tmp_path / "elsewhere" / "r.jsonl")  # genuine, but reached through a link
+    kept["record-link"] = tmp_path / ".r.jsonl.RECLINK1.tmp"  # a record reached through a link
+    _user_dir(kept["record-link"])
+    info = kept["record-link"].stat()
+    (tmp_path / "record.json").write_text(
+        json.dumps(scratch._record(target, False, info), sort_keys=True)  # right in every field
+    )
+    (kept["record-link"] / scratch.RECORD).symlink_to(tmp_path / "record.json")
     kept["link"].symlink_to(linked_to, target_is_directory=True)
     if os.geteuid() == 0:  # a genuine leftover of this very target, but another user's
         kept["foreign"] = _leftover(target)
@@ -364,6 +371,17 @@ def test_every_command_writing_a_named_output_refuses_another_users_file(tmp_pat
     assert _owner_mode(out) == (OTHER_UID, OTHER_UID, 0o600)
 
 
+def test_pull_refuses_another_users_directory_without_force(registered, tmp_path):
+    layout, uri = registered
+    out = tmp_path / "theirs"
+    out.mkdir()
+    (out / "notes.txt").write_text("theirs")
+    _foreign_file(out / "notes.txt")
+    os.chown(out, OTHER_UID, OTHER_UID)
+    _refused(_pull(layout, uri, out), str(out), "uid 12345", "--force")
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+
+
 def test_an_output_set_refuses_another_users_file(tmp_path):
     out = _foreign_file(tmp_path / "metrics.json")
     with pytest.raises(OutputError, match="uid 12345"), output_set(tmp_path, "prefshift toy", files=[out]):
@@ -381,9 +399,11 @@ def test_pull_leaves_a_users_hidden_backup_and_scratch_look_alikes_alone(registe
     result = _pull(layout, uri, out)
     assert result.exit_code == 0, result.output
     inside = _user_dir(out / ".prefshift-pull-copies.ABCDEFGH.tmp")  # a look-alike inside the pull too
+    (out / ".config.json.partial").write_text("a user's file, named like an old pull's copy")
     assert _pull(layout, uri, out).exit_code == 0  # again: into the earlier pull
     assert {name: _tree(tmp_path / name) for name in kept} == kept
     assert _tree(out / ".prefshift-pull-copies.ABCDEFGH.tmp") == inside
+    assert (out / ".config.json.partial").read_text() == "a user's file, named like an old pull's copy"
     assert (out / "config.json").is_file()
 
 
