@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 import tracemalloc
 import urllib.error
 import urllib.request
@@ -383,3 +385,44 @@ def test_score_memory_does_not_grow_with_the_row_count(tmp_path, model_dir):
         finally:
             tracemalloc.stop()
     assert peaks[340] - peaks[40] < 1_000_000, peaks
+
+
+def _cwd_under(top: Path) -> list[int]:
+    """Processes whose working directory lies under `top` (a removed one reads `... (deleted)`)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and os.readlink(entry / "cwd").startswith(str(top)):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_bench_pipeline_removes_its_clone_and_stops_its_repro_on_sigterm(tmp_path):
+    """SIGTERM once `dvc repro` runs in the clone: the clone goes, and no process is left in it."""
+    scratch_dir = tmp_path / "tmp"
+    scratch_dir.mkdir()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TMPDIR": str(scratch_dir)}
+    bench = subprocess.Popen(
+        [PREFSHIFT, "bench", "--pipeline-only", "--out", str(tmp_path / "out")],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while not [p for p in _cwd_under(scratch_dir) if p != bench.pid] and time.monotonic() < deadline:
+            assert bench.poll() is None, "bench ended before its dvc repro started"
+            time.sleep(0.2)
+        assert list(scratch_dir.glob("prefshift-bench-pipeline-*")), "no clone was made"
+        bench.send_signal(signal.SIGTERM)
+        bench.wait(timeout=60)
+    finally:
+        bench.kill()
+        bench.wait()
+    assert list(scratch_dir.iterdir()) == []
+    deadline = time.monotonic() + 10
+    while _cwd_under(scratch_dir) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _cwd_under(scratch_dir) == []

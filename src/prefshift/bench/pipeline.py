@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -116,6 +117,7 @@ def _repro(root: Path, env: dict[str, str], log: Callable[[str], None]) -> dict:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        start_new_session=True,  # its own process group: stopped whole, stages included
     )
     stages: dict[str, float] = {}
     current, since, peak_kb, tail = None, start, 0, []
@@ -131,7 +133,7 @@ def _repro(root: Path, env: dict[str, str], log: Callable[[str], None]) -> dict:
             elif line.startswith("PEAK_RSS_KB"):
                 peak_kb = int(line.split()[1])
     except BaseException:  # Ctrl-C or SIGTERM: the repro stops too, before its clone is removed
-        proc.kill()
+        os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         raise
     rc = proc.wait()

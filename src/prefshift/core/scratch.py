@@ -183,7 +183,7 @@ def replace_file(source: Path, target: Path) -> None:
     except FileNotFoundError:
         old = None
     if old is not None and stat.S_ISREG(old.st_mode):
-        os.chmod(source, stat.S_IMODE(old.st_mode))
+        os.chmod(source, old.st_mode & 0o777)  # permissions only: never a set-id bit on new content
         if os.geteuid() == 0 and (old.st_uid, old.st_gid) != (os.geteuid(), os.getegid()):
             os.chown(source, old.st_uid, old.st_gid)
     os.replace(source, target)
