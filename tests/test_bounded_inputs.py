@@ -15,6 +15,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from mlflow_support import free_port, stop_group, wait_for_http
@@ -267,14 +268,22 @@ def _one_line(done: subprocess.CompletedProcess, *expected: str) -> str:
 def test_a_yaml_alias_bomb_in_params_or_one_override_is_refused_at_once(tmp_path):
     params = tmp_path / "params.yaml"
     params.write_text(f"seed: 0\ndata: {{sources: {_bomb()}}}\n")
-    _one_line(_cli("split", "-p", str(params), "--root", str(tmp_path)), str(params), "YAML alias")
+    bound = "expand to more than 100,000 values"
+    _one_line(_cli("split", "-p", str(params), "--root", str(tmp_path)), str(params), bound)
     plain = tmp_path / "plain.yaml"
     plain.write_text("seed: 0\n")
-    for override in (f"data.sources={_bomb()}", "methods=[&m naive, *m]"):
-        line = _one_line(
-            _cli("split", "-p", str(plain), "-S", override, "--root", str(tmp_path)), "YAML alias"
-        )
-        assert line.startswith("error: override")
+    for override, problem in ((f"data.sources={_bomb()}", bound), ("methods=&m [naive, *m]", "without end")):
+        done = _cli("split", "-p", str(plain), "-S", override, "--root", str(tmp_path))
+        assert _one_line(done, problem).startswith("error: override")
+
+
+def test_a_few_aliases_as_yaml_dump_writes_them_are_read():
+    """PyYAML's dump writes `&id001`/`*id001` for a value used twice: such a file stays readable."""
+    from prefshift.config.params import read_yaml
+
+    shared = {"lr": 0.001}
+    text = yaml.safe_dump({"teacher": shared, "student": shared})
+    assert "*id001" in text and read_yaml(text, "params.yaml") == {"teacher": shared, "student": shared}
 
 
 def test_seeds_past_the_cap_are_refused_by_count_and_the_cap_is_named(tmp_path):

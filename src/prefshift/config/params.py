@@ -742,8 +742,32 @@ class DuplicateKeyError(yaml.YAMLError):
     """A mapping that names one key twice."""
 
 
-class AliasError(yaml.YAMLError):
-    """A YAML alias (`*name`): refused in params, where a few nested ones expand past any memory."""
+class ExpansionError(yaml.YAMLError):
+    """YAML whose aliases expand to more values than any params file holds (an "alias bomb")."""
+
+
+MAX_PARAMS_VALUES = 100_000
+"""The bound on the values of a params document, aliases expanded: the embedded default holds about
+400. Nine nested aliases of nine items each (a few hundred bytes) stand for 10^9, which every check
+of the params would walk for hours."""
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, int], open_nodes: set[int]) -> int:
+    """The values `node` stands for with every alias expanded, each shared node counted once per use
+    but measured once (so an alias bomb is measured in the time of its few hundred bytes)."""
+    if id(node) in sizes:
+        return sizes[id(node)]
+    if id(node) in open_nodes:
+        raise ExpansionError("an alias refers to a node that contains it, which expands without end")
+    open_nodes.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        children = [child for pair in node.value for child in pair]
+    else:
+        children = node.value if isinstance(node, yaml.SequenceNode) else []
+    size = 1 + sum(_expanded_size(child, sizes, open_nodes) for child in children)
+    open_nodes.discard(id(node))
+    sizes[id(node)] = size
+    return size
 
 
 def _refuse_duplicate_keys(node: yaml.Node, path: tuple[str, ...], seen: set[int]) -> None:
@@ -769,7 +793,8 @@ def _refuse_duplicate_keys(node: yaml.Node, path: tuple[str, ...], seen: set[int
 
 
 class StrictLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, except that a key given twice in one mapping is an error.
+    """PyYAML's safe loader, except that a key given twice in one mapping is an error, and so is a
+    document whose aliases expand past `MAX_PARAMS_VALUES`.
 
     PyYAML silently keeps the last value, while DVC (ruamel) refuses the file: a second
     `seed:` or `anchor:` section would be ignored here and fatal in `dvc status`.
@@ -777,19 +802,13 @@ class StrictLoader(yaml.SafeLoader):
 
     def compose_document(self) -> yaml.Node:
         document = super().compose_document()
+        if document is not None and _expanded_size(document, {}, set()) > MAX_PARAMS_VALUES:
+            raise ExpansionError(
+                f"its aliases (*name) expand to more than {MAX_PARAMS_VALUES:,} values, the bound on a "
+                "params document; write the values out, or repeat fewer of them"
+            )
         _refuse_duplicate_keys(document, (), set())
         return document
-
-    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
-        """No aliases: nine nested ones (an "alias bomb") stand for 10^9 values, which every check of
-        the params would then walk. Params never need one; the value is written out instead."""
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise AliasError(
-                f"a YAML alias (*{event.anchor}, line {event.start_mark.line + 1}) is not accepted in "
-                "params: a few nested aliases expand past any memory; write the value out"
-            )
-        return super().compose_node(parent, index)
 
 
 def _yaml_problem(err: yaml.YAMLError) -> str:
@@ -804,7 +823,7 @@ def read_yaml(text: str, source: str, hint: str = "") -> Any:
     """Parse params YAML (a file or an override value) strictly; errors name `source`."""
     try:
         return yaml.load(text, Loader=StrictLoader)  # a SafeLoader subclass: no arbitrary objects
-    except (DuplicateKeyError, AliasError) as err:
+    except (DuplicateKeyError, ExpansionError) as err:
         raise ConfigError(f"{source}: {err}") from None
     except yaml.YAMLError as err:
         raise ConfigError(f"{source}: not valid YAML: {_yaml_problem(err)}{hint}") from None

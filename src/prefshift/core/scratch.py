@@ -127,11 +127,13 @@ class Scratch:
 def create(target: Path, directory: bool) -> Scratch:
     """A new scratch directory beside `target`, recorded and locked."""
     root = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    scratch = Scratch(root, target, directory, fd)
+    scratch = Scratch(root, target, directory, None)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        _write_new(root / RECORD, _record(target, directory, os.fstat(fd)))
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        scratch.fd = os.open(root / RECORD, flags, 0o600)
+        with contextlib.suppress(OSError):  # no locks here (some network file systems): never claimed
+            fcntl.flock(scratch.fd, fcntl.LOCK_EX)
+        os.write(scratch.fd, json.dumps(_record(target, directory, os.lstat(root)), sort_keys=True).encode())
         os.mkdir(scratch.staged, 0o700)
     except BaseException:
         scratch.discard()
@@ -141,16 +143,24 @@ def create(target: Path, directory: bool) -> Scratch:
 
 def claim(candidate: Path, target: Path) -> Scratch | None:
     """The scratch at `candidate` if its record proves prefshift made it for `target` and no live
-    writer holds it; else None, and nothing was changed."""
+    writer holds it; else None, and nothing was changed.
+
+    The lock is on the record file, held open by its writer: an `flock` on a file opened for
+    writing works on network file systems too, where one on a directory may not.
+    """
     if os.path.abspath(candidate.parent) != os.path.abspath(target.parent):
         return None
     try:
-        fd = os.open(candidate, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        folder = os.open(candidate, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError:
         return None
+    fd = None
     try:
-        info = os.fstat(fd)
-        record = _read_json(candidate / RECORD)
+        info = os.fstat(folder)
+        if not stat.S_ISREG(os.stat(RECORD, dir_fd=folder, follow_symlinks=False).st_mode):
+            raise OSError("its record is not a regular file")  # never opened: a device's open acts
+        fd = os.open(RECORD, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder)
+        record = _read_record(fd)
         if (
             info.st_uid != os.geteuid()
             or not isinstance(record, dict)
@@ -160,8 +170,11 @@ def claim(candidate: Path, target: Path) -> Scratch | None:
             raise OSError("not a scratch directory of prefshift's")
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a live writer holds it: its own to finish
     except OSError:
-        os.close(fd)
+        if fd is not None:
+            os.close(fd)
         return None
+    finally:
+        os.close(folder)
     return Scratch(candidate, target, record["directory"], fd)
 
 
@@ -217,8 +230,16 @@ def _read_json(path: Path) -> Any:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
-    with os.fdopen(fd, "rb") as handle, contextlib.suppress(OSError, ValueError, RecursionError):
-        if stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            data = handle.read(_MAX_RECORD_BYTES + 1)
+    try:
+        return _read_record(fd)
+    finally:
+        os.close(fd)
+
+
+def _read_record(fd: int) -> Any:
+    """The JSON of the small regular file open at `fd`, from its start; None if it is anything else."""
+    with contextlib.suppress(OSError, ValueError, RecursionError):
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            data = os.pread(fd, _MAX_RECORD_BYTES + 1, 0)
             return json.loads(data) if len(data) <= _MAX_RECORD_BYTES else None
     return None
