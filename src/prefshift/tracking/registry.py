@@ -514,7 +514,7 @@ def _copy_files(source: Path, target: Path, files: list[str], mask: int) -> None
                 if not folder.exists():
                     folder.mkdir()
                     os.chmod(folder, 0o777 & ~mask)
-            with output_errors([dest, target / PULLING]):
+            with output_errors([dest]):
                 shutil.copyfile(source / rel, copy)
             os.chmod(copy, 0o666 & ~mask)
         for rel, copy in zip(files, copies, strict=True):
