@@ -25,7 +25,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from prefshift.core.atomic import atomic_path, recover_interrupted_swap, write_json
 from prefshift.core.paths import Layout
 from prefshift.data.schema import read_pairs
 from prefshift.data.splits import file_sha256
@@ -204,31 +203,3 @@ def test_interrupted_backbone_never_leaves_a_new_weak_beside_an_old_strong(proje
     assert status != 0, "no attempt was interrupted mid-write"
     assert {p: p.read_bytes() for p in sorted(layout.base_dir.rglob("*")) if p.is_file()} == before
     assert not _temporaries(layout.root / "models")  # KeyboardInterrupt removed the staged set
-
-
-def test_a_rerun_clears_what_a_killed_writer_left_and_nothing_else(tmp_path):
-    target = tmp_path / "scores" / "metrics.json"
-    stale = tmp_path / "scores" / ".metrics.json.k1ll3d0n.tmp"
-    other = tmp_path / "scores" / ".metrics.json.v2.a1b2c3d4.tmp"  # another target's temporary
-    for directory in (stale, other):
-        directory.mkdir(parents=True)
-        (directory / "half").write_text("{")
-    write_json(target, {"b": 1.5, "a": [1, 2]})
-    assert target.read_text() == '{\n  "a": [\n    1,\n    2\n  ],\n  "b": 1.5\n}\n'
-    assert not stale.exists() and (other / "half").exists()
-    assert sorted(p.name for p in target.parent.iterdir()) == [other.name, "metrics.json"]
-
-
-def test_a_kill_between_the_two_renames_of_a_directory_swap_loses_nothing(tmp_path):
-    target = tmp_path / "checkpoints" / "last"
-    with atomic_path(target, directory=True) as tmp:
-        (tmp / "state.json").write_text('{"step": 3}')
-    target.rename(target.with_name(".last.old"))  # where a kill mid-swap leaves the previous copy
-    recover_interrupted_swap(target)
-    assert (target / "state.json").read_text() == '{"step": 3}'
-    target.rename(target.with_name(".last.old"))
-    with atomic_path(target, directory=True) as tmp:  # the next writer recovers it first, then replaces it
-        assert (target / "state.json").exists()
-        (tmp / "state.json").write_text('{"step": 6}')
-    assert (target / "state.json").read_text() == '{"step": 6}'
-    assert sorted(p.name for p in target.parent.iterdir()) == ["last"]

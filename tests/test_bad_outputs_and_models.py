@@ -19,8 +19,8 @@ import pandas as pd
 import pytest
 
 from prefshift.config.params import Params
-from prefshift.core.atomic import swap_directory
 from prefshift.core.paths import Layout
+from prefshift.core.scratch import Scratch
 from prefshift.data.adapters import get_adapter
 from prefshift.data.schema import SchemaError, SkipCounter
 from prefshift.models.reward import ModelLoadError, load_reward_model, save_reward_model
@@ -131,19 +131,19 @@ def _write_set(root: Path, targets: list[Path], text: str) -> None:
 
 def test_an_interrupted_commit_is_finished_by_the_next_reader(tmp_path, monkeypatch):
     """Ctrl-C between the renames of a commit: its journal makes the next reader complete it."""
-    import prefshift.pipeline.output_set as module
-
     first, second = tmp_path / "a", tmp_path / "b"
     _write_set(tmp_path, [first, second], "old")
     done = []
+    commit = Scratch.commit
 
-    def interrupted_after_one(staged: Path, target: Path) -> None:
-        if done:
-            raise KeyboardInterrupt
-        done.append(target)
-        swap_directory(staged, target)
+    def interrupted_after_one(self: Scratch) -> None:
+        if self.target in (first, second):  # not the manifests written inside them
+            if done:
+                raise KeyboardInterrupt
+            done.append(self.target)
+        commit(self)
 
-    monkeypatch.setattr(module, "swap_directory", interrupted_after_one)
+    monkeypatch.setattr(Scratch, "commit", interrupted_after_one)
     with pytest.raises(KeyboardInterrupt):
         _write_set(tmp_path, [first, second], "new")
     monkeypatch.undo()

@@ -5,20 +5,31 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
+import tracemalloc
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
+from typer.testing import CliRunner
 
 from mlflow_support import free_port, stop_group, wait_for_http
+from prefshift.cli import app
 from prefshift.config.params import EncodeConfig, Params
 from prefshift.data import encode
 from prefshift.data.encode import CHARS_PER_TOKEN, Encoder, bound_prompt, bound_response
+from prefshift.engine.rows import MAX_LINE_BYTES, score_file
 from prefshift.engine.scoring import load_for_scoring
+from test_output_rule import _refused
+from test_registry import PAIRS
 from tiny_models import tokenizer
+
+pytest_plugins = ["output_support"]  # model_dir
 
 MAX_LENGTH = 32
 WORDS = [
@@ -228,3 +239,203 @@ def test_mlflow_models_serve_refuses_a_50_mb_row_with_400_and_keeps_serving(tmp_
         assert status == 200 and len(body["predictions"]) == 1, body
     finally:
         stop_group(server)
+
+
+# --- params: no YAML aliases, seeds capped, a regular file of bounded size (issue 43, item 3) ------
+
+PREFSHIFT = str(Path(sys.executable).parent / "prefshift")
+
+
+def _bomb(levels: int = 9) -> str:
+    """A billion laughs in flow YAML: `levels` nested aliases, each nine times the one before."""
+    lines = ['{a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, levels)]
+    return ", ".join(lines) + "}"
+
+
+def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """`prefshift ARGS` as a user runs it; a hang fails the test at `timeout` instead of stalling it."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([PREFSHIFT, *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def _one_line(done: subprocess.CompletedProcess, *expected: str) -> str:
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    for text in expected:
+        assert text in lines[0], lines[0]
+    return lines[0]
+
+
+def test_a_yaml_alias_bomb_in_params_or_one_override_is_refused_at_once(tmp_path):
+    params = tmp_path / "params.yaml"
+    params.write_text(f"seed: 0\ndata: {{sources: {_bomb()}}}\n")
+    bound = "expand to more than 100,000 values"
+    _one_line(_cli("split", "-p", str(params), "--root", str(tmp_path)), str(params), bound)
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("seed: 0\n")
+    for override, problem in ((f"data.sources={_bomb()}", bound), ("methods=&m [naive, *m]", "without end")):
+        done = _cli("split", "-p", str(plain), "-S", override, "--root", str(tmp_path))
+        assert _one_line(done, problem).startswith("error: override")
+
+
+def test_a_few_aliases_as_yaml_dump_writes_them_are_read():
+    """PyYAML's dump writes `&id001`/`*id001` for a value used twice: such a file stays readable."""
+    from prefshift.config.params import read_yaml
+
+    shared = {"lr": 0.001}
+    text = yaml.safe_dump({"teacher": shared, "student": shared})
+    assert "*id001" in text and read_yaml(text, "params.yaml") == {"teacher": shared, "student": shared}
+
+
+def test_seeds_past_the_cap_are_refused_by_count_and_the_cap_is_named(tmp_path):
+    from prefshift.config.params import ConfigError, load_params
+
+    params = tmp_path / "params.yaml"
+    params.write_text(f"seeds: [{', '.join(map(str, range(10_000)))}]\n")
+    with pytest.raises(ConfigError, match=r"10000 seeds listed, more than max_seeds \(32\)") as raised:
+        load_params(params)
+    assert "-S max_seeds=10000" in str(raised.value)
+    assert len(load_params(params, ["max_seeds=10000"]).seeds) == 10_000  # the cap is raised on request
+    assert load_params(params, ["seeds=[0, 1, 2]"]).seeds == [0, 1, 2]
+
+
+def _special(kind: str, path: Path) -> Path:
+    if kind == "device":
+        return Path("/dev/zero")
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+    return path
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo"])
+def test_bench_pipeline_params_must_be_a_regular_file(tmp_path, kind):
+    source = _special(kind, tmp_path / "params.yaml")
+    done = _cli("bench", "--out", str(tmp_path / "out"), "--pipeline-only", "--pipeline-params", str(source))
+    _one_line(done, str(source), "not a regular file")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo", "directory"])
+def test_score_input_and_params_must_be_regular_files(tmp_path, model_dir, kind):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"prompt": "hi", "response": "hello"}\n')
+    params = tmp_path / "params.yaml"
+    params.write_text("{}\n")
+    source = _special(kind, tmp_path / "thing")
+    word = "is a directory" if kind == "directory" else "not a regular file"
+    for args in (["-i", str(rows), "-p", str(source)], ["-i", str(source), "-p", str(params)]):
+        result = CliRunner().invoke(app, ["score", "--model", str(model_dir), *args])
+        _refused(result, str(source), word)
+
+
+# --- score: bounded lines, bounded chunks ---------------------------------------------------------
+
+
+def _rows_file(path: Path, count: int, response_chars: int = 40) -> Path:
+    with path.open("w", encoding="utf-8") as handle:
+        for i in range(count):
+            response = _prose(response_chars // 6 + 1, i)[:response_chars]
+            handle.write(json.dumps({"prompt": f"question {i}", "response": response}) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("case", ["no newline past the bound", "a number of 5,000 digits"])
+def test_score_refuses_an_unbounded_row_in_one_line(tmp_path, model_dir, case):
+    rows = _rows_file(tmp_path / "rows.jsonl", 2)
+    with rows.open("ab") as handle:
+        if case == "a number of 5,000 digits":
+            handle.write(b'{"prompt": "hi", "response": "hello", "n": ' + b"9" * 5000 + b"}\n")
+        else:  # a stream with no line break: read as one line, it would grow until MemoryError
+            handle.write(b"x" * (MAX_LINE_BYTES + 10))
+    params = tmp_path / "params.yaml"
+    params.write_text("{}\n")
+    result = CliRunner().invoke(app, ["score", "--model", str(model_dir), "-i", str(rows), "-p", str(params)])
+    line = _refused(result, f"{rows} line 3")
+    assert f"{MAX_LINE_BYTES:,} bytes" in line if case.startswith("no newline") else "digits" in line
+
+
+def test_score_in_chunks_gives_what_one_pass_gives_and_holds_one_chunk(tmp_path, model_dir, monkeypatch):
+    from prefshift.engine import rows as rows_module
+
+    path = tmp_path / "pairs.jsonl"
+    path.write_text(
+        "".join(json.dumps(PAIRS[i % len(PAIRS)]) + "\n" + ("\n" if i == 7 else "") for i in range(23))
+    )
+    whole: list[dict] = []
+    one_pass = rows_module.score_file(model_dir, path, Params(), whole.append, chunk_rows=1000)
+    sizes: list[int] = []
+    score_rows = rows_module.score_rows
+
+    def recording(model, tok, kind, rows, params, first=0):
+        sizes.append(len(rows))
+        return score_rows(model, tok, kind, rows, params, first)
+
+    monkeypatch.setattr(rows_module, "score_rows", recording)
+    chunked: list[dict] = []
+    chunks = rows_module.score_file(model_dir, path, Params(), chunked.append, chunk_rows=5)
+    # Batches padded to other lengths round the last float bits differently: equal to 1e-5.
+    assert chunks == one_pass and len(chunked) == len(whole)
+    assert all(mine == pytest.approx(theirs, rel=1e-5) for mine, theirs in zip(chunked, whole, strict=True))
+    assert [r["row"] for r in chunked] == list(range(23))
+    assert sizes == [5, 5, 5, 5, 3] and one_pass["scored"] == 23 and one_pass["accuracy"] is not None
+
+
+def test_score_memory_does_not_grow_with_the_row_count(tmp_path, model_dir):
+    """Python's own allocations while scoring 40 and 340 rows of 12 KB: the row dicts and rewards
+    of the extra 300 rows (3.6 MB of text, held at once when a file was read whole) never pile up."""
+    peaks = {}
+    for count in (40, 340):
+        path = _rows_file(tmp_path / f"rows-{count}.jsonl", count, response_chars=12_000)
+        tracemalloc.start()
+        try:
+            score_file(model_dir, path, Params(), lambda row: None, chunk_rows=20)
+            peaks[count] = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert peaks[340] - peaks[40] < 1_000_000, peaks
+
+
+def _cwd_under(top: Path) -> list[int]:
+    """Processes whose working directory lies under `top` (a removed one reads `... (deleted)`)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and os.readlink(entry / "cwd").startswith(str(top)):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_bench_pipeline_removes_its_clone_and_stops_its_repro_on_sigterm(tmp_path):
+    """SIGTERM once `dvc repro` runs in the clone: the clone goes, and no process is left in it."""
+    scratch_dir = tmp_path / "tmp"
+    scratch_dir.mkdir()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TMPDIR": str(scratch_dir)}
+    bench = subprocess.Popen(
+        [PREFSHIFT, "bench", "--pipeline-only", "--out", str(tmp_path / "out")],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while not [p for p in _cwd_under(scratch_dir) if p != bench.pid] and time.monotonic() < deadline:
+            assert bench.poll() is None, "bench ended before its dvc repro started"
+            time.sleep(0.2)
+        assert list(scratch_dir.glob("prefshift-bench-pipeline-*")), "no clone was made"
+        bench.send_signal(signal.SIGTERM)
+        bench.wait(timeout=60)
+    finally:
+        bench.kill()
+        bench.wait()
+    assert list(scratch_dir.iterdir()) == []
+    deadline = time.monotonic() + 10
+    while _cwd_under(scratch_dir) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _cwd_under(scratch_dir) == []

@@ -20,8 +20,8 @@ from prefshift.data.schema import Group, Pair, RowError, make_pair
 from prefshift.engine.rows import (
     NonFiniteError,
     NormalizationError,
+    iter_rows,
     normalize,
-    read_rows,
     reward_norm,
     score_rows,
 )
@@ -204,7 +204,7 @@ def _prepare(row: dict) -> None:
 def _score_file(row: dict, tmp_path: Path) -> None:
     path = tmp_path / "rows.jsonl"
     path.write_text(json.dumps(row) + "\n")
-    read_rows(path)
+    list(iter_rows(path))
 
 
 @pytest.fixture(scope="module")
@@ -233,7 +233,7 @@ def test_prepare_score_and_the_served_model_accept_the_same_prompts(prompt, tmp_
     pair = make_pair(dataset="t", category="helpful", prompt=prompt, chosen="two divisors", rejected="a fox")
     path = tmp_path / "rows.jsonl"
     path.write_text(json.dumps(row) + "\n")
-    assert read_rows(path)[1][0]["prompt"] == pair.prompt
+    assert next(iter_rows(path))[1]["prompt"] == pair.prompt
     served = scorer.predict(None, pd.DataFrame([row]))
     assert served.notna().all().all() and len(served) == 1
 

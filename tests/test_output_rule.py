@@ -16,24 +16,20 @@ import json
 import os
 import socket
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from mlflow_support import seed_database
 from prefshift.cli import app
-from prefshift.config.params import Params
 from prefshift.core.atomic import OutputError, atomic_path, check_output, write_text
 from prefshift.core.paths import Layout
 from prefshift.pipeline.output_set import output_set
-from prefshift.pipeline.stages import promote
 from prefshift.tracking import registry
 from prefshift.tracking import runs as tracking
-from test_registry import PAIRS, tiny_reward_model, write_metrics
 
-pytest_plugins = ["disk_support"]  # the small_disk fixture
+pytest_plugins = ["disk_support", "output_support"]  # small_disk; score_inputs, model_dir, registered
 
 SPECIAL = ("symlink", "fifo", "device", "socket", "directory")
 
@@ -178,15 +174,6 @@ def _refused(result, *expected: str) -> str:
     return lines[0]
 
 
-@pytest.fixture
-def score_inputs(tmp_path) -> tuple[Path, Path]:
-    rows = tmp_path / "pairs.jsonl"
-    rows.write_text("".join(json.dumps(p) + "\n" for p in PAIRS))
-    params = tmp_path / "params.yaml"
-    params.write_text("{}\n")
-    return rows, params
-
-
 def test_score_refuses_to_write_over_its_input_and_keeps_it(tmp_path, score_inputs):
     rows, params = score_inputs
     before = rows.read_bytes()
@@ -229,11 +216,6 @@ def test_score_refuses_an_out_that_is_a_link_a_device_a_fifo_a_socket_or_a_direc
     assert state() == before
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    return tiny_reward_model(tmp_path_factory.mktemp("rm") / "model", seed=3)
-
-
 def test_score_out_dash_writes_the_rewards_to_standard_output(model_dir, score_inputs, tmp_path, monkeypatch):
     rows, params = score_inputs
     monkeypatch.chdir(tmp_path)
@@ -257,23 +239,6 @@ def test_score_replaces_an_earlier_rewards_file(model_dir, score_inputs, tmp_pat
 
 
 # --- pull --out: what it may remove comes from a record it can verify ------------------------------
-
-
-@pytest.fixture(scope="module")
-def registered(tmp_path_factory) -> Iterator[tuple[Layout, str]]:
-    """A project whose registry holds one promoted student (naive, alias champion)."""
-    with pytest.MonkeyPatch.context() as mp:
-        for name in ("MLFLOW_TRACKING_URI", "DVC_ROOT", "DVC_STAGE"):
-            mp.delenv(name, raising=False)
-        mp.setenv(tracking.PIPELINE_ENV, "pr-output-rule")
-        root = tmp_path_factory.mktemp("registered")
-        seed_database(tmp_path_factory, root / "mlflow.db")
-        params = Params(methods=["naive"], promote={"min_mean_aog": 0.0})
-        layout = Layout(root, seed=0)
-        write_metrics(layout, "naive", 70.0, 70.5, 1.0, 2.0)
-        tiny_reward_model(layout.student_dir("naive"), seed=1)
-        promote.run(params, layout)
-        yield layout, f"models:/{params.tracking.registered_model}@champion"
 
 
 def _pull(layout: Layout, uri: str, out: Path, *extra: str):

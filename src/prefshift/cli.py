@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import atexit
 import importlib
-import json
 import os
 import sys
 import threading
@@ -354,6 +353,7 @@ def score(
     normalize: Annotated[
         bool, typer.Option("--normalize", help="(r - mean) / std with the model config's id_test stats.")
     ] = False,
+    force: Annotated[bool, typer.Option("--force", help="Replace an --out file of another user's.")] = False,
     params: ParamsOption = Path("params.yaml"),
     set_: SetOption = None,
     root: RootOption = Path("."),
@@ -363,18 +363,22 @@ def score(
         out = None
     if out is not None:  # before any work: never its own input, and writable now
         local_model = [] if model.startswith("models:/") else [Path(model)]
-        _call(check_output, out, inputs=[input_, params, *local_model])
+        _call(check_output, out, inputs=[input_, params, *local_model], force=force)
     loaded = _params(params, set_)
     with lines_to(sys.stderr):  # stdout carries the rewards
         result = _call(
-            _stage("tracking.score", "score_command"), model, input_, out, loaded, Layout(root), normalize
+            _stage("tracking.score", "score_command"),
+            model,
+            input_,
+            out,
+            loaded,
+            Layout(root),
+            normalize,
+            force,
         )
-    if out is None:
-        for row in result["rows"]:
-            typer.echo(json.dumps(row, sort_keys=True, allow_nan=False))
     cut = result["truncation"]
     summary = (
-        f"scored {len(result['rows'])} {result['kind']} rows; {result['skipped']} skipped (no response token "
+        f"scored {result['scored']} {result['kind']} rows; {result['skipped']} skipped (no response token "
         f"left after truncation); {cut['truncated']} cut to encode.max_length ({cut['share']:.1%})"
     )
     if result["accuracy"] is not None:
@@ -477,6 +481,8 @@ def bench(
     """Training vs TRL, ANCHOR overhead, scoring throughput (and the pipeline): reports/bench.{json,md}."""
     for output in [out / "bench.json", out / "bench.md", *([readme] if readme else [])]:
         _call(check_output, output)
+    if pipeline_params is not None:  # a params file (regular, bounded, valid) before any benchmark runs
+        _params(pipeline_params, None)
     _call(
         _stage("bench.run", "run_bench"),
         out,

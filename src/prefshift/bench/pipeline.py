@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -25,6 +26,9 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
 from prefshift.bench.common import BenchError
+from prefshift.config.params import MAX_PARAMS_BYTES
+from prefshift.core.reading import read_regular
+from prefshift.core.signals import signals_as_exceptions
 
 TARGETS = {"noop_repro_s": 5.0, "full_repro_s": 600.0, "max_stage_peak_rss_mb": 2048.0}
 _WRAPPER = (
@@ -113,19 +117,25 @@ def _repro(root: Path, env: dict[str, str], log: Callable[[str], None]) -> dict:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        start_new_session=True,  # its own process group: stopped whole, stages included
     )
     stages: dict[str, float] = {}
     current, since, peak_kb, tail = None, start, 0, []
-    for line in proc.stdout:
-        now = time.perf_counter()
-        tail = [*tail[-40:], line]
-        if line.startswith("Running stage '"):
-            if current is not None:
-                stages[current] = now - since
-            current, since = line.split("'")[1], now
-            log(f"  {current}")
-        elif line.startswith("PEAK_RSS_KB"):
-            peak_kb = int(line.split()[1])
+    try:
+        for line in proc.stdout:
+            now = time.perf_counter()
+            tail = [*tail[-40:], line]
+            if line.startswith("Running stage '"):
+                if current is not None:
+                    stages[current] = now - since
+                current, since = line.split("'")[1], now
+                log(f"  {current}")
+            elif line.startswith("PEAK_RSS_KB"):
+                peak_kb = int(line.split()[1])
+    except BaseException:  # Ctrl-C or SIGTERM: the repro stops too, before its clone is removed
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
     rc = proc.wait()
     wall = time.perf_counter() - start
     if current is not None:
@@ -147,25 +157,28 @@ def bench_pipeline(
 ) -> dict:
     """Full and no-op `dvc repro` of the embedded default (or of `params_file`) in a temporary
     clone of `repo`."""
-    tmp = Path(tempfile.mkdtemp(prefix="prefshift-bench-pipeline-"))
-    root = tmp / "project"
-    try:
-        root.mkdir()
-        copy_project_sources(repo, root)
-        if params_file is not None:
-            shutil.copyfile(params_file, root / "params.yaml")
-        env = _environment(root)
-        for args in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "bench"]):
-            subprocess.run(args, cwd=root, env=env, check=True, capture_output=True)
-        log("pipeline: full dvc repro (minutes)")
-        full = _repro(root, env, log)
-        log("pipeline: no-op dvc repro")
-        noop = _repro(root, env, log)
-    finally:
-        if keep:
-            log(f"pipeline: clone kept at {root}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+    # A regular file of params size, read before anything is made: never a device's endless bytes.
+    params = None if params_file is None else read_regular(params_file, "params file", MAX_PARAMS_BYTES)
+    with signals_as_exceptions():  # SIGTERM, like Ctrl-C, removes the clone on the way out
+        tmp = Path(tempfile.mkdtemp(prefix="prefshift-bench-pipeline-"))
+        root = tmp / "project"
+        try:
+            root.mkdir()
+            copy_project_sources(repo, root)
+            if params is not None:
+                (root / "params.yaml").write_bytes(params)
+            env = _environment(root)
+            for args in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "bench"]):
+                subprocess.run(args, cwd=root, env=env, check=True, capture_output=True)
+            log("pipeline: full dvc repro (minutes)")
+            full = _repro(root, env, log)
+            log("pipeline: no-op dvc repro")
+            noop = _repro(root, env, log)
+        finally:
+            if keep:
+                log(f"pipeline: clone kept at {root}")
+            else:
+                shutil.rmtree(tmp, ignore_errors=True)
     measured = {
         "noop_repro_s": noop["wall_s"],
         "full_repro_s": full["wall_s"],

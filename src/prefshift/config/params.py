@@ -33,6 +33,7 @@ from pydantic import (
 )
 
 from prefshift.core.errors import PrefshiftError, value_problem
+from prefshift.core.reading import MIB, InputFileError, read_regular
 
 DEFAULT_METHODS = ("naive", "confidence", "seam", "anchor_last", "anchor_mid", "ceiling")
 """The embedded default's `methods`, and the order reports list prefshift's own methods in."""
@@ -43,6 +44,10 @@ CATEGORIES = ("helpful", "harmless")
 
 class ConfigError(PrefshiftError, ValueError):
     """A params file or override that cannot be used; the message names the key."""
+
+
+MAX_PARAMS_BYTES = 4 * MIB
+"""The bound on a params file: the embedded default is 12 KB, and YAML this large is not params."""
 
 
 Seed = Annotated[int, Field(ge=0, lt=2**32)]  # what numpy's and torch's generators all accept
@@ -490,6 +495,12 @@ class Params(Strict):
         description="The seed of what every seed shares (the split, the pretrained bases, the policy's "
         "samples); a per-seed stage runs with `seed` set to its own replicate seed (`for_seed`).",
     )
+    max_seeds: int = Field(
+        32,
+        ge=1,
+        description="The cap on `seeds`: each seed is one DVC stage per method and per teacher, so a list "
+        "typed or generated wrong (10,000 seeds) would stall every DVC command; raise it to run more.",
+    )
     seeds: list[Seed] = Field(
         default_factory=lambda: [0, 1, 2],
         min_length=1,
@@ -530,13 +541,28 @@ class Params(Strict):
         rest = {k: v for k, v in data.items() if k not in plugin}
         return {**rest, "method_settings": {k: data[k] for k in sorted(plugin)}}
 
+    @field_validator("seeds", mode="before")
+    @classmethod
+    def _seeds_within_the_cap(cls, value: Any, info: ValidationInfo) -> Any:
+        """Before each seed is checked: a list far past the cap is refused at once, by its length."""
+        cap = info.data.get("max_seeds")
+        if isinstance(value, list) and isinstance(cap, int) and len(value) > cap:
+            raise ValueError(
+                f"{len(value)} seeds listed, more than max_seeds ({cap}), the cap on replicates (each "
+                "seed is one DVC stage per method); raise `max_seeds` in params.yaml (or pass "
+                f"-S max_seeds={len(value)}) to run them all"
+            )
+        return value
+
     @field_validator("seeds")
     @classmethod
     def _distinct_seeds(cls, value: list[int]) -> list[int]:
         """A seed listed twice would be one DVC stage generated twice (DVC refuses the file)."""
-        for i, seed in enumerate(value):
-            if seed in value[:i]:
+        seen: set[int] = set()
+        for seed in value:
+            if seed in seen:
                 raise ValueError(f"seed {seed} is listed twice")
+            seen.add(seed)
         return value
 
     @field_validator("methods")
@@ -716,6 +742,34 @@ class DuplicateKeyError(yaml.YAMLError):
     """A mapping that names one key twice."""
 
 
+class ExpansionError(yaml.YAMLError):
+    """YAML whose aliases expand to more values than any params file holds (an "alias bomb")."""
+
+
+MAX_PARAMS_VALUES = 100_000
+"""The bound on the values of a params document, aliases expanded: the embedded default holds about
+400. Nine nested aliases of nine items each (a few hundred bytes) stand for 10^9, which every check
+of the params would walk for hours."""
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, int], open_nodes: set[int]) -> int:
+    """The values `node` stands for with every alias expanded, each shared node counted once per use
+    but measured once (so an alias bomb is measured in the time of its few hundred bytes)."""
+    if id(node) in sizes:
+        return sizes[id(node)]
+    if id(node) in open_nodes:
+        raise ExpansionError("an alias refers to a node that contains it, which expands without end")
+    open_nodes.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        children = [child for pair in node.value for child in pair]
+    else:
+        children = node.value if isinstance(node, yaml.SequenceNode) else []
+    size = 1 + sum(_expanded_size(child, sizes, open_nodes) for child in children)
+    open_nodes.discard(id(node))
+    sizes[id(node)] = size
+    return size
+
+
 def _refuse_duplicate_keys(node: yaml.Node, path: tuple[str, ...], seen: set[int]) -> None:
     if id(node) in seen:  # an alias to a node already walked (or to an ancestor)
         return
@@ -739,7 +793,8 @@ def _refuse_duplicate_keys(node: yaml.Node, path: tuple[str, ...], seen: set[int
 
 
 class StrictLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, except that a key given twice in one mapping is an error.
+    """PyYAML's safe loader, except that a key given twice in one mapping is an error, and so is a
+    document whose aliases expand past `MAX_PARAMS_VALUES`.
 
     PyYAML silently keeps the last value, while DVC (ruamel) refuses the file: a second
     `seed:` or `anchor:` section would be ignored here and fatal in `dvc status`.
@@ -747,6 +802,11 @@ class StrictLoader(yaml.SafeLoader):
 
     def compose_document(self) -> yaml.Node:
         document = super().compose_document()
+        if document is not None and _expanded_size(document, {}, set()) > MAX_PARAMS_VALUES:
+            raise ExpansionError(
+                f"its aliases (*name) expand to more than {MAX_PARAMS_VALUES:,} values, the bound on a "
+                "params document; write the values out, or repeat fewer of them"
+            )
         _refuse_duplicate_keys(document, (), set())
         return document
 
@@ -763,7 +823,7 @@ def read_yaml(text: str, source: str, hint: str = "") -> Any:
     """Parse params YAML (a file or an override value) strictly; errors name `source`."""
     try:
         return yaml.load(text, Loader=StrictLoader)  # a SafeLoader subclass: no arbitrary objects
-    except DuplicateKeyError as err:
+    except (DuplicateKeyError, ExpansionError) as err:
         raise ConfigError(f"{source}: {err}") from None
     except yaml.YAMLError as err:
         raise ConfigError(f"{source}: not valid YAML: {_yaml_problem(err)}{hint}") from None
@@ -827,11 +887,13 @@ def parse_params(raw: dict[str, Any], source: str = "params") -> Params:
 def load_params(path: str | Path = "params.yaml", overrides: list[str] | None = None) -> Params:
     """Read params.yaml and apply `section.key=value` overrides (values parsed as YAML)."""
     path = Path(path)
-    if not path.is_file():
+    if path.is_dir() or not path.exists():
         problem = "is a directory, not a params file" if path.is_dir() else "params file not found"
         raise ConfigError(f"{path}: {problem} (run from the project root or pass --params)")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_regular(path, "params file", MAX_PARAMS_BYTES).decode("utf-8")
+    except InputFileError as err:
+        raise ConfigError(str(err)) from None
     except (OSError, UnicodeError) as err:
         raise ConfigError(f"{path}: cannot read the params file ({err})") from None
     raw = read_yaml(text, str(path))

@@ -7,7 +7,9 @@ The rename replaces whatever the target path names, so before it happens the tar
 must be something prefshift may replace: nothing yet, a regular file (a directory, for
 directory outputs). A symlink, a device, a FIFO or a socket is never replaced, nor is a
 directory where a file belongs: renaming over `/dev/stdout` as root, or over a link to
-the user's data, would destroy what prefshift does not own. Commands call
+the user's data, would destroy what prefshift does not own. Nor is another user's file, unless
+the user said `--force`. The scratch beside the target is removed or renamed only where
+prefshift's own record proves it made it (`prefshift.core.scratch`). Commands call
 `check_output` before their work starts, so an output that cannot be written (its own
 input, read-only, full, a directory) fails in a second, not after an hour of scoring;
 `atomic_path` applies the same rule again at the moment of writing, and turns a write
@@ -17,18 +19,18 @@ that fails (no space, read-only) into one line naming the output.
 from __future__ import annotations
 
 import errno
-import glob
 import json
 import os
-import shutil
+import pwd
 import stat
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from prefshift.core import scratch
 from prefshift.core.errors import PrefshiftError, os_error_cause
+from prefshift.core.reading import special_kind
 
 STDOUT = "-"
 # Write failures that carry no file name: the write() itself failed, so they are about the output.
@@ -40,27 +42,25 @@ class OutputError(PrefshiftError):
 
 
 @contextmanager
-def atomic_path(target: str | Path, directory: bool = False) -> Iterator[Path]:
-    """Yield a temporary sibling path; on success it replaces `target` in one rename."""
+def atomic_path(target: str | Path, directory: bool = False, force: bool = False) -> Iterator[Path]:
+    """Yield a path in a new scratch directory beside `target`; on success it replaces `target`.
+
+    `force`: the caller's user said `--force`, so another user's file may be replaced (see
+    `refuse_unowned`). Scratch that a killed writer of `target` left is cleaned up first, but only
+    scratch that prefshift's own record proves it made (`prefshift.core.scratch`).
+    """
     target = Path(target)
-    refuse_unowned(target, directory)
+    refuse_unowned(target, directory, force)
     with output_errors([target]):
         target.parent.mkdir(parents=True, exist_ok=True)
         clear_stale(target)
-        if directory:
-            recover_interrupted_swap(target)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-        work = tmp if directory else tmp / target.name
+        made = scratch.create(target, directory)
         try:
-            yield work
-            refuse_unowned(target, directory)  # again: the path may have changed while the work ran
-            if directory:
-                swap_directory(tmp, target)
-            else:
-                os.replace(work, target)
+            yield made.work
+            refuse_unowned(target, directory, force)  # again: the path may have changed while the work ran
+            made.commit()
         finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
+            made.close()
 
 
 class WriteFailed(OutputError):
@@ -110,18 +110,22 @@ def _concerns(path: Path, target: Path) -> bool:
     )
 
 
-def refuse_unowned(target: str | Path, directory: bool = False) -> None:
-    """Raise unless `target` is absent or is what prefshift may replace: a regular file (or a directory).
+def refuse_unowned(target: str | Path, directory: bool = False, force: bool = False) -> None:
+    """Raise unless `target` is absent or is what prefshift may replace: a regular file (or a
+    directory) of this user's, or, with `force`, of another user's.
 
-    `lstat`, not `stat`: a symlink is judged as the link, never as what it points to.
+    `lstat`, not `stat`: a symlink is judged as the link, never as what it points to. Another
+    user's file is theirs: replacing it (root can) would hand it to this user with this user's
+    mode, so it takes `--force`, and then the file keeps its mode and owner (`scratch.replace_file`).
     """
     target = Path(target)
     try:
-        mode = target.lstat().st_mode
+        info = target.lstat()
     except FileNotFoundError:
         return
     except OSError as err:
         raise OutputError(f"{target}: cannot use this output path ({os_error_cause(err)})") from None
+    mode = info.st_mode
     if stat.S_ISLNK(mode):
         raise OutputError(
             f"{target}: is a symbolic link (to {os.readlink(target)}); prefshift replaces only files it "
@@ -137,20 +141,28 @@ def refuse_unowned(target: str | Path, directory: bool = False) -> None:
         )
     if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
         raise OutputError(
-            f"{target}: is a {_special_kind(mode)}, not a regular file; prefshift never writes over one. "
+            f"{target}: is a {special_kind(mode)}, not a regular file; prefshift never writes over one. "
             "Choose a file path (for standard output, `--out -` where a command offers it)"
+        )
+    if info.st_uid != os.geteuid() and not force:
+        kind = "directory" if stat.S_ISDIR(mode) else "file"
+        raise OutputError(
+            f"{target}: belongs to {_user(info.st_uid)}, not to you; prefshift replaces another user's "
+            f"{kind} only with --force (it then keeps its mode and, run as root, its owner). Pass --force "
+            "where the command offers it, or choose another path"
         )
 
 
-def _special_kind(mode: int) -> str:
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "device"
-    if stat.S_ISFIFO(mode):
-        return "FIFO (named pipe)"
-    return "socket" if stat.S_ISSOCK(mode) else "special file"
+def _user(uid: int) -> str:
+    try:
+        return f"user {pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
 
 
-def check_output(target: str | Path, directory: bool = False, inputs: Iterable[str | Path] = ()) -> Path:
+def check_output(
+    target: str | Path, directory: bool = False, inputs: Iterable[str | Path] = (), force: bool = False
+) -> Path:
     """What every command does with an output path before its work starts; returns the path.
 
     Refused: what `refuse_unowned` refuses; a path that is one of `inputs` (the same path,
@@ -159,7 +171,7 @@ def check_output(target: str | Path, directory: bool = False, inputs: Iterable[s
     no free space).
     """
     target = Path(target).expanduser()
-    refuse_unowned(target, directory)
+    refuse_unowned(target, directory, force)
     for source in inputs:
         if _same_place(target, Path(source).expanduser()):
             raise OutputError(
@@ -199,41 +211,30 @@ def _check_writable(target: Path, directory: bool) -> None:
     raise OutputError(f"{target}: cannot write the output ({problem})")
 
 
-def swap_directory(staged: Path, target: Path) -> None:
-    """Replace directory `target` by `staged`: two renames, and `recover_interrupted_swap` covers the gap."""
-    old = _swapped_out(target)
-    if target.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        target.rename(old)
-    staged.rename(target)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def _swapped_out(target: Path) -> Path:
-    return target.with_name(f".{target.name}.old")
-
-
 def recover_interrupted_swap(target: str | Path) -> None:
-    """Put back the previous complete directory if a kill landed between the two renames.
+    """Finish a directory swap of `target` that a kill interrupted between its two renames.
 
-    Replacing a directory takes two renames (target → old, new → target); in between,
-    only the old copy exists. It was complete, so restoring it loses nothing, and readers
-    such as a resumed run call this before looking for `target`.
+    Readers such as a resumed run call this before looking for `target`. Only a swap that
+    prefshift recorded, in scratch it proves it made, is finished (`prefshift.core.scratch`);
+    a directory that merely has a name like a backup's is never touched.
     """
     target = Path(target)
-    old = _swapped_out(target)
-    if old.is_dir() and not target.exists():
-        old.rename(target)
+    for left in scratch.leftovers(target):
+        if left.swap_begun():
+            left.close()
+        else:
+            left.release()
 
 
 def clear_stale(target: Path) -> None:
-    """Remove temporaries that a killed writer of `target` left (mkdtemp names: 8 random characters).
+    """Finish or remove the scratch a killed writer of `target` left, and nothing else.
 
-    Inside a directory output they would otherwise be committed with it by a later
-    `dvc commit`; one writer per target at a time is assumed, as for the rename itself.
+    Inside a directory output it would otherwise be committed with it by a later `dvc
+    commit`. A scratch that a live writer still holds is its own; a directory that only has a
+    scratch-like name is the user's.
     """
-    for stale in target.parent.glob(f".{glob.escape(target.name)}.{'?' * 8}.tmp"):
-        shutil.rmtree(stale, ignore_errors=True)
+    for left in scratch.leftovers(target):
+        left.close()
 
 
 def write_json(target: str | Path, payload: Any) -> None:
@@ -244,6 +245,6 @@ def write_json(target: str | Path, payload: Any) -> None:
         )
 
 
-def write_text(target: str | Path, text: str) -> None:
-    with atomic_path(target) as tmp:
+def write_text(target: str | Path, text: str, force: bool = False) -> None:
+    with atomic_path(target, force=force) as tmp:
         tmp.write_text(text, encoding="utf-8")

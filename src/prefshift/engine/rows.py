@@ -8,14 +8,17 @@ these rewards are exactly what evaluation computes for the same text.
 
 from __future__ import annotations
 
+import collections
+import itertools
 import json
 import math
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from prefshift.config.params import Params
-from prefshift.core.atomic import atomic_path
 from prefshift.core.errors import JSON_TOO_DEEP, PrefshiftError, json_problem
+from prefshift.core.reading import MIB, open_regular
 from prefshift.data.schema import Group, check_prompt, check_response
 from prefshift.engine.scoring import load_for_scoring, score_groups
 
@@ -106,16 +109,20 @@ def row_kind(columns: Any) -> str:
     return "pairs" if "chosen" in columns or "rejected" in columns else "responses"
 
 
-def read_rows(path: Path) -> tuple[str, list[dict[str, Any]]]:
-    """("pairs" | "responses", rows) from JSONL; every row must have the same shape as the first."""
-    if not path.exists():
-        raise ScoreInputError(f"{path}: input file not found")
-    if path.is_dir():
-        raise ScoreInputError(f"{path}: is a directory; --input takes a JSONL file")
-    rows: list[dict[str, Any]] = []
+MAX_LINE_BYTES = 16 * MIB
+"""The bound on one input row (one line): a text longer than encode's character bound is cut
+before it is tokenised anyway, and a stream with no line break is refused at this size instead of
+filling memory."""
+CHUNK_ROWS = 1024
+"""Rows scored at a time: `score` holds one chunk of rows and rewards, whatever the file's length."""
+
+
+def iter_rows(path: Path, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[str, dict[str, Any]]]:
+    """("pairs" | "responses", row) per JSONL row, read one bounded line at a time; every row must
+    have the same shape as the first, and a file without rows is refused at its end."""
     kind = None
-    with path.open("rb") as handle:
-        for number, raw in enumerate(handle, 1):
+    with open_regular(path, "JSONL input") as handle:
+        for number, raw in enumerate(_bounded_lines(handle, path, max_line_bytes), 1):
             where = f"{path} line {number}"
             if not raw.strip():
                 continue
@@ -133,22 +140,43 @@ def read_rows(path: Path) -> tuple[str, list[dict[str, Any]]]:
             if kind is not None and shape != kind:
                 raise ScoreInputError(f"{where}: mixes {shape} rows into a file of {kind} rows")
             kind = shape
-            rows.append(check_row(row, shape, where))
-    if not rows:
+            yield kind, check_row(row, shape, where)
+    if kind is None:
         raise ScoreInputError(f"{path}: no rows to score")
-    return kind or "responses", rows
 
 
-def score_rows(model: Any, tokenizer: Any, kind: str, rows: list[dict[str, Any]], params: Params) -> dict:
+def _bounded_lines(handle: BinaryIO, path: Path, max_line_bytes: int) -> Iterator[bytes]:
+    """The lines of `handle`, none longer than `max_line_bytes` (the newline aside)."""
+    for number in itertools.count(1):
+        raw = handle.readline(max_line_bytes + 1)
+        if not raw:
+            return
+        if len(raw) > max_line_bytes and not (len(raw) == max_line_bytes + 1 and raw.endswith(b"\n")):
+            raise ScoreInputError(
+                f"{path} line {number}: longer than {max_line_bytes:,} bytes, the bound on one row (a file "
+                "with no line breaks is one long row); write one JSON object per line"
+            )
+        yield raw
+
+
+def _chunks(rows: Iterator[tuple[str, dict[str, Any]]], size: int) -> Iterator[tuple[str, list[dict]]]:
+    while chunk := list(itertools.islice(rows, size)):
+        yield chunk[0][0], [row for _, row in chunk]
+
+
+def score_rows(
+    model: Any, tokenizer: Any, kind: str, rows: list[dict[str, Any]], params: Params, first: int = 0
+) -> dict:
     """Rewards through `scoring.score_groups` (one group per row), so batching and read-out are evaluation's.
 
     Returns {"rows": [...], "skipped": n, "truncation": counts}: a row whose response does not
     survive truncation (encode.max_length) is left out and counted, with its row number absent;
     `truncation` counts the rows whose prompt or response was cut (`TruncationCount`). Two
     sides of a row that encode to the same tokens get the same reward, so their margin is 0.
+    `first`: the number of the first row (a chunk of a longer file).
     """
     groups = [
-        Group(str(i), "input", "helpful", row["prompt"], [row[side] for side in SIDES[kind]], [])
+        Group(str(first + i), "input", "helpful", row["prompt"], [row[side] for side in SIDES[kind]], [])
         for i, row in enumerate(rows)
     ]
     frame = score_groups(model, tokenizer, groups, params)
@@ -169,29 +197,51 @@ def score_rows(model: Any, tokenizer: Any, kind: str, rows: list[dict[str, Any]]
     return {"rows": scored, "skipped": len(rows) - len(scored), "truncation": frame.attrs["truncation"]}
 
 
-def pair_accuracy(scored: list[dict[str, Any]]) -> float:
-    """Percent of pairs with chosen above rejected; a tie counts half (DESIGN §7)."""
-    credit = [1.0 if s["margin"] > 0 else 0.5 if s["margin"] == 0 else 0.0 for s in scored]
-    return 100.0 * sum(credit) / len(credit)
+def pair_credit(scored: list[dict[str, Any]]) -> float:
+    """Pairs with chosen above rejected; a tie counts half (DESIGN §7)."""
+    return sum(1.0 if s["margin"] > 0 else 0.5 if s["margin"] == 0 else 0.0 for s in scored)
 
 
-def score_file(model_dir: Path, input_path: Path, params: Params, normalized: bool = False) -> dict:
-    """{"kind", "rows", "skipped", "accuracy" (percent; pairs only, else None)} for a JSONL input."""
-    kind, rows = read_rows(input_path)
+def score_file(
+    model_dir: Path,
+    input_path: Path,
+    params: Params,
+    emit: Callable[[dict[str, Any]], None],
+    normalized: bool = False,
+    chunk_rows: int = CHUNK_ROWS,
+    max_line_bytes: int = MAX_LINE_BYTES,
+) -> dict:
+    """Score a JSONL input chunk by chunk, passing each scored row to `emit` as its chunk is done.
+
+    Memory holds one chunk, never the file. The file is read twice: once to check every row
+    before the model is loaded (a bad last row fails in seconds, not after an hour of scoring),
+    then to score. Returns {"kind", "scored", "skipped", "truncation", "accuracy" (percent;
+    pairs only, else None)}.
+    """
+    [(kind, _)] = collections.deque(iter_rows(input_path, max_line_bytes), maxlen=1)  # all checked
     stats = reward_norm(model_dir) if normalized else None
     model, tokenizer = load_for_scoring(model_dir, params)
-    result = {"kind": kind, **score_rows(model, tokenizer, kind, rows, params)}
-    if stats is not None:
-        result["rows"] = normalize(result["rows"], *stats)
-    result["accuracy"] = pair_accuracy(result["rows"]) if kind == "pairs" and result["rows"] else None
-    return result
+    first = scored = credit = 0
+    truncation: collections.Counter[str] = collections.Counter()
+    for shape, rows in _chunks(iter_rows(input_path, max_line_bytes), chunk_rows):
+        result = score_rows(model, tokenizer, shape, rows, params, first)
+        done = normalize(result["rows"], *stats) if stats is not None else result["rows"]
+        for row in done:
+            emit(row)
+        first, scored = first + len(rows), scored + len(done)
+        credit += pair_credit(done) if shape == "pairs" else 0.0
+        truncation.update({k: v for k, v in result["truncation"].items() if k != "share"})
+    items = truncation["items"]
+    cut = {**truncation, "share": truncation["truncated"] / items if items else 0.0}
+    return {
+        "kind": kind,
+        "scored": scored,
+        "skipped": first - scored,
+        "truncation": cut,
+        "accuracy": 100.0 * credit / scored if kind == "pairs" and scored else None,
+    }
 
 
 def jsonl_line(row: dict[str, Any]) -> str:
     """One output row as strict JSON (no NaN or Infinity, which JSON does not have)."""
     return json.dumps(row, sort_keys=True, allow_nan=False)
-
-
-def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text("".join(jsonl_line(r) + "\n" for r in rows), encoding="utf-8")

@@ -25,8 +25,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
-import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,16 +33,8 @@ from typing import Any
 
 import yaml
 
-from prefshift.core import locks
-from prefshift.core.atomic import (
-    check_output,
-    clear_stale,
-    output_errors,
-    recover_interrupted_swap,
-    refuse_unowned,
-    swap_directory,
-    write_json,
-)
+from prefshift.core import locks, scratch
+from prefshift.core.atomic import check_output, clear_stale, output_errors, refuse_unowned, write_json
 from prefshift.core.errors import PrefshiftError
 from prefshift.data.schema import content_hash
 from prefshift.data.splits import file_sha256
@@ -69,14 +59,20 @@ def _absolute(path: str | Path) -> Path:
 
 @dataclass(frozen=True)
 class _Output:
-    target: Path
-    staged: Path
-    directory: bool
+    scratch: scratch.Scratch
     bare: bool = False
 
     @property
+    def target(self) -> Path:
+        return self.scratch.target
+
+    @property
+    def directory(self) -> bool:
+        return self.scratch.directory
+
+    @property
     def work(self) -> Path:
-        return self.staged if self.directory else self.staged / self.target.name
+        return self.scratch.work
 
 
 class OutputSet:
@@ -91,7 +87,7 @@ class OutputSet:
             if final == out.target:
                 return out.work
             if out.directory and final.is_relative_to(out.target):
-                return out.staged / final.relative_to(out.target)
+                return out.work / final.relative_to(out.target)
         raise ValueError(f"{final} is not an output of `{self.command}`")
 
     def _files(self) -> dict[str, str]:
@@ -99,7 +95,7 @@ class OutputSet:
         found: dict[str, str] = {}
         for out in self.outputs:
             if out.directory:
-                staged = [(p, out.target / p.relative_to(out.staged)) for p in _walk_files(out.staged)]
+                staged = [(p, out.target / p.relative_to(out.work)) for p in _walk_files(out.work)]
             elif out.work.is_file():
                 staged = [(out.work, out.target)]
             else:
@@ -113,10 +109,10 @@ class OutputSet:
         manifest = {"command": self.command, "version": content_hash(files), "files": files}
         for out in self.outputs:
             if out.directory and self.manifest and not out.bare:
-                write_json(manifest_of(out.staged), manifest)
+                write_json(manifest_of(out.work), manifest)
         renames = [
             {
-                "staged": _relative(out.staged, self.root),
+                "staged": _relative(out.scratch.root, self.root),
                 "target": _relative(out.target, self.root),
                 "directory": out.directory,
             }
@@ -129,7 +125,9 @@ class OutputSet:
         }
         plan = {"command": self.command, "renames": renames, "records": records}
         write_json(journal, plan)  # the commit point
-        _apply(self.root, journal)
+        _apply(
+            self.root, journal, {_relative(out.scratch.root, self.root): out.scratch for out in self.outputs}
+        )
 
 
 @contextmanager
@@ -169,17 +167,14 @@ def _staged(
 ) -> Iterator[OutputSet]:
     finish_interrupted(root)
     journal = root / JOURNALS / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', command)}.json"
-    outputs = []
+    outputs: list[_Output] = []
     try:
         members = [(f, False, False) for f in files] + [(d, True, False) for d in directories]
         for target, directory, is_bare in members + [(d, True, True) for d in bare]:
             target = _absolute(target)
             target.parent.mkdir(parents=True, exist_ok=True)
             clear_stale(target)
-            if directory:
-                recover_interrupted_swap(target)
-            staged = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-            outputs.append(_Output(target, staged, directory, is_bare))
+            outputs.append(_Output(scratch.create(target, directory), is_bare))
         writer = OutputSet(root, command, outputs, manifest)
         with output_errors([out.target for out in outputs]):
             yield writer
@@ -188,27 +183,67 @@ def _staged(
         locks.private_dir(root)
         writer._commit(journal)
     finally:
-        if not journal.exists():  # once it exists, the staged outputs belong to the roll-forward
-            for out in outputs:
-                shutil.rmtree(out.staged, ignore_errors=True)
+        committed = journal.exists()  # once it exists, the staged outputs belong to the roll-forward
+        for out in outputs:
+            out.scratch.release() if committed else out.scratch.close()
 
 
-def _apply(root: Path, journal: Path) -> None:
-    """Carry out a journal's renames (again: each step is skipped once done), then drop it."""
-    plan = json.loads(journal.read_text(encoding="utf-8"))
+def _apply(root: Path, journal: Path, held: dict[str, scratch.Scratch] | None = None) -> None:
+    """Carry out a journal's renames (again: each step is skipped once done), then drop it.
+
+    `held`: this process's own scratch, by the journal's name for it. Any other is used only
+    where its record proves prefshift made it for that very target (`scratch.claim`); a journal
+    that names anything else (edited, or pointing at a user's directory) touches nothing and is
+    refused by name.
+    """
+    plan = _read_plan(journal)
     for rename in plan["renames"]:
-        staged, target = root / rename["staged"], root / rename["target"]
-        if rename["directory"]:
-            if staged.exists():
-                swap_directory(staged, target)
-        else:
-            work = staged / target.name
-            if work.exists():
-                os.replace(work, target)
-            shutil.rmtree(staged, ignore_errors=True)
+        staged, target = _inside(root, rename["staged"], journal), _inside(root, rename["target"], journal)
+        if not os.path.lexists(staged):
+            continue  # this rename was done before the kill
+        proven = (held or {}).get(rename["staged"]) or scratch.claim(staged, target)
+        if proven is None or proven.directory != rename["directory"]:
+            raise OutputSetError(
+                f"{journal}: names {staged} as the staged copy of {target}, but prefshift's record does not "
+                "show it made that directory for it; nothing was renamed or removed. Check both paths, "
+                f"then remove {journal}"
+            )
+        if not proven.finish() and os.path.lexists(proven.work):
+            proven.commit()
+        proven.discard()
     for target, sha in plan.get("records", {}).items():
-        write_json(_record_of(root, root / target), {"command": plan["command"], "sha256": sha})
+        write_json(
+            _record_of(root, _inside(root, target, journal)), {"command": plan["command"], "sha256": sha}
+        )
     journal.unlink()
+
+
+def _read_plan(journal: Path) -> dict[str, Any]:
+    """A commit journal's plan; one that is not what `_commit` writes is refused by name."""
+    try:
+        plan = json.loads(journal.read_text(encoding="utf-8"))
+        if (
+            isinstance(plan["command"], str)
+            and all(
+                isinstance(r, dict) and {"staged", "target", "directory"} <= r.keys() for r in plan["renames"]
+            )
+            and isinstance(plan.get("records", {}), dict)
+        ):
+            return plan
+    except (ValueError, KeyError, TypeError, RecursionError):
+        pass
+    raise OutputSetError(
+        f"{journal}: not a commit journal prefshift wrote (unreadable or edited); nothing was renamed or "
+        "removed. Remove it, then rerun the stage that wrote the outputs"
+    )
+
+
+def _inside(root: Path, relative: Any, journal: Path) -> Path:
+    """A journal's path below the project root; one that leads outside it is refused by name."""
+    path = _absolute(root / str(relative))
+    if not isinstance(relative, str) or not path.is_relative_to(root) or path == root:
+        raise OutputSetError(f"{journal}: names {relative!r}, which is not a path inside {root}; remove it")
+    return path
 
 
 def finish_interrupted(root: str | Path) -> None:
@@ -220,7 +255,7 @@ def finish_interrupted(root: str | Path) -> None:
     root = _absolute(root)
     for journal in sorted((root / JOURNALS).glob("*.json")):
         try:
-            plan = json.loads(journal.read_text(encoding="utf-8"))
+            plan = _read_plan(journal)
             with locks.hold(root, [root / r["target"] for r in plan["renames"]], plan["command"]):
                 if journal.exists():
                     _apply(root, journal)

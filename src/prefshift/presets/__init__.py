@@ -228,7 +228,7 @@ def write(
         raise ConfigError(
             f"--out {out}: exists; pass --force to replace it (or name another file with --out)"
         )
-    write_text(out, text)
+    write_text(out, text, force=force)
     return out
 
 

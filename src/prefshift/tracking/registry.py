@@ -52,7 +52,15 @@ from typing import Any
 import mlflow.pyfunc
 import yaml
 
-from prefshift.core.atomic import STDOUT, atomic_path, check_output, output_errors, refuse_unowned
+from prefshift.core import scratch
+from prefshift.core.atomic import (
+    STDOUT,
+    atomic_path,
+    check_output,
+    clear_stale,
+    output_errors,
+    refuse_unowned,
+)
 from prefshift.core.errors import PrefshiftError, naming
 
 HASH_TAG = "prefshift.content_hash"
@@ -65,6 +73,8 @@ ARTIFACT_KEY = "hf_dir"
 MODEL_NAME = "reward_model"
 PIP_REQUIREMENTS = ["mlflow", "torch", "transformers", "safetensors", "pandas"]
 PULL_MARKER = ".prefshift-pull.json"
+PULLING = "prefshift-pull-copies"
+"""The name the scratch of a pull into an existing directory is made for (inside it, while copying)."""
 STATS_TAGS = {"mean": "reward.mean", "std": "reward.std"}
 URI_PATTERN = re.compile(r"^models:/(?P<name>[^@/]+)(?:@(?P<alias>[\w-]+)|/(?P<version>\d+))$")
 
@@ -480,7 +490,7 @@ def pull(client: Any, uri: str, out: Path, force: bool = False) -> dict[str, str
         raise RegistryError(
             "pull writes a directory; `-` (standard output) cannot hold one: name a directory"
         )
-    out = check_output(out, directory=True).resolve()  # the last part is no link: refused above
+    out = check_output(out, directory=True, force=force).resolve()  # the last part is no link: refused above
     owned = _earlier_pull(client, out)
     _check_target(out, force, owned)
     version = resolve(client, ref)
@@ -599,53 +609,50 @@ def _install(
             "since; refusing to touch them. Move them away, or pass --force to overwrite them"
         )
     for rel in [*sorted(files), PULL_MARKER]:  # all of it before the first copy: never half a pull
-        _refuse_unowned_on_the_way(out, rel)
+        _refuse_unowned_on_the_way(out, rel, force)
     _copy_files(hf_dir, out, sorted(files), mask)
     for stale in sorted(owned.keys() - files.keys()):
         (out / stale).unlink()
-    with atomic_path(out / PULL_MARKER) as tmp:
+    with atomic_path(out / PULL_MARKER, force=force) as tmp:
         tmp.write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n")
         os.chmod(tmp, 0o666 & ~mask)
 
 
-def _refuse_unowned_on_the_way(top: Path, rel: str) -> None:
+def _refuse_unowned_on_the_way(top: Path, rel: str, force: bool) -> None:
     """The output rule for `top/rel` and each folder between: a link, device or stray file is refused."""
     path = top
     for part in PurePosixPath(rel).parent.parts:
         path = path / part
-        refuse_unowned(path, directory=True)
-    refuse_unowned(top / rel)
-    refuse_unowned(_partial(top / rel))
-
-
-def _partial(dest: Path) -> Path:
-    return dest.with_name(f".{dest.name}.partial")
+        refuse_unowned(path, directory=True, force=force)
+    refuse_unowned(top / rel, force=force)
 
 
 def _copy_files(source: Path, target: Path, files: list[str], mask: int) -> None:
-    """Every file copied beside its destination first, then each renamed over it.
+    """Every file copied into a scratch directory inside `target` first, then each renamed over its place.
 
     A reader never sees half a file, and a copy that fails (a full disk) leaves `target` as
-    it was: the copies are removed and nothing has been renamed yet. The renames need no space.
+    it was: the scratch is removed and nothing has been renamed yet. The renames need no space.
+    The copies live in scratch that prefshift can prove it made (`prefshift.core.scratch`), never
+    under names beside the files that a user's own file could hold.
     """
-    partials: list[Path] = []
+    clear_stale(target / PULLING)  # what a killed pull left, proven by its record
+    made = scratch.create(target / PULLING, directory=True)
     try:
-        for rel in files:
+        copies = [made.work / str(index) for index in range(len(files))]
+        for rel, copy in zip(files, copies, strict=True):
             dest = target / rel
             for parent in reversed(dest.relative_to(target).parents[:-1]):
                 folder = target / parent
                 if not folder.exists():
                     folder.mkdir()
                     os.chmod(folder, 0o777 & ~mask)
-            partials.append(_partial(dest))
             with output_errors([dest]):
-                shutil.copyfile(source / rel, partials[-1])
-            os.chmod(partials[-1], 0o666 & ~mask)
-        for rel, partial in zip(files, partials, strict=True):
-            os.replace(partial, target / rel)
+                shutil.copyfile(source / rel, copy)
+            os.chmod(copy, 0o666 & ~mask)
+        for rel, copy in zip(files, copies, strict=True):
+            scratch.replace_file(copy, target / rel)
     finally:
-        for partial in partials:
-            partial.unlink(missing_ok=True)
+        made.discard()
 
 
 def pull_to(uri: str, out: Path, layout: Any, force: bool = False) -> dict[str, str]:
