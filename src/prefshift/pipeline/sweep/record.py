@@ -1,17 +1,15 @@
-"""The folder of a sweep whose points run in clones of their own (`--executor slurm|local-gpus`).
+"""A sweep's folder: what was asked, where each point stands, what stopped it.
 
-Such a sweep outlives the command that started it (`--no-wait`, a cancelled task, a later
-`resume`), so everything about it lives in one folder on the shared filesystem, named by its id:
+Everything about a sweep lives in one folder named by its id, so a stop, a cancelled task, `--no-wait`
+or a later shell lose nothing:
 
-    <scratch>/<id>/sweep.json          what was asked: points, baseline commit, remotes, resources
-    <scratch>/<id>/job-<n>.sbatch      each script submitted, written before `sbatch` sees it
-    <scratch>/<id>/logs/<index>.log    one log per grid point, every attempt appended
+    <scratch>/<id>/sweep.json          points, baseline commit, executor, and each stop (`stops`)
+    <scratch>/<id>/overlay/            the workspace's uncommitted state each task lays on its clone
+    <scratch>/<id>/job-<n>.sbatch      each SLURM script, written before `sbatch` reads it
+    <scratch>/<id>/logs/<index>.log    one log per point, every attempt appended
     <scratch>/<id>/points/<index>.json where the point's own task says it stands
-    <scratch>/<id>/clones/<index>/     the point's clone of the baseline (kept: a resumed task
+    <scratch>/<id>/clones/<index>/     the point's clone, kept until it succeeds (a resumed task
                                        finds its training checkpoint there)
-
-A point's state combines what its task wrote with what the executor still runs, because a task
-that is cancelled, preempted or killed may never write again: see `point_state`.
 """
 
 from __future__ import annotations
@@ -35,7 +33,10 @@ FINISHED = "success"
 STOPPED = "stopped"
 """A task that started and ended without writing its end: cancelled, preempted, out of time or killed."""
 MISSING = "missing"
-"""A task that never started (cancelled while pending, or never submitted)."""
+"""A task that never started (cancelled while pending, or never launched)."""
+LIVE = ("pending", "running")
+TASK_HEADER = "=== sweep task"
+"""Starts each attempt's part of a point's log, so the gatherer reads the last attempt alone."""
 
 
 class SweepRecordError(PrefshiftError):
@@ -43,15 +44,13 @@ class SweepRecordError(PrefshiftError):
 
 
 def default_scratch(root: Path) -> Path:
-    """`$PREFSHIFT_SWEEP_SCRATCH`, else the project's private folder (`.prefshift/sweeps`, never
-    versioned): on a cluster the project itself usually sits on the shared filesystem."""
+    """`$PREFSHIFT_SWEEP_SCRATCH`, else the project's private `.prefshift/sweeps` (never versioned)."""
     configured = os.environ.get(SCRATCH_ENV, "").strip()
     return Path(configured) if configured else Path(root) / ".prefshift" / "sweeps"
 
 
-def new_id() -> str:
-    """Sortable by start time, unique between two sweeps started in the same second."""
-    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 @dataclass
@@ -83,8 +82,23 @@ class SweepRecord:
     def script(self, number: int) -> Path:
         return self.folder / f"job-{number}.sbatch"
 
+    def last_attempt(self, index: int) -> str:
+        """The point's log since its last attempt began (TASK_HEADER in task.py)."""
+        try:
+            text = self.log(index).read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
+        return text[text.rfind(TASK_HEADER) :] if TASK_HEADER in text else text
+
     def save(self) -> None:
         write_json(self.folder / SWEEP_FILE, self.data)
+
+    def note_stop(self, signal_name: str, points: list[int], lines: list[str]) -> None:
+        """What a stop ended, kept with the sweep: the points it left without a result, and how."""
+        points = [i for i in points if self.read_state(i).get("state") != FINISHED]
+        stop = {"time": _now(), "signal": signal_name, "points": points, "done": lines}
+        self.data.setdefault("stops", []).append(stop)
+        self.save()
 
     def read_state(self, index: int) -> dict[str, Any]:
         path = self.state_file(index)
@@ -98,20 +112,15 @@ class SweepRecord:
             ) from None
 
     def write_state(self, index: int, state: str, **fields: Any) -> None:
-        """What the point's task says about itself; where and in which process, for `point_state`."""
-        entry = {
-            **self.read_state(index),
-            **fields,
-            "state": state,
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        }
+        """What the point's task says about itself, with where and in which process it runs."""
+        entry = {**self.read_state(index), **fields, "state": state}
+        entry.update(host=socket.gethostname(), pid=os.getpid(), time=_now())
         write_json(self.state_file(index), entry)
 
 
 def create(scratch: Path, data: Mapping[str, Any]) -> SweepRecord:
-    sweep_id = new_id()
+    """A new folder, its id sortable by start time and unique between sweeps of one second."""
+    sweep_id = time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
     folder = Path(scratch).resolve() / sweep_id
     for sub in ("logs", "points", "clones"):
         (folder / sub).mkdir(parents=True, exist_ok=True)
@@ -141,12 +150,8 @@ def open_folder(folder: Path) -> SweepRecord:
 
 def point_state(entry: Mapping[str, Any], live: str | None) -> str:
     """One point's state from its task's own entry and what the executor still runs (`live`:
-    pending/running, or None when the executor no longer has it).
-
-    A finished point stays finished whatever the executor says (a requeued task exits at once).
-    A task the executor still holds is pending or running. Otherwise the task's word counts, and a
-    task that said `running` but is gone was stopped from outside before it could say more.
-    """
+    pending/running, or None). Finished stays finished (a requeued task exits at once); a task that
+    said `running` and is gone was stopped from outside before it could say more."""
     own = entry.get("state")
     if own == FINISHED:
         return FINISHED
