@@ -41,6 +41,8 @@ EVALUATE = """\
 import json, os, pathlib, sys, time, yaml
 trace = pathlib.Path(sys.argv[1])
 lam = yaml.safe_load(open("params.yaml"))["anchor"]["lambda"]
+if lam == 13:
+    sys.exit(f"evaluate.py: no result for lambda {lam}")
 checkpoint = pathlib.Path("models/checkpoints/evaluate/step")
 seen = {"lambda": lam, "pid": os.getpid(), "devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "resumed": checkpoint.exists(), "start": time.time()}
@@ -90,9 +92,10 @@ def _run(args, cwd, env) -> str:
     return done.stdout
 
 
-def _project(tmp: Path, env: dict[str, str], remotes: bool) -> tuple[Path, Path]:
-    """A committed two-stage project (prepare → report) reproduced once; with `remotes`, a bare git
-    origin holding the baseline and a local DVC remote. Returns (project, trace folder)."""
+def _project(tmp: Path, env: dict[str, str], remotes: bool, committed: bool = True) -> tuple[Path, Path]:
+    """A two-stage project (prepare → report) reproduced once, committed with its results (or, not
+    `committed`, its sources alone); with `remotes`, a bare git origin holding the baseline and a
+    local DVC remote. Returns (project, trace folder)."""
     root, trace = tmp / "project", tmp / "trace"
     root.mkdir()
     trace.mkdir()
@@ -124,11 +127,15 @@ def _project(tmp: Path, env: dict[str, str], remotes: bool) -> tuple[Path, Path]
         _run(["git", "init", "-q", "--bare", str(tmp / "origin.git")], tmp, env)
         _run(["git", "remote", "add", "origin", str(tmp / "origin.git")], root, env)
         _run(["dvc", "remote", "add", "-d", "shared", str(tmp / "dvc-remote")], root, env)
+    if not committed:
+        _run(["git", "add", "-A"], root, env)
+        _run(["git", "commit", "-qm", "sources"], root, env)
     _run(["dvc", "repro"], root, env)
     for baseline_trace in [*trace.glob("start-*"), *trace.glob("end-*")]:
         baseline_trace.unlink()  # the traces left are the sweep's own
-    _run(["git", "add", "-A"], root, env)
-    _run(["git", "commit", "-qm", "baseline"], root, env)
+    if committed:
+        _run(["git", "add", "-A"], root, env)
+        _run(["git", "commit", "-qm", "baseline"], root, env)
     if remotes:
         _run(["git", "push", "-q", "origin", "main"], root, env)
     return root, trace
@@ -335,3 +342,39 @@ def test_a_stopped_sweep_leaves_no_process_and_resume_finishes_only_what_stopped
         (root / "reports" / "sweeps" / "anchor_last__anchor.lambda=2__seed=0.json").read_text()
     )
     assert filed["wrg"] == 4.0 and filed["sweep"] == {"anchor.lambda": 2, "seed": 0}
+
+
+@pytest.mark.slow
+def test_a_local_sweep_starts_from_the_uncommitted_workspace_and_names_a_failed_point(tmp_path, monkeypatch):
+    """A fresh clone after `dvc repro`: dvc.lock and the metrics untracked, and here a source file
+    changed too. The points start from the workspace as it is (the shared stage is restored, the
+    changed source is used), the note names what to commit, and a failed point is named with why
+    and its log; a later sweep of a point replaces its experiment."""
+    env = _env()
+    for key in ("PATH", *(k for k in env if k.startswith("GIT_"))):
+        monkeypatch.setenv(key, env[key])
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    root, trace = _project(tmp_path, env, remotes=False, committed=False)
+    (root / "evaluate.py").write_text(EVALUATE.replace("2.0 * lam", "3.0 * lam"))  # not committed
+    sweep = ["sweep", "--methods", "anchor_last", "--no-report", "--root", str(root)]
+    failed = _cli(*sweep, "-S", "anchor.lambda=0.5,13", code=2).stderr
+    assert "git add dvc.lock reports/metrics/anchor_last/seed-0.json reports/metrics.json" in failed
+    assert (
+        "1 point(s) without a result" in failed
+        and "1  sweep-anchor.lambda-13  failed  (failed during run:" in failed
+    )
+    log = Path(failed.split("log: ")[1].split()[0])
+    assert "evaluate.py: no result for lambda 13" in log.read_text()
+
+    _cli(*sweep, "-S", "anchor.lambda=0.5")
+    filed = json.loads(
+        (root / "reports" / "sweeps" / "anchor_last__anchor.lambda=0.5__seed=0.json").read_text()
+    )
+    assert filed["wrg"] == 1.5, "the workspace's evaluate.py ran, not HEAD's"
+    assert (trace / "prepare-runs").read_text() == "prepare\n", "prepare's output was restored"
+    names = _run(["dvc", "exp", "list", "--name-only"], root, env).split()
+    assert sorted(names) == ["sweep-anchor.lambda-0.5"]  # replaced, not duplicated
+    assert _run(["git", "status", "--porcelain", "--untracked-files=no"], root, env).split() == [
+        "M",
+        "evaluate.py",
+    ]
