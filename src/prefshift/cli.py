@@ -581,7 +581,7 @@ def sweep(
     resources = SlurmResources(gpus_per_task, partition, time_limit, account, cpus_per_task, template)
     devices = tuple(_call(parse_devices, gpus)) if gpus is not None else ()
     chosen = sweep_run.Executor(executor, jobs, devices, resources)
-    _call(chosen.check)
+    _call(chosen.check, wait)
     if dry_run:
         _dry_run(root, grid, points, chosen, scratch)
         return
@@ -601,13 +601,13 @@ def _dry_run(root: Path, grid: Any, points: list, chosen: Any, scratch: Path | N
             for line in _call(grid_module.estimate, grid, root / "params.yaml").lines()[1:]:
                 typer.echo(line)
     if chosen.kind == "slurm":
-        sweep_run = importlib.import_module("prefshift.pipeline.sweep.run")
+        slurm = importlib.import_module("prefshift.pipeline.sweep.slurm")
         try:
-            sweep_run.check_shared_tracking(sweep_run.tracking_uri(Layout(root)))
+            slurm.check_tracking(slurm.tracking_uri(Layout(root)))
         except PrefshiftError as err:
             typer.echo(f"note: the sweep itself would stop here: {err}")
         typer.echo("sbatch script:")
-        typer.echo(_call(sweep_run.dry_run_script, root, chosen, points, scratch), nl=False)
+        typer.echo(_call(slurm.dry_run_script, root, chosen.resources, points, scratch), nl=False)
 
 
 def _print_sweep(result: dict) -> None:

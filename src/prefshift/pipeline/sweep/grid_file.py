@@ -1,20 +1,11 @@
 """A sweep written down as a file (`--grid-file`), and what it would cost in GPU-hours.
 
-A paper's grid is not one cross product: every method runs at its defaults, while the λ and layer
-ablations concern ANCHOR alone. So a grid file lists blocks, each a cross product of axes, and the
-sweep runs the union of their points (configs/paper-grid.yaml):
-
-    bundles:                     # named sets of params that change together
-      setting: {harmless: {data.category: harmless, data.source: hh_harmless}, ...}
-    blocks:
-      - name: lambda
-        axes: {setting: [harmless, helpful], anchor.lambda: [1.0e-4, 1.0e-2, 1], seed: [1, 2, 3]}
-        set: {methods: [anchor_last, anchor_mid]}   # the same for every point of the block
-    estimate: ...                # see `estimate`
-
-An axis named in `bundles` takes bundle names as values; any other axis is a dotted param. Values
-become `-S key=value` overrides, so a typo fails on the first point, before anything runs. The file
-is checked as a whole (types included) and its size in points is known before one is built.
+A paper's grid is not one cross product (every method at its defaults, λ and layers for ANCHOR
+alone), so a grid file lists blocks, each a cross product of axes, and the sweep runs the union of
+their points (configs/paper-grid.yaml). An axis named in `bundles` takes bundle names (a bundle sets
+several params at once); any other axis is a dotted param; `set` gives a whole block the same
+values. The file is checked as a whole, types included, and its size in points is known before one
+is built.
 """
 
 from __future__ import annotations
@@ -91,14 +82,8 @@ class GridFile:
 
 
 def _text(value: Any) -> str:
-    """A YAML value as `-S` text: scalars as written, lists and maps as flow YAML (JSON is YAML)."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    return json.dumps(value, separators=(",", ":"))
+    """A YAML value as `-S` text: strings as written, anything else as flow YAML (JSON is YAML)."""
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
 
 
 def _read(path: Path) -> GridSpec:
@@ -163,16 +148,12 @@ class Estimate:
     student_hours: float
     notes: list[str]
 
-    @property
-    def gpu_hours(self) -> float:
-        return self.teacher_hours + self.student_hours
-
     def lines(self) -> list[str]:
         return [
             f"points: {self.points}",
             f"trainings: {self.student_runs} students, {self.points} teachers (one per point: an upper "
             "bound, since a point pulls a teacher it shares with the baseline instead of training it)",
-            f"estimated GPU-hours (training only): {self.gpu_hours:,.0f} "
+            f"estimated GPU-hours (training only): {self.teacher_hours + self.student_hours:,.0f} "
             f"(students {self.student_hours:,.0f}, teachers {self.teacher_hours:,.0f})",
             *self.notes,
         ]
@@ -185,18 +166,10 @@ def _methods(point: Mapping[str, str], params_path: Path) -> list[str]:
 
 
 def estimate(grid: GridFile, params_path: Path) -> Estimate:
-    """GPU-hours to train every point's teacher and students, from the file's `estimate` section:
-
-        estimate:
-          data_axis: setting         # the axis whose label picks the data sizes
-          rate_axis: family          # the axis whose label picks the training rates
-          data: {harmless: {train_pairs: 42537, tokens_per_sequence: 250, source: "..."}}
-          rates: {llama: {weak: 46000, strong: 7200, strong_full: 5400, source: "..."}}  # tokens/s/GPU
-          epochs: {teacher: 1, student: 1}
-
-    The source's train pairs are halved between teacher and students (the split protocol); each
-    pair is two sequences. `strong_full` is the rate of a student whose point turns LoRA off.
-    Scoring, labelling, generation and best-of-n are forward passes and are not counted."""
+    """GPU-hours to train every point's teacher and students: tokens (the data axis's train pairs,
+    halved between teacher and students by the split protocol, × 2 sequences × tokens per sequence ×
+    epochs) over the rate axis's tokens/s/GPU (`strong_full` for a student whose point turns LoRA
+    off). Scoring, labelling, generation and best-of-n are forward passes, not counted."""
     spec, where = grid.spec.estimate, f"{grid.path}: estimate"
     if spec is None:
         raise SweepError(f"{where}: none; the dry run's estimate needs data sizes and rates")

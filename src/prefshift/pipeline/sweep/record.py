@@ -1,15 +1,10 @@
 """A sweep's folder: what was asked, where each point stands, what stopped it.
 
-Everything about a sweep lives in one folder named by its id, so a stop, a cancelled task, `--no-wait`
-or a later shell lose nothing:
-
-    <scratch>/<id>/sweep.json          points, baseline commit, executor, and each stop (`stops`)
-    <scratch>/<id>/overlay/            the workspace's uncommitted state each task lays on its clone
-    <scratch>/<id>/job-<n>.sbatch      each SLURM script, written before `sbatch` reads it
-    <scratch>/<id>/logs/<index>.log    one log per point, every attempt appended
-    <scratch>/<id>/points/<index>.json where the point's own task says it stands
-    <scratch>/<id>/clones/<index>/     the point's clone, kept until it succeeds (a resumed task
-                                       finds its training checkpoint there)
+Everything about a sweep lives in one folder named by its id, so a stop, a cancelled task,
+`--no-wait` or a later shell lose nothing: `sweep.json` (points, baseline, executor, each stop),
+`overlay/` (the workspace's uncommitted state, laid on every clone), `job-<n>.sbatch` (SLURM),
+`logs/<i>.log` (every attempt appended), `points/<i>.json` (where the point's own task says it
+stands) and `clones/<i>/` (kept until the point succeeds: a resumed task finds its checkpoint there).
 """
 
 from __future__ import annotations
@@ -19,28 +14,20 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from prefshift.core.atomic import write_json
-from prefshift.core.errors import PrefshiftError
+from prefshift.pipeline.sweep.commands import SweepError
 
-SWEEP_FILE = "sweep.json"
 SCRATCH_ENV = "PREFSHIFT_SWEEP_SCRATCH"
-FINISHED = "success"
-STOPPED = "stopped"
-"""A task that started and ended without writing its end: cancelled, preempted, out of time or killed."""
-MISSING = "missing"
-"""A task that never started (cancelled while pending, or never launched)."""
+FINISHED, STOPPED, MISSING = "success", "stopped", "missing"
+"""A task's end: done; ended from outside (cancelled, preempted, killed); never started."""
 LIVE = ("pending", "running")
 TASK_HEADER = "=== sweep task"
 """Starts each attempt's part of a point's log, so the gatherer reads the last attempt alone."""
-
-
-class SweepRecordError(PrefshiftError):
-    """A sweep id with no folder, or a folder whose record cannot be read."""
 
 
 def default_scratch(root: Path) -> Path:
@@ -82,18 +69,16 @@ class SweepRecord:
     def script(self, number: int) -> Path:
         return self.folder / f"job-{number}.sbatch"
 
+    def save(self) -> None:
+        write_json(self.folder / "sweep.json", self.data)
+
     def last_attempt(self, index: int) -> str:
-        """The point's log since its last attempt began (TASK_HEADER in task.py)."""
-        try:
-            text = self.log(index).read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            return ""
+        text = (
+            self.log(index).read_text(encoding="utf-8", errors="replace") if self.log(index).exists() else ""
+        )
         return text[text.rfind(TASK_HEADER) :] if TASK_HEADER in text else text
 
-    def save(self) -> None:
-        write_json(self.folder / SWEEP_FILE, self.data)
-
-    def note_stop(self, signal_name: str, points: list[int], lines: list[str]) -> None:
+    def note_stop(self, signal_name: str, points: Sequence[int], lines: list[str]) -> None:
         """What a stop ended, kept with the sweep: the points it left without a result, and how."""
         points = [i for i in points if self.read_state(i).get("state") != FINISHED]
         stop = {"time": _now(), "signal": signal_name, "points": points, "done": lines}
@@ -107,7 +92,7 @@ class SweepRecord:
         except FileNotFoundError:
             return {}
         except (OSError, ValueError) as err:
-            raise SweepRecordError(
+            raise SweepError(
                 f"{path}: cannot read the point's state ({err}); delete it to rerun the point"
             ) from None
 
@@ -121,42 +106,34 @@ class SweepRecord:
 def create(scratch: Path, data: Mapping[str, Any]) -> SweepRecord:
     """A new folder, its id sortable by start time and unique between sweeps of one second."""
     sweep_id = time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
-    folder = Path(scratch).resolve() / sweep_id
+    record = SweepRecord(Path(scratch).resolve() / sweep_id, {**data, "id": sweep_id, "jobs": []})
     for sub in ("logs", "points", "clones"):
-        (folder / sub).mkdir(parents=True, exist_ok=True)
-    record = SweepRecord(folder, {**data, "id": sweep_id, "jobs": []})
+        (record.folder / sub).mkdir(parents=True, exist_ok=True)
     record.save()
     return record
 
 
 def load(scratch: Path, sweep_id: str) -> SweepRecord:
-    folder = Path(scratch).resolve() / sweep_id
-    if not (folder / SWEEP_FILE).is_file():
-        known = sorted(p.parent.name for p in Path(scratch).glob(f"*/{SWEEP_FILE}"))
-        hint = f"known here: {', '.join(known[-5:])}" if known else "no sweep has been started there"
-        raise SweepRecordError(
-            f"sweep {sweep_id!r}: no {folder / SWEEP_FILE} ({hint}); pass the --scratch the sweep used"
-        )
-    return open_folder(folder)
+    return open_folder(Path(scratch).resolve() / sweep_id)
 
 
 def open_folder(folder: Path) -> SweepRecord:
-    path = Path(folder) / SWEEP_FILE
+    path = Path(folder) / "sweep.json"
+    if not path.is_file():
+        known = sorted(p.parent.name for p in path.parent.parent.glob("*/sweep.json"))[-5:]
+        hint = f"known there: {', '.join(known)}" if known else "no sweep has been started there"
+        raise SweepError(f"sweep {path.parent.name!r}: no {path} ({hint}); pass the --scratch the sweep used")
     try:
         return SweepRecord(Path(folder), json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError) as err:
-        raise SweepRecordError(f"{path}: cannot read the sweep record ({err})") from None
+        raise SweepError(f"{path}: cannot read the sweep record ({err})") from None
 
 
 def point_state(entry: Mapping[str, Any], live: str | None) -> str:
-    """One point's state from its task's own entry and what the executor still runs (`live`:
-    pending/running, or None). Finished stays finished (a requeued task exits at once); a task that
-    said `running` and is gone was stopped from outside before it could say more."""
+    """One point's state from its task's own entry and what the executor still runs (`live`).
+    Finished stays finished (a requeued task exits at once); a task that said `running` and is gone
+    was stopped from outside before it could say more."""
     own = entry.get("state")
-    if own == FINISHED:
-        return FINISHED
-    if live:
-        return live
-    if own == "running":
-        return STOPPED
-    return own or MISSING
+    if own == FINISHED or live:
+        return FINISHED if own == FINISHED else live
+    return STOPPED if own == "running" else own or MISSING

@@ -1,11 +1,10 @@
 """A finished sweep's results: each point's numbers checked in its experiment commit, then filed.
 
-Results are read from the experiment commit (`git show <rev>:reports/metrics/<m>/seed-<k>.json`
-for each seed the experiment's params list) and written to reports/sweeps/ as the report reads
-them: the full metrics JSON (with the confidence intervals that `dvc exp show` drops) plus
-{"sweep": {<dotted key>: <value from the experiment's params.yaml>, "seed": <replicate seed>}}.
-These copies outlive the experiments (`dvc exp gc`/`remove`), so the ablation tables keep them.
-Nothing is filed unless every point has a finite WRG, mean AOG and mean NTS for every method.
+Each method's metrics for each seed the experiment lists are read from its commit and written to
+reports/sweeps/ as the report reads them: the full JSON (with the confidence intervals `dvc exp show`
+drops) plus {"sweep": {<dotted key>: <value in the experiment's params.yaml>, "seed": <seed>}}.
+These copies outlive `dvc exp gc`. Nothing is filed unless every point has a finite WRG, mean AOG
+and mean NTS for every method.
 """
 
 from __future__ import annotations
@@ -48,12 +47,11 @@ def _is_number(value: Any) -> bool:
 
 
 def _json_at(root: Path, rev: str, rel: str) -> Any:
+    """The JSON file `rel` in commit `rev`, None if it has none or it is no JSON (then reported)."""
     try:
         return json.loads(run_git(root, "show", f"{rev}:{rel}"))
-    except SweepError:
+    except (SweepError, ValueError):
         return None
-    except ValueError as err:
-        raise SweepError(f"{rev[:7]}:{rel}: not valid JSON ({err})") from None
 
 
 def point_results(

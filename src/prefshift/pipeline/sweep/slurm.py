@@ -1,26 +1,31 @@
 """`--executor slurm`: the sweep's points as one SLURM job array, through a generated sbatch script.
 
 The script is written into the sweep's folder before `sbatch` reads it, so what ran is there to
-read. Its `#SBATCH` lines come from the sweep's options, then, verbatim, from the user's template
+read. Its `#SBATCH` lines come from the sweep's options, then verbatim from the user's template
 (`--sbatch-template`: more `#SBATCH` lines, then set-up such as `module load`). Array task `i` runs
-point `i` (`prefshift sweep task <folder> $SLURM_ARRAY_TASK_ID`), appending to `logs/<i>.log`. While
-a task waits or runs `squeue` lists it; afterwards only its own state file tells (accounting is not
-assumed: many clusters keep `sacct` to admins). A resume submits an array of the points left.
+point `i`, appending to `logs/<i>.log`. While a task waits or runs `squeue` lists it; afterwards only
+its own state file tells (many clusters keep `sacct` to admins). The tasks reach the project through
+remotes: `origin` for git, the default DVC remote, an MLflow server.
 """
 
 from __future__ import annotations
 
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
-from prefshift.pipeline.sweep.commands import SweepError
-from prefshift.pipeline.sweep.record import SweepRecord
+from prefshift.core.paths import Layout
+from prefshift.pipeline.sweep.baseline import check_committed
+from prefshift.pipeline.sweep.commands import SweepError, run_dvc, run_git, say
+from prefshift.pipeline.sweep.record import SweepRecord, default_scratch
+from prefshift.tracking.runs import tracking_uri
 
 SQUEUE_STATES = {"PENDING": "pending", "CONFIGURING": "pending", "REQUEUED": "pending", "RUNNING": "running"}
 """squeue's states that still hold a task; the others asked for (COMPLETING, SUSPENDED...) show as running."""
@@ -46,20 +51,53 @@ class SlurmResources:
         if self.time is not None and not _TIME.match(self.time):
             raise SweepError(f"--time {self.time!r}: use SLURM's form, e.g. 4:00:00 or 1-12:00:00")
         if self.template is not None and not Path(self.template).is_file():
-            raise SweepError(
-                f"--sbatch-template {self.template}: no such file (extra #SBATCH lines, yours to edit)"
-            )
+            raise SweepError(f"--sbatch-template {self.template}: no such file (extra #SBATCH lines)")
 
     def as_dict(self) -> dict:
         return asdict(self)
 
     def directives(self) -> list[str]:
         lines = [f"#SBATCH --gres=gpu:{self.gpus_per_task}"] if self.gpus_per_task else []
-        options = (("partition", self.partition), ("time", self.time), ("account", self.account))
-        for flag, value in (*options, ("cpus-per-task", self.cpus_per_task)):
-            if value is not None:
-                lines.append(f"#SBATCH --{flag}={value}")
-        return lines
+        options = {"partition": self.partition, "time": self.time, "account": self.account}
+        options["cpus-per-task"] = self.cpus_per_task
+        return lines + [f"#SBATCH --{flag}={value}" for flag, value in options.items() if value is not None]
+
+
+def check_tracking(uri: str) -> None:
+    """Many nodes write to one MLflow store only through a server (no sqlite file over NFS)."""
+    if not uri.startswith(("http://", "https://", "databricks")):
+        raise SweepError(
+            f"MLflow tracking URI {uri!r}: a multi-machine sweep cannot log to a sqlite file or a folder; "
+            "start `mlflow server --host 0.0.0.0 --port 5000 --backend-store-uri sqlite:///mlflow.db` on one "
+            "machine and export MLFLOW_TRACKING_URI=http://<that host>:5000 before sweeping"
+        )
+
+
+def prepare(root: Path, baseline: str, uri: str) -> dict[str, Any]:
+    """Check what the tasks need before anything is submitted, and push the baseline's outputs to
+    the DVC remote for them to pull instead of recomputing."""
+    check_tracking(uri)
+    if shutil.which("sbatch") is None:
+        raise SweepError("--executor slurm: no `sbatch` on PATH; run the sweep where jobs can be submitted")
+    check_committed(root)
+    try:
+        url = run_git(root, "remote", "get-url", "origin").strip()
+    except SweepError:
+        raise SweepError(
+            f"{root}: no git remote `origin`; the tasks clone the baseline from it and push their "
+            "experiments to it: `git remote add origin <url>` (a bare repository on the shared filesystem)"
+        ) from None
+    run_git(root, "fetch", "--quiet", "origin")
+    if not run_git(root, "branch", "--remotes", "--contains", baseline).strip():
+        raise SweepError(f"baseline {baseline[:12]} is not on origin ({url}): `git push origin HEAD`")
+    if not run_dvc(root, ["remote", "default"], echo=False).strip():
+        raise SweepError(
+            f"{root}: no default DVC remote; the tasks pull the shared stages' outputs from it and push "
+            "theirs: `dvc remote add -d <name> <url>` (a folder on the shared filesystem or an object store)"
+        )
+    say("sweep: dvc push (the baseline's outputs, for the tasks to pull instead of recomputing)")
+    run_dvc(root, ["push"])
+    return {"git_remote": url, "dvc_cache": None}
 
 
 def array_spec(indices: Sequence[int]) -> str:
@@ -71,10 +109,6 @@ def array_spec(indices: Sequence[int]) -> str:
         else:
             runs.append([index, index])
     return ",".join(str(low) if low == high else f"{low}-{high}" for low, high in runs)
-
-
-def job_name(record: SweepRecord) -> str:
-    return f"prefshift-{record.id}"
 
 
 def render_script(
@@ -90,7 +124,7 @@ def render_script(
         "#!/bin/bash",
         f"# Sweep {record.id}: {len(record.points)} grid point(s) of `prefshift sweep --executor slurm`;",
         "# array task i runs grid point i in its own clone (see sweep.json beside this file).",
-        f"#SBATCH --job-name={job_name(record)}",
+        f"#SBATCH --job-name=prefshift-{record.id}",
         f"#SBATCH --array={array_spec(indices)}",
         f"#SBATCH --output={folder}/logs/%a.log",
         f"#SBATCH --chdir={folder}",  # on the shared filesystem, wherever the sweep was started
@@ -98,37 +132,46 @@ def render_script(
         *resources.directives(),
     ]
     exports = "".join(f"export {key}={shlex.quote(value)}\n" for key, value in env.items())
+    task = f"{shlex.quote(str(python))} -m prefshift sweep task {shlex.quote(str(folder))}"
+    path = f'export PATH={shlex.quote(str(python.parent))}:"$PATH"\n'
     return (
-        "\n".join(header) + "\n" + template + "set -euo pipefail\n"
-        f'export PATH={shlex.quote(str(python.parent))}:"$PATH"\n{exports}'
-        f"exec {shlex.quote(str(python))} -m prefshift sweep task {shlex.quote(str(folder))} "
-        '"$SLURM_ARRAY_TASK_ID"\n'
+        "\n".join(header)
+        + f'\n{template}set -euo pipefail\n{path}{exports}exec {task} "$SLURM_ARRAY_TASK_ID"\n'
+    )
+
+
+def dry_run_script(
+    root: Path, resources: SlurmResources, points: Sequence[Mapping], scratch: Path | None
+) -> str:
+    """The sbatch script a SLURM sweep of `points` would submit (nothing is written or submitted)."""
+    folder = Path(scratch or default_scratch(root)).resolve() / "<sweep id>"
+    record = SweepRecord(folder, {"id": "<sweep id>", "points": list(points), "names": [], "jobs": []})
+    return render_script(
+        record, range(len(points)), resources, {"MLFLOW_TRACKING_URI": tracking_uri(Layout(root))}
     )
 
 
 def _slurm(args: Sequence[str]) -> str:
     try:
         done = subprocess.run(list(args), capture_output=True, text=True, timeout=120)
-    except FileNotFoundError:
+    except (FileNotFoundError, subprocess.TimeoutExpired) as err:
         raise SweepError(
-            f"`{args[0]}` not found: run the sweep on a machine that can submit SLURM jobs"
+            f"`{' '.join(args)}`: {err}; is SLURM installed and slurmctld up (`sinfo`)?"
         ) from None
-    except subprocess.TimeoutExpired:
-        raise SweepError(f"`{' '.join(args)}` did not answer in 120 s; is slurmctld up (`sinfo`)?") from None
     if done.returncode != 0:
         raise SweepError(f"`{' '.join(args)}` failed (exit {done.returncode}): {done.stderr.strip()}")
     return done.stdout
 
 
-def submit(
-    record: SweepRecord, indices: Sequence[int], resources: SlurmResources, env: Mapping[str, str]
-) -> str:
+def submit(record: SweepRecord, indices: Sequence[int], resources: SlurmResources) -> str:
     """Write the script into the sweep's folder, then `sbatch` it; return the job id."""
     script = record.script(len(record.data["jobs"]) + 1)
+    env = {"MLFLOW_TRACKING_URI": record.data["tracking_uri"]}
     script.write_text(render_script(record, indices, resources, env), encoding="utf-8")
     job = _slurm(["sbatch", "--parsable", str(script)]).strip().split(";")[0]
     record.data["jobs"].append({"job": job, "indices": list(indices), "script": str(script)})
     record.save()
+    say(f"sweep {record.id}: submitted job {job} ({len(indices)} array task(s)), script {script}")
     return job
 
 
@@ -144,21 +187,13 @@ def _array_indices(spec: str) -> list[int]:
 def live(record: SweepRecord) -> dict[int, str]:
     """Grid point → pending/running for every task of the sweep that squeue still lists; asked by
     job name, never by id, which squeue refuses once the controller forgot it."""
-    if not record.data["jobs"]:
-        return {}
     jobs = {entry["job"] for entry in record.data["jobs"]}
-    output = _slurm(
-        [
-            "squeue",
-            "--noheader",
-            "--array",
-            f"--name={job_name(record)}",
-            f"--states={LIVE_STATES}",
-            "--format=%i %T",
-        ]
-    )
-    states: dict[int, str] = {}
-    for line in output.splitlines():
+    if not jobs:
+        return {}
+    name, states = f"--name=prefshift-{record.id}", {}
+    for line in _slurm(
+        ["squeue", "-h", "--array", name, f"--states={LIVE_STATES}", "--format=%i %T"]
+    ).splitlines():
         job_task, _, state = line.strip().partition(" ")
         job, sep, task = job_task.partition("_")
         if sep and job in jobs:
@@ -167,18 +202,13 @@ def live(record: SweepRecord) -> dict[int, str]:
 
 
 def stop(record: SweepRecord, wait_s: float = CANCEL_WAIT_S) -> tuple[list[int], list[str]]:
-    """`scancel` the sweep's jobs and wait for squeue to let go of them; (points held, what was done)."""
-    held = sorted(live(record))
-    jobs = [entry["job"] for entry in record.data["jobs"]]
-    if not held:
+    """`scancel` the sweep's jobs and wait for squeue to let go of them: (points held, what was done)."""
+    if not (held := sorted(live(record))):
         return [], ["no task of the sweep was pending or running"]
+    jobs = [entry["job"] for entry in record.data["jobs"]]
     _slurm(["scancel", *jobs])
     deadline = time.monotonic() + wait_s
     while (left := live(record)) and time.monotonic() < deadline:
         time.sleep(1.0)
     lines = [f"scancel {' '.join(jobs)}: points {', '.join(map(str, held))}"]
-    if left:
-        lines.append(
-            f"still listed by squeue after {wait_s:.0f} s: points {', '.join(map(str, sorted(left)))}"
-        )
-    return held, lines
+    return held, lines + ([f"still listed by squeue after {wait_s:.0f} s: {sorted(left)}"] if left else [])
