@@ -1,12 +1,11 @@
 """The baseline a sweep's tasks start from: HEAD, plus what the workspace holds that HEAD does not.
 
-Every task clones HEAD. On one machine the workspace's uncommitted state comes along too, as an
-overlay copied once into the sweep's folder when it starts: tracked files changed since HEAD
-(params, code), dvc.lock, and every `cache: false` output (metrics, plots), which no cache can
-restore. With dvc.lock and the shared DVC cache, a task's `dvc checkout` then restores the other
-outputs, and only what a point's overrides invalidate reruns: a fresh clone after `make repro`
-sweeps as a committed one does. A cluster's tasks clone from a remote, so there the baseline must
-be committed and pushed (`check_committed`).
+On one machine the workspace's uncommitted state comes along, copied once into the sweep's folder
+when it starts (`snapshot`) and laid over each clone: tracked files changed since HEAD, dvc.lock and
+every `cache: false` output (metrics, plots), which no cache restores. With dvc.lock and the shared
+cache, a task's `dvc checkout` restores the rest, and only what a point changes reruns: a fresh
+clone after `make repro` sweeps as a committed one does. A cluster's tasks clone from a remote, so
+there the baseline must be committed (`check_committed`).
 """
 
 from __future__ import annotations
@@ -24,31 +23,27 @@ def pipeline_outputs(root: Path) -> list[tuple[Path, bool, bool]]:
     from dvc.repo import Repo
 
     with Repo(str(root)) as repo:
-        base = root.resolve()
         return [
-            (Path(out.fs_path).resolve().relative_to(base), out.use_cache, bool(out.metric))
+            (Path(out.fs_path).resolve().relative_to(root.resolve()), out.use_cache, bool(out.metric))
             for stage in repo.index.stages
             for out in stage.outs
         ]
 
 
-def uncommitted_baseline(root: Path, outputs: Sequence[tuple[Path, bool, bool]] | None = None) -> list[str]:
+def uncommitted_baseline(root: Path) -> list[str]:
     """dvc.lock and the metrics files that HEAD does not hold as the workspace does: what
     `dvc exp show`'s baseline row and a plain `dvc exp diff` need committed."""
-    outputs = pipeline_outputs(root) if outputs is None else outputs
-    paths = [p.as_posix() for p, _, metric in outputs if metric and (root / p).exists()]
-    if (root / "dvc.lock").exists():
-        paths.insert(0, "dvc.lock")
-    if not paths:
-        return []
-    status = run_git(root, "status", "--porcelain", "--untracked-files=all", "--", *paths)
-    changed = {line[3:].strip() for line in status.splitlines() if line.strip()}
+    paths = [p.as_posix() for p, _, metric in pipeline_outputs(root) if metric and (root / p).exists()]
+    paths = ["dvc.lock", *paths] if (root / "dvc.lock").exists() else paths
+    status = run_git(root, "status", "--porcelain", "--untracked-files=all", "--", *paths) if paths else ""
+    changed = {line[3:].strip() for line in status.splitlines()}
     return [p for p in paths if p in changed]
 
 
 def commit_command(paths: Sequence[str]) -> str:
-    quoted = " ".join(shlex.quote(p) for p in paths)
-    return f'git add {quoted} && git commit -m "Baseline results for the sweep"'
+    return (
+        f'git add {" ".join(shlex.quote(p) for p in paths)} && git commit -m "Baseline results for the sweep"'
+    )
 
 
 def _changed_tracked(root: Path) -> list[str]:
@@ -57,32 +52,25 @@ def _changed_tracked(root: Path) -> list[str]:
 
 def check_committed(root: Path) -> None:
     """Refuse a workspace that holds anything a task cloning HEAD from a remote would miss."""
-    missing = sorted(set(_changed_tracked(root)) | set(uncommitted_baseline(root)))
-    if missing:
+    if missing := sorted(set(_changed_tracked(root)) | set(uncommitted_baseline(root))):
         raise SweepError(
             f"{root}: not committed: {', '.join(missing[:6])}{' ...' if len(missing) > 6 else ''}; "
             f"each point runs in a clone of the baseline commit, so commit first: {commit_command(missing)}"
         )
 
 
-def snapshot(root: Path, overlay: Path) -> tuple[list[str], list[str]]:
-    """Copy the workspace's uncommitted state into `overlay`; return (copied, deleted) paths."""
-    outputs = pipeline_outputs(root)
-    copied, deleted, changed = [], [], _changed_tracked(root)
-    paths = [*changed, "dvc.lock", *(p.as_posix() for p, cached, _ in outputs if not cached)]
-    for rel in dict.fromkeys(paths):
-        source = root / rel
-        if not source.exists():
-            deleted += [rel] if rel in changed else []
-            continue
-        target = overlay / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
+def snapshot(root: Path, overlay: Path) -> list[str]:
+    """Copy the workspace's uncommitted state into `overlay`; return the tracked files it deleted."""
+    changed = _changed_tracked(root)
+    uncached = [p.as_posix() for p, cached, _ in pipeline_outputs(root) if not cached]
+    for rel in dict.fromkeys([*changed, "dvc.lock", *uncached]):
+        source, target = root / rel, overlay / rel
         if source.is_dir():
             shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
-        else:
+        elif source.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target, follow_symlinks=False)
-        copied.append(rel)
-    return copied, deleted
+    return [rel for rel in changed if not (root / rel).exists()]
 
 
 def lay_overlay(overlay: Path, deleted: Sequence[str], clone: Path) -> None:

@@ -17,17 +17,16 @@ class SweepError(PrefshiftError):
 
 
 def say(text: str) -> None:
-    """One line to stderr. A reader that went away (`| head`, a closed terminal) silences the sweep
-    instead of stopping it: the sweep's record and the points' logs keep everything it would say."""
+    """A line to stderr. A reader that went away (`| head`, a closed terminal) silences the sweep
+    instead of stopping it: its record and the points' logs keep everything it would say."""
     try:
-        sys.stderr.write(text.rstrip("\n") + "\n")
-        sys.stderr.flush()
-    except (BrokenPipeError, ValueError, OSError):
+        print(text.rstrip("\n"), file=sys.stderr, flush=True)
+    except (OSError, ValueError):
         silence()
 
 
 def silence() -> None:
-    """Point stdout and stderr at /dev/null, so no later write (nor the one at exit) fails."""
+    """Point stdout and stderr at /dev/null, so that no later write (nor the one at exit) fails."""
     null = os.open(os.devnull, os.O_WRONLY)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
@@ -42,27 +41,20 @@ def run_git(root: Path, *args: str) -> str:
     return done.stdout
 
 
-def dvc_command(args: Sequence[str]) -> tuple[list[str], dict[str, str]]:
-    """The dvc installed with prefshift (else PATH's), its directory leading the child's PATH:
-    stages call plain `dvc` and `prefshift`."""
-    bin_dir = Path(sys.executable).parent
-    sibling = bin_dir / "dvc"
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
-    return [str(sibling) if sibling.exists() else "dvc", *args], env
-
-
 def run_dvc(root: Path, args: Sequence[str], echo: bool = True) -> str:
-    """Run dvc, echoing its output as it comes (unless told not to); return that output."""
-    command, env = dvc_command(args)
+    """Run the dvc installed with prefshift, its directory first on PATH (stages call plain `dvc`
+    and `prefshift`), echoing its output as it comes unless told not to; return that output."""
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    command = [str(bin_dir / "dvc") if (bin_dir / "dvc").exists() else "dvc", *args]
     proc = subprocess.Popen(
         command, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     lines = []
     for line in proc.stdout:
+        lines.append(line)
         if echo:
             say(line)
-        lines.append(line)
-    output = "".join(lines)
     if proc.wait() != 0:
-        raise SweepError(f"`dvc {' '.join(args)}` failed (exit {proc.returncode}):\n{output[-3000:]}")
-    return output
+        raise SweepError(f"`dvc {' '.join(args)}` failed (exit {proc.returncode}):\n{''.join(lines)[-3000:]}")
+    return "".join(lines)

@@ -118,7 +118,7 @@ def start(
     data["executor"]["resources"] = executor.resources.as_dict()
     record = create(Path(scratch or default_scratch(root)), data)
     if not cluster:
-        _, record.data["overlay_deleted"] = snapshot(root, record.folder / "overlay")
+        record.data["overlay_deleted"] = snapshot(root, record.folder / "overlay")
         record.save()
     say(f"sweep {record.id}: {len(points)} point(s), folder {record.folder}")
     return _launch(root, record, executor, range(len(points)), wait, poll_s)
