@@ -378,3 +378,58 @@ def test_a_local_sweep_starts_from_the_uncommitted_workspace_and_names_a_failed_
         "M",
         "evaluate.py",
     ]
+
+
+DIRECTORY_METRICS = """\
+import json, pathlib, yaml
+params = yaml.safe_load(open("params.yaml"))
+headline = {"wrg": 2.0 * params["anchor"]["lambda"], "mean_aog": 0.5, "mean_nts": -0.5}
+for method in ("anchor_last", "anchor_mid"):
+    folder = pathlib.Path("reports/metrics") / method
+    folder.mkdir(parents=True, exist_ok=True)
+    for seed in params["seeds"]:
+        (folder / f"seed-{seed}.json").write_text(json.dumps({"method": method, **headline}))
+summary = {m: headline for m in ("anchor_last", "anchor_mid")}
+pathlib.Path("reports/metrics.json").write_text(json.dumps(summary))
+"""
+
+
+@pytest.mark.slow
+def test_the_documented_baseline_commit_then_a_sweep_runs(tmp_path, monkeypatch):
+    """docs/sweeps.md's commit line, verbatim, on a project whose metrics are directories, as the
+    embedded default's are (`reports/metrics/<method>`). Before, the sweep then stopped with a
+    StopIteration traceback (a committed `cache: false` directory left no untracked ancestor to
+    carry). The full workflow, report included, runs on the real pipeline in test_pipeline_e2e.py."""
+    env = _env()
+    for key in ("PATH", *(k for k in env if k.startswith("GIT_"))):
+        monkeypatch.setenv(key, env[key])
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    root = tmp_path / "project"
+    root.mkdir()
+    shutil.copy2(REPO / "params.yaml", root / "params.yaml")
+    (root / "evaluate.py").write_text(DIRECTORY_METRICS)
+    outputs = ["reports/metrics/anchor_last", "reports/metrics/anchor_mid", "reports/metrics.json"]
+    stage = {"cmd": f"{sys.executable} evaluate.py", "deps": ["evaluate.py"], "params": ["anchor.lambda"]}
+    stage["metrics"] = [{path: {"cache": False}} for path in outputs]
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"report": stage}}))
+    _run(["git", "init", "-q"], root, env)
+    _run(["dvc", "init", "-q"], root, env)
+    _run(["git", "add", "-A"], root, env)
+    _run(["git", "commit", "-qm", "sources"], root, env)
+    _run(["dvc", "repro"], root, env)
+    page = (REPO / "docs" / "sweeps.md").read_text()
+    commit, sweep = (
+        page.split("### The baseline workflow", 1)[1].split("```bash\n", 1)[1].split("```")[0].split("\n")[:2]
+    )
+    _run(["bash", "-c", commit], root, env)
+    assert _run(["git", "status", "--porcelain", "--untracked-files=no"], root, env) == ""
+    _run(["bash", "-c", f"{sweep} --no-report"], root, env)  # the toy project has no report to rebuild
+    seeds = yaml.safe_load((root / "params.yaml").read_text())["seeds"]
+    filed = sorted(p.name for p in (root / "reports" / "sweeps").iterdir())
+    lambdas = ("0.5", "2")
+    assert filed == sorted(
+        f"{m}__anchor.lambda={v}__seed={k}.json"
+        for m in ("anchor_last", "anchor_mid")
+        for v in lambdas
+        for k in seeds
+    )
