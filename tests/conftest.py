@@ -30,7 +30,7 @@ HEAVY = (
     "test_sweep.py",
     "test_resume.py",
     "test_bench.py",
-    "test_sweep_cluster.py",
+    "test_sweep_executors.py",
     "test_method_plugins.py",
 )
 """The next longest files (fresh-clone CI on 2026-12-04: 193, 103, 67, 50, 37 and 35 s), started

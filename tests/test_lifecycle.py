@@ -1,6 +1,6 @@
 """Clean lifecycles (issue 30, item 7): writers lock their outputs, unlisted methods and busy ports are
-refused, and nothing a command starts outlives it. Real processes throughout; the sweep's real DVC
-queue is in test_sweep.py and MLflow's run states in test_tracking.py."""
+refused, and nothing a command starts outlives it. Real processes throughout; a stopped sweep's
+tasks are test_sweep_executors.py's and MLflow's run states test_tracking.py's."""
 
 from __future__ import annotations
 

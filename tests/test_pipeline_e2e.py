@@ -4,8 +4,8 @@ One shrunken embedded default (same stages, fewer pairs and steps) is run once p
 session in a temporary git repository (tests/e2e_project.py); the tests below read what it produced.
 What a change of anchor.lambda re-runs on this project (plan, the two anchor students and what reads
 them; never `reference` or another student) is asserted stage by stage by a real one-point sweep
-at the end, which runs on a copy of it (several points in one queue are tested on a trivial
-pipeline in test_sweep.py: each point here costs about 160 s on a 2-core machine).
+at the end, which runs on a copy of it (several points, stopped and resumed, are tested on a
+trivial pipeline in test_sweep_executors.py: each point here costs about 160 s on a 2-core machine).
 `make test` runs pytest-xdist with `--dist loadfile`, which keeps a file on one worker; this file
 is started first, and its worker is given no other file (tests/conftest.py). The browser test of
 the MLflow UI reads the same pipeline from test_pipeline_ui.py, on the other worker."""
@@ -23,7 +23,6 @@ import yaml
 from e2e_project import SEEDS, SMALL, STUDENTS, copy_reproduced, per_method, project, reproduced
 from e2e_project import ran_stages as _ran_stages
 from e2e_project import run as _run
-from prefshift.pipeline.sweep import experiment_rows
 
 
 @pytest.fixture(scope="session")
@@ -214,35 +213,54 @@ def _json(args: list[str], root: Path, env: dict[str, str]):
 
 
 def _show_rows(root: Path, env: dict[str, str]) -> dict[str, dict]:
-    return {row["name"]: row for row in experiment_rows(_json(["dvc", "exp", "show", "--json"], root, env))}
+    """Each experiment's rev and {metrics path: data}, by name, as `dvc exp show --json` lists them."""
+    rows = {}
+    for baseline in _json(["dvc", "exp", "show", "--json"], root, env):
+        for exp in baseline.get("experiments") or []:
+            rev = exp["revs"][0]
+            metrics = (rev.get("data") or {}).get("metrics") or {}
+            rows[exp.get("name") or rev["name"]] = {
+                "rev": rev["rev"],
+                "metrics": {path: entry.get("data") for path, entry in metrics.items()},
+            }
+    return rows
+
+
+def _baseline_workflow() -> list[str]:
+    """The commands of docs/sweeps.md's baseline workflow, as the page gives them."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "sweeps.md").read_text()
+    block = page.split("### The baseline workflow", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    return block.strip().splitlines()
 
 
 @pytest.mark.slow
-def test_lambda_sweep_queues_experiments_that_carry_their_metrics(sweep_project):
+def test_the_documented_lambda_sweep_runs_experiments_that_carry_their_metrics(sweep_project):
+    """docs/sweeps.md's workflow, verbatim, on the reproduced project: before, committing the
+    baseline as the page says made the sweep stop with a StopIteration traceback."""
     root, env = sweep_project
     before = (root / "params.yaml").read_bytes()
-    sweep = ["prefshift", "sweep", "-S", "anchor.lambda=0.1", "--methods", "anchor_last", "--jobs", "1"]
-    output = _run(sweep, root, env)
+    commit, sweep = _baseline_workflow()
+    assert sweep == "prefshift sweep -S anchor.lambda=0.5,2"
+    _run(["bash", "-c", commit], root, env)
+    output = _run(["bash", "-c", sweep], root, env)
 
     assert (root / "params.yaml").read_bytes() == before
-    assert "git add dvc.lock reports/metrics/teacher/seed-0.json" in output  # the uncommitted baseline
-    # What a λ change re-runs, in each experiment (its echoed queue log): plan and the two anchor
+    # What a λ change re-runs, in each experiment (its echoed task log): plan and the two anchor
     # students with what reads them (downstream scores every proxy in one stage); the shared
     # `reference`, the judge and its gold scores (they read no student) and the other four
     # students stay cached.
     anchor_stages = per_method(("train", "evaluate"), ("anchor_last", "anchor_mid"))
     per_point = {"inputs", "plan", "downstream", "report"} | anchor_stages
     logs = output.split("--- experiment ")[1:]
-    assert len(logs) == 1
+    assert len(logs) == 2
     for log in logs:
         ran = [line for line in log.splitlines() if line.startswith("Running stage '")]
         assert _ran_stages(log) == per_point and len(ran) == len(per_point), log.splitlines()[0]
 
-    name = "sweep-anchor.lambda-0.1"
+    name = "sweep-anchor.lambda-0.5"
     baseline = yaml.safe_load(before)["anchor"]["lambda"]
-    assert baseline != 0.1
+    assert baseline not in (0.5, 2)
     row = _show_rows(root, env)[name]
-    assert row["state"] == "success"
     own = [
         f"reports/metrics/{m}/seed-{k}.json" for k in SEEDS for m in ("anchor_last", "ceiling")
     ]  # ceiling: not rerun
@@ -252,13 +270,13 @@ def test_lambda_sweep_queues_experiments_that_carry_their_metrics(sweep_project)
     ):
         assert all(isinstance(block[k], float) for k in ("wrg", "mean_aog", "mean_nts")), path
     params = yaml.safe_load(_run(["git", "show", f"{row['rev']}:params.yaml"], root, env))
-    assert params["anchor"]["lambda"] == 0.1
+    assert params["anchor"]["lambda"] == 0.5
 
     # Against the workspace (the baseline the sweep started from): what a user compares first.
     diff = _json(["dvc", "exp", "diff", name, "--all", "--json"], root, env)
     assert set(diff["metrics"]["reports/metrics/anchor_last/seed-0.json"]) >= {"wrg", "mean_aog", "mean_nts"}
     assert {k: v for k, v in diff["params"]["params.yaml"]["anchor.lambda"].items() if k != "diff"} == {
-        "old": 0.1,
+        "old": 0.5,
         "new": baseline,
     }
     assert name in _run(["dvc", "exp", "show", "--only-changed"], root, env)
@@ -268,16 +286,19 @@ def test_lambda_sweep_queues_experiments_that_carry_their_metrics(sweep_project)
     assert not plots.get("errors")
 
     files = sorted(p.name for p in (root / "reports" / "sweeps").glob("*.json"))
-    assert files == [f"anchor_last__anchor.lambda=0.1__seed={k}.json" for k in SEEDS]
+    methods, lambdas = ("anchor_last", "anchor_mid"), ("0.5", "2")  # the sweep's default --methods
+    assert files == sorted(
+        f"{m}__anchor.lambda={v}__seed={k}.json" for m in methods for v in lambdas for k in SEEDS
+    )
     result = json.loads((root / "reports" / "sweeps" / files[0]).read_text())
-    assert result["sweep"] == {"anchor.lambda": 0.1, "seed": 0} and result["method"] == "anchor_last"
+    assert result["sweep"] == {"anchor.lambda": 0.5, "seed": 0} and result["method"] == "anchor_last"
     assert result["wrg"] == row["metrics"]["reports/metrics/anchor_last/seed-0.json"]["wrg"]
     workspace = json.loads((root / "reports" / "metrics" / "anchor_last" / "seed-0.json").read_text())
     assert result["split_version"] == workspace["split_version"]
 
     summary = (root / "reports" / "summary.md").read_text()
     table = summary.split("### anchor.lambda", 1)[1].split("\n\n")[1]
-    assert [line.split(" | ")[1] for line in table.splitlines()[2:]] == ["0.1"]
+    assert [line.split(" | ")[1] for line in table.splitlines()[2:]] == ["0.5", "2", "0.5", "2"]
     assert (root / "reports" / "figures" / "lambda_ablation.png").exists()
 
     from mlflow import MlflowClient
@@ -288,4 +309,4 @@ def test_lambda_sweep_queues_experiments_that_carry_their_metrics(sweep_project)
     lambdas = {stage: set() for stage in ("train", "evaluate", "downstream")}
     for r in runs:
         lambdas[r.data.tags["stage"]].add(float(r.data.params["anchor.lambda"]))
-    assert lambdas == {stage: {0.1} for stage in ("train", "evaluate", "downstream")}  # its own db
+    assert lambdas == {stage: {0.5, 2.0} for stage in ("train", "evaluate", "downstream")}  # its own db

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import yaml
 from typer.testing import CliRunner
 
 from e2e_project import REPO
 from prefshift.cli import app
-from prefshift.pipeline.sweep import SweepError
-from prefshift.pipeline.sweep_grid_file import estimate, load_grid_file
+from prefshift.pipeline.sweep.commands import SweepError
+from prefshift.pipeline.sweep.grid_file import estimate, load_grid_file
 
 SMALL = {
     "bundles": {"setting": {"a": {"data.category": "harmless"}, "b": {"data.category": "helpful"}}},
@@ -59,9 +61,17 @@ def test_blocks_expand_bundles_and_the_estimate_adds_up_by_hand(tmp_path):
     ("change", "message"),
     [
         ({"blocks": [{"axes": {"setting": ["c"]}}]}, "setting 'c' is not in bundles.setting"),
-        ({"blocks": []}, "must list at least one block"),
-        ({"grid": 1}, "unknown key"),
-        ({"blocks": [{"axes": {"seed": 3}}]}, "axis 'seed' needs a list"),
+        ({"blocks": []}, "blocks: List should have at least 1 item"),
+        ({"grid": 1}, "grid: unknown key"),
+        ({"blocks": [{"axes": {"seed": 3}}]}, r"blocks\.0\.axes\.seed: Input should be a valid list"),
+        ({"blocks": [{"axes": {"seed": []}}]}, "axis 'seed' needs a list of values"),
+        ({"blocks": ["lambda"]}, r"blocks\.0: Input should be a valid dictionary"),
+        ({"bundles": {"setting": ["a"]}}, r"bundles\.setting: Input should be a valid dictionary"),
+        (
+            {"estimate": {**SMALL["estimate"], "data": {"a": {"train_pairs": "many"}}}},
+            r"data\.a\.train_pairs",
+        ),
+        ({"estimate": {**SMALL["estimate"], "rates": {"a": {"weak": -1, "strong": 1}}}}, "greater than 0"),
     ],
 )
 def test_bad_grid_files_are_refused_naming_the_file(tmp_path, change, message):
@@ -69,7 +79,59 @@ def test_bad_grid_files_are_refused_naming_the_file(tmp_path, change, message):
     path.write_text(yaml.safe_dump({**SMALL, **change}))
     with pytest.raises(SweepError, match=message) as err:
         load_grid_file(path)
-    assert str(path) in str(err.value)
+    assert str(path) in str(err.value) and "\n" not in str(err.value)
+
+
+def _refused(args: list[str]) -> str:
+    """A sweep command that must end with exit 2 and one line, no traceback; that line."""
+    result = CliRunner().invoke(app, ["sweep", *args, "--dry-run", "--root", str(REPO)])
+    assert result.exit_code == 2, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    return result.stderr
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"blocks:\n  - axes: {seed: [1, 2]}\n    name: \xff\xfe\n", "not UTF-8 text (byte 43)"),
+        (b"blocks: [{axes: {seed: [1]}, set: 3}]\n", "blocks.0.set: Input should be a valid dictionary"),
+        (b"blocks: 7\n", "blocks: Input should be a valid list"),
+        (b"description: [1]\nblocks: [{axes: {seed: [1]}}]\n", "description: Input should be a valid string"),
+        (b"- a\n- b\n", "(top level): Input should be a valid dictionary"),
+    ],
+)
+def test_an_unreadable_or_mistyped_grid_file_is_one_line(tmp_path, content, message):
+    path = tmp_path / "grid.yaml"
+    path.write_bytes(content)
+    assert message in _refused(["--grid-file", str(path)])
+
+
+def test_a_grid_file_that_is_no_regular_file_is_refused(tmp_path):
+    assert "not a regular file" in _refused(["--grid-file", str(tmp_path)])
+    assert "not a regular file" in _refused(["--grid-file", "/dev/zero"])
+
+
+def test_a_million_point_grid_is_refused_within_seconds_with_the_bound(tmp_path):
+    """Before, 1,000 x 1,000 values in a grid file printed nothing for minutes and grew past 1 GB."""
+    values = list(range(1000))
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump({"blocks": [{"axes": {"anchor.lambda": values, "seed": values}}]}))
+    spec = f"anchor.lambda={','.join(map(str, values))}"
+    for args in (["--grid-file", str(path)], ["-S", spec, "-S", spec.replace("anchor.lambda", "seed")]):
+        started = time.monotonic()
+        line = _refused(args)
+        elapsed = time.monotonic() - started
+        assert "1,000,000 grid points, more than the 1,000 a sweep takes" in line
+        assert "--max-points 1000000" in line
+        assert elapsed < 5, f"{elapsed:.1f} s to refuse"
+    raised = CliRunner().invoke(
+        app, ["sweep", "-S", "anchor.lambda=1,2,3", "--max-points", "2", "--dry-run", "--root", str(REPO)]
+    )
+    assert raised.exit_code == 2 and "3 grid points, more than the 2" in raised.stderr
+    allowed = CliRunner().invoke(
+        app, ["sweep", "-S", "anchor.lambda=1,2,3", "--max-points", "3", "--dry-run", "--root", str(REPO)]
+    )
+    assert allowed.exit_code == 0 and "points: 3" in allowed.stdout
 
 
 def test_the_paper_grid_dry_run_prints_its_points_estimate_and_sbatch_script(tmp_path, monkeypatch):

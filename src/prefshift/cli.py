@@ -501,14 +501,14 @@ def bench(
 
 
 sweep_app = typer.Typer(
-    help="Run a params grid as DVC experiments; status, collect and resume of a fanned-out sweep."
+    help="Run a params grid as DVC experiments, a task per point; status, collect and resume of a sweep."
 )
 app.add_typer(sweep_app, name="sweep")
 ScratchOption = Annotated[
     Path | None,
     typer.Option(
         "--scratch",
-        help="Folder on the shared filesystem for the sweep's record, logs and clones "
+        help="Folder (on the shared filesystem, for slurm) for the sweep's record, logs and clones "
         "(default $PREFSHIFT_SWEEP_SCRATCH, else .prefshift/sweeps).",
     ),
 ]
@@ -528,6 +528,9 @@ def sweep(
         Path | None,
         typer.Option("--grid-file", help="A grid written down: blocks of axes (configs/paper-grid.yaml)."),
     ] = None,
+    max_points: Annotated[
+        int, typer.Option("--max-points", help="Refuse a grid of more points than this.")
+    ] = 1000,
     methods: Annotated[
         str | None,
         typer.Option(
@@ -538,17 +541,15 @@ def sweep(
     report: Annotated[bool, typer.Option("--report/--no-report", help="Rebuild the report after.")] = True,
     jobs: Annotated[
         int,
-        typer.Option(
-            "--jobs", "-j", help="Experiments at once (`dvc queue start -j`); 1 suits CPUs (torch uses all)."
-        ),
+        typer.Option("--jobs", "-j", help="local: points at once; 1 suits CPUs (torch uses every core)."),
     ] = 1,
     executor: Annotated[
         str,
         typer.Option(
             "--executor",
-            help="queue: DVC's local queue; slurm: a job-array task per point; local-gpus: own GPUs each.",
+            help="local: --jobs tasks at once; local-gpus: own GPUs each; slurm: a job-array task per point.",
         ),
-    ] = "queue",
+    ] = "local",
     gpus: Annotated[
         str | None, typer.Option("--gpus", help="local-gpus: the devices to share out, e.g. 0,1,2,3.")
     ] = None,
@@ -581,92 +582,85 @@ def sweep(
 ):
     """Run a params grid as DVC experiments (workspace untouched), file them in reports/sweeps/, report.
 
-    The default executor is DVC's local queue; `--executor slurm` submits one job-array task per
-    point, `--executor local-gpus --gpus 0,1` gives each concurrent point its own GPUs.
+    Each point runs in its own clone of the baseline: `--jobs` at a time here (the default), on
+    its own GPUs (`--executor local-gpus --gpus 0,1`) or as a SLURM array task (`--executor slurm`).
+    Ctrl-C stops the points it started; `prefshift sweep resume <id>` continues.
     """
     if ctx.invoked_subcommand:
         return
-    from prefshift.pipeline import sweep as sweep_module
+    from prefshift.pipeline.sweep import grid as grid_module
+    from prefshift.pipeline.sweep import run as sweep_run
+    from prefshift.pipeline.sweep.local import parse_devices
+    from prefshift.pipeline.sweep.slurm import SlurmResources
 
-    grid = _call(_grid, grid_file) if grid_file else None
-    if grid is None and not set_:
-        err_console.print(error_text("nothing to sweep: pass -S key=value1,value2 or --grid-file FILE"))
-        raise typer.Exit(2)
-    if grid is not None and set_:
+    if grid_file is not None and set_:
         err_console.print(error_text("--grid-file and -S: give the grid one way; add axes to the file"))
         raise typer.Exit(2)
-    points = grid.points if grid else _call(lambda: sweep_module.grid_points(sweep_module.parse_grid(set_)))
-    default_methods = ",".join((grid.methods_collected if grid else None) or sweep_module.SWEEP_METHODS)
-    listed = [m.strip() for m in (methods or default_methods).split(",") if m.strip()]
-    if executor == "queue" and (not wait or gpus is not None):
-        option = "--no-wait: for --executor slurm" if not wait else "--gpus: for --executor local-gpus"
-        err_console.print(error_text(f"{option} (see docs/cluster.md); DVC's queue takes --jobs"))
+    if grid_file is None and not set_:
+        err_console.print(error_text("nothing to sweep: pass -S key=value1,value2 or --grid-file FILE"))
         raise typer.Exit(2)
-    if executor != "queue":
-        from prefshift.pipeline.sweep_clones import Executor
-        from prefshift.pipeline.sweep_local_gpus import parse_devices
-        from prefshift.pipeline.sweep_slurm import SlurmResources
-
-        chosen = Executor(
-            executor,
-            SlurmResources(gpus_per_task, partition, time_limit, account, cpus_per_task, sbatch_template),
-            tuple(_call(parse_devices, gpus)) if gpus is not None else (),
-        )
-        _call(chosen.check)
+    grid = _call(_grid, grid_file, max_points) if grid_file else None
+    axes = None if grid else _call(grid_module.parse_grid, set_)
+    points = grid.points if grid else _call(grid_module.grid_points, axes, max_points)
+    default_methods = ",".join((grid.spec.methods_collected if grid else None) or sweep_run.SWEEP_METHODS)
+    listed = [m.strip() for m in (methods or default_methods).split(",") if m.strip()]
+    template = str(sbatch_template) if sbatch_template else None
+    resources = SlurmResources(gpus_per_task, partition, time_limit, account, cpus_per_task, template)
+    devices = tuple(_call(parse_devices, gpus)) if gpus is not None else ()
+    chosen = sweep_run.Executor(executor, jobs, devices, resources)
+    _call(chosen.check, wait)
     if dry_run:
-        _dry_run(root, grid, points, chosen if executor != "queue" else None, scratch)
+        _dry_run(root, grid, points, chosen, scratch)
         return
-    if executor == "queue":
-        result = _call(sweep_module.run_points, root, points, listed, report, jobs)
-    else:
-        result = _call(
-            _stage("pipeline.sweep_clones", "start"), root, points, listed, chosen, scratch, report, wait
-        )
+    result = _call(sweep_run.start, root, points, listed, chosen, scratch, report, wait)
     _print_sweep(result)
 
 
-def _grid(path: Path) -> Any:
+def _grid(path: Path, max_points: int) -> Any:
     """The grid file, read; a library's error inside (bytes that are not UTF-8) names the file."""
     with naming(str(path)):
-        return _stage("pipeline.sweep_grid_file", "load_grid_file")(path)
+        return _stage("pipeline.sweep.grid_file", "load_grid_file")(path, max_points)
 
 
 def _dry_run(root: Path, grid: Any, points: list, chosen: Any, scratch: Path | None) -> None:
-    """What a sweep would run and cost, printed; nothing is written, queued or submitted."""
-    _call(_stage("pipeline.sweep", "check_distinct"), root / "params.yaml", points)
+    """What a sweep would run and cost, printed; nothing is written, run or submitted."""
+    _call(_stage("pipeline.sweep.grid", "check_distinct"), root / "params.yaml", points)
     typer.echo(f"points: {len(points)}")
     if grid is not None:
-        grid_module = importlib.import_module("prefshift.pipeline.sweep_grid_file")
-        for line in grid_module.describe_points(grid.points, grid.labels):
+        grid_module = importlib.import_module("prefshift.pipeline.sweep.grid_file")
+        for line in grid_module.describe_points(grid.labels):
             typer.echo(f"  {line}")
-        if grid.estimate:
+        if grid.spec.estimate:
             for line in _call(grid_module.estimate, grid, root / "params.yaml").lines()[1:]:
                 typer.echo(line)
-    if chosen is not None and chosen.kind == "slurm":
-        clones = importlib.import_module("prefshift.pipeline.sweep_clones")
+    if chosen.kind == "slurm":
+        slurm = importlib.import_module("prefshift.pipeline.sweep.slurm")
         try:
-            clones.check_shared_tracking(clones.tracking_uri(Layout(root)))
+            slurm.check_tracking(slurm.tracking_uri(Layout(root)))
         except PrefshiftError as err:
             typer.echo(f"note: the sweep itself would stop here: {err}")
         typer.echo("sbatch script:")
-        typer.echo(
-            _call(_stage("pipeline.sweep_clones", "dry_run_script"), root, chosen, points, scratch), nl=False
-        )
+        typer.echo(_call(slurm.dry_run_script, root, chosen.resources, points, scratch), nl=False)
 
 
 def _print_sweep(result: dict) -> None:
-    if result.get("sweep_id") and not result["experiments"]:
-        err_console.print(
-            f"sweep {result['sweep_id']} submitted ({result['folder']}); "
-            f"follow it with `prefshift sweep status {result['sweep_id']}`, "
-            f"gather it with `prefshift sweep collect {result['sweep_id']}`"
-        )
-        typer.echo(result["sweep_id"])
-        return
-    for experiment in result["experiments"]:
-        err_console.print(f"{experiment['name']}: {', '.join(experiment['files'])}")
-    if result["report"]:
-        err_console.print(f"report: {result['report']} (`dvc repro report` records it in dvc.lock)")
+    from prefshift.pipeline.sweep.commands import silence
+
+    try:
+        if result.get("sweep_id") and not result["experiments"]:
+            err_console.print(
+                f"sweep {result['sweep_id']} submitted ({result['folder']}); "
+                f"follow it with `prefshift sweep status {result['sweep_id']}`, "
+                f"gather it with `prefshift sweep collect {result['sweep_id']}`"
+            )
+            typer.echo(result["sweep_id"])
+            return
+        for experiment in result["experiments"]:
+            err_console.print(f"{experiment['name']}: {', '.join(experiment['files'])}")
+        if result["report"]:
+            err_console.print(f"report: {result['report']} (`dvc repro report` records it in dvc.lock)")
+    except BrokenPipeError:  # the reader went away; the results are filed all the same
+        silence()
 
 
 SweepIdArgument = Annotated[str, typer.Argument(help="The sweep's id, as `prefshift sweep` printed it.")]
@@ -674,15 +668,15 @@ SweepIdArgument = Annotated[str, typer.Argument(help="The sweep's id, as `prefsh
 
 @sweep_app.command("status")
 def sweep_status(sweep_id: SweepIdArgument, scratch: ScratchOption = None, root: RootOption = Path(".")):
-    """Where each point of a fanned-out sweep stands; a failed or stopped one with its log's path."""
-    for line in _call(_stage("pipeline.sweep_clones", "status"), root, sweep_id, scratch):
+    """Where each point of a sweep stands; a failed or stopped one with its log's path."""
+    for line in _call(_stage("pipeline.sweep.run", "status"), root, sweep_id, scratch):
         typer.echo(line)
 
 
 @sweep_app.command("collect")
 def sweep_collect(sweep_id: SweepIdArgument, scratch: ScratchOption = None, root: RootOption = Path(".")):
-    """Pull a finished sweep's experiments (`dvc exp pull`), check and file them, rebuild the report."""
-    _print_sweep(_call(_stage("pipeline.sweep_clones", "collect_id"), root, sweep_id, scratch))
+    """Bring a finished sweep's experiments in, check and file them, rebuild the report."""
+    _print_sweep(_call(_stage("pipeline.sweep.run", "collect_id"), root, sweep_id, scratch))
 
 
 @sweep_app.command("resume")
@@ -692,14 +686,14 @@ def sweep_resume(
     wait: WaitOption = True,
     root: RootOption = Path("."),
 ):
-    """Resubmit only the points that are missing, failed or stopped; finished ones never rerun."""
-    _print_sweep(_call(_stage("pipeline.sweep_clones", "resume"), root, sweep_id, scratch, wait))
+    """Rerun only the points that are missing, failed or stopped; finished ones never rerun."""
+    _print_sweep(_call(_stage("pipeline.sweep.run", "resume"), root, sweep_id, scratch, wait))
 
 
 @sweep_app.command("task", hidden=True)
 def sweep_task(folder: Path, index: int):
-    """One grid point in its own clone: what each SLURM array task or local-gpus slot runs."""
-    raise typer.Exit(_call(_stage("pipeline.sweep_task", "run_point"), folder, index))
+    """One grid point in its own clone: what each pool slot or SLURM array task runs."""
+    raise typer.Exit(_call(_stage("pipeline.sweep.task", "run_point"), folder, index))
 
 
 def main() -> None:

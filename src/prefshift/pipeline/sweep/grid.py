@@ -1,0 +1,104 @@
+"""A grid from `-S key=v1,v2` axes: its points, their names, and the checks before anything runs."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from prefshift.config.params import apply_overrides, load_params, parse_params, read_yaml, split_override
+from prefshift.pipeline.sweep.commands import SweepError
+
+MAX_POINTS = 1000
+"""Points a sweep takes unless `--max-points` raises it: the paper's grid is 252, and every point
+is a training run, so a bigger grid is far more often a typo than a plan."""
+MAX_NAME = 120
+_REF_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def split_values(text: str) -> list[str]:
+    """Split `a,b,[c,d]` on top-level commas, so list values like `[0.25,0.5]` stay whole."""
+    values, depth, current = [], 0, ""
+    for char in text:
+        depth += {"[": 1, "{": 1, "]": -1, "}": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            values.append(current.strip())
+            current = ""
+        else:
+            current += char
+    values.append(current.strip())
+    return values
+
+
+def parse_grid(specs: Sequence[str]) -> dict[str, list[str]]:
+    """`-S key=v1,v2` items → {key: [v1, v2]} (values kept as text; DVC parses them)."""
+    if not specs:
+        raise SweepError("nothing to sweep: pass at least one -S key=value1,value2")
+    grid: dict[str, list[str]] = {}
+    for spec in specs:
+        keys, values = split_override(spec)
+        key = ".".join(keys)
+        if key in grid:
+            raise SweepError(f"-S {key}: given twice; list every value in one -S")
+        points = split_values(values)
+        if any(not v for v in points):
+            raise SweepError(f"-S {spec!r}: empty value in the list")
+        grid[key] = points
+    return grid
+
+
+def check_size(count: int, max_points: int, where: str) -> None:
+    """Refuse a grid past the cap before a single point is built."""
+    if count > max_points:
+        raise SweepError(
+            f"{where}: {count:,} grid points, more than the {max_points:,} a sweep takes; "
+            f"pass --max-points {count} if you mean it (each point is a pipeline run)"
+        )
+
+
+def grid_points(grid: Mapping[str, Sequence[str]], max_points: int = MAX_POINTS) -> list[dict[str, str]]:
+    check_size(math.prod(len(v) for v in grid.values()), max_points, "-S")
+    keys = list(grid)
+    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(grid[k] for k in keys))]
+
+
+def shown(point: Mapping[str, str]) -> str:
+    return " ".join(f"{key}={value}" for key, value in point.items())
+
+
+def check_distinct(params_path: Path, points: Iterable[Mapping[str, str]]) -> None:
+    """Load each point's params (a typo or a bad value fails here, before anything runs) and refuse
+    two points that are one experiment: compared as parsed (`1` and `1.0`, two axes setting one
+    param), and by experiment name, which must be unique too. params.yaml is parsed once."""
+    load_params(params_path)  # the file itself, checked once with its own errors
+    raw = read_yaml(Path(params_path).read_text(encoding="utf-8"), str(params_path))
+    seen: dict[str, dict[str, Mapping[str, str]]] = {"params": {}, "name": {}}
+    for point in points:
+        overrides = [f"{k}={v}" for k, v in point.items()]
+        tree = apply_overrides(copy.deepcopy(raw), overrides)
+        params = parse_params(tree, " -S ".join([str(params_path), *overrides]))
+        keys = {"params": json.dumps(params.resolved(), sort_keys=True), "name": experiment_name(point)}
+        for kind, key in keys.items():
+            if key in seen[kind]:
+                why = "give the same params" if kind == "params" else "get the same experiment name"
+                raise SweepError(
+                    f"grid points {shown(seen[kind][key])!r} and {shown(point)!r} {why}: list each value "
+                    "once (values are compared as parsed, so 1 and 1.0 are one value); nothing was run"
+                )
+            seen[kind][key] = point
+
+
+def experiment_name(point: Mapping[str, str]) -> str:
+    """A git-ref-safe readable name, e.g. `sweep-anchor.lambda-0.01`; past MAX_NAME (a grid file's
+    bundles), its readable start and a hash of the whole: still one name per point, stable."""
+    parts = [f"{key}-{_REF_UNSAFE.sub('_', value).strip('_')}" for key, value in point.items()]
+    name = "sweep-" + "-".join(parts)
+    if len(name) <= MAX_NAME:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:12]
+    return f"{name[: MAX_NAME - len(digest) - 1].rstrip('-_.')}-{digest}"

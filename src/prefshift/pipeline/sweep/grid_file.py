@@ -1,0 +1,199 @@
+"""A sweep written down as a file (`--grid-file`), and what it would cost in GPU-hours.
+
+A paper's grid is not one cross product (every method at its defaults, λ and layers for ANCHOR
+alone), so a grid file lists blocks, each a cross product of axes, and the sweep runs the union of
+their points (configs/paper-grid.yaml). An axis named in `bundles` takes bundle names (a bundle sets
+several params at once); any other axis is a dotted param; `set` gives a whole block the same
+values. The file is checked as a whole, types included, and its size in points is known before one
+is built.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
+
+from prefshift.config.params import load_params, read_yaml
+from prefshift.pipeline.sweep.commands import SweepError
+from prefshift.pipeline.sweep.grid import MAX_POINTS, check_size
+
+MAX_FILE_BYTES = 1 << 20  # the paper's grid is 6 KB
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class Block(_Strict):
+    name: str = "unnamed"
+    axes: dict[str, list[Any]] = Field(min_length=1)
+    set: dict[str, Any] = {}
+
+
+class DataSize(_Strict):
+    train_pairs: PositiveInt
+    tokens_per_sequence: PositiveInt
+    source: str = "no source given"
+
+
+class Rate(_Strict):
+    weak: PositiveFloat
+    strong: PositiveFloat
+    strong_full: PositiveFloat | None = None
+    source: str = "no source given"
+
+
+class Epochs(_Strict):
+    teacher: PositiveFloat = 1
+    student: PositiveFloat = 1
+
+
+class EstimateSpec(_Strict):
+    data_axis: str
+    rate_axis: str
+    data: dict[str, DataSize]
+    rates: dict[str, Rate]
+    epochs: Epochs = Epochs()
+
+
+class GridSpec(_Strict):
+    description: str = ""
+    methods_collected: list[str] = []
+    bundles: dict[str, dict[str, dict[str, Any]]] = {}
+    blocks: list[Block] = Field(min_length=1)
+    estimate: EstimateSpec | None = None
+
+
+@dataclass
+class GridFile:
+    path: Path
+    spec: GridSpec
+    points: list[dict[str, str]]
+    labels: list[dict[str, str]]
+    """Per point, each axis's value as written (a bundle's name, not its params), for the estimate."""
+
+
+def _text(value: Any) -> str:
+    """A YAML value as `-S` text: strings as written, anything else as flow YAML (JSON is YAML)."""
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+
+def _read(path: Path) -> GridSpec:
+    if not path.is_file():
+        raise SweepError(f"--grid-file {path}: {'not a regular file' if path.exists() else 'no such file'}")
+    with path.open("rb") as handle:
+        data = handle.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise SweepError(f"--grid-file {path}: larger than {MAX_FILE_BYTES:,} bytes; a grid file lists axes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise SweepError(f"--grid-file {path}: not UTF-8 text (byte {err.start}); save it as UTF-8") from None
+    try:
+        return GridSpec.model_validate(read_yaml(text, str(path)))
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "(top level)"
+        more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
+        problem = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
+        raise SweepError(f"{path}: {where}: {problem}{more}") from None
+
+
+def load_grid_file(path: Path, max_points: int = MAX_POINTS) -> GridFile:
+    path = Path(path)
+    spec = _read(path)
+    for number, block in enumerate(spec.blocks, 1):
+        where = f"{path}: block {number} ({block.name})"
+        for axis, values in block.axes.items():
+            if not values:
+                raise SweepError(f"{where}: axis {axis!r} needs a list of values")
+            unknown = [v for v in values if axis in spec.bundles and str(v) not in spec.bundles[axis]]
+            if unknown:
+                raise SweepError(
+                    f"{where}: {axis} {unknown[0]!r} is not in bundles.{axis} "
+                    f"({', '.join(spec.bundles[axis])})"
+                )
+    check_size(sum(math.prod(len(v) for v in b.axes.values()) for b in spec.blocks), max_points, str(path))
+    points, labels, seen = [], [], set()
+    for block in spec.blocks:
+        fixed = {key: _text(value) for key, value in block.set.items()}
+        for combo in itertools.product(*block.axes.values()):
+            point: dict[str, str] = {}
+            for axis, value in zip(block.axes, combo, strict=True):
+                bundle = spec.bundles.get(axis, {}).get(str(value))
+                point.update({k: _text(v) for k, v in bundle.items()} if bundle else {axis: _text(value)})
+            point.update(fixed)
+            key = json.dumps(point, sort_keys=True)
+            if key not in seen:  # blocks may overlap; a point runs once
+                seen.add(key)
+                points.append(point)
+                label = {axis: _text(value) for axis, value in zip(block.axes, combo, strict=True)}
+                labels.append({**label, **{k: v for k, v in fixed.items() if k not in label}})
+    return GridFile(path, spec, points, labels)
+
+
+@dataclass
+class Estimate:
+    points: int
+    student_runs: int
+    teacher_hours: float
+    student_hours: float
+    notes: list[str]
+
+    def lines(self) -> list[str]:
+        return [
+            f"points: {self.points}",
+            f"trainings: {self.student_runs} students, {self.points} teachers (one per point: an upper "
+            "bound, since a point pulls a teacher it shares with the baseline instead of training it)",
+            f"estimated GPU-hours (training only): {self.teacher_hours + self.student_hours:,.0f} "
+            f"(students {self.student_hours:,.0f}, teachers {self.teacher_hours:,.0f})",
+            *self.notes,
+        ]
+
+
+def _methods(point: Mapping[str, str], params_path: Path) -> list[str]:
+    if "methods" in point:
+        return list(yaml.safe_load(point["methods"]))
+    return list(load_params(params_path).methods)
+
+
+def estimate(grid: GridFile, params_path: Path) -> Estimate:
+    """GPU-hours to train every point's teacher and students: tokens (the data axis's train pairs,
+    halved between teacher and students by the split protocol, × 2 sequences × tokens per sequence ×
+    epochs) over the rate axis's tokens/s/GPU (`strong_full` for a student whose point turns LoRA
+    off). Scoring, labelling, generation and best-of-n are forward passes, not counted."""
+    spec, where = grid.spec.estimate, f"{grid.path}: estimate"
+    if spec is None:
+        raise SweepError(f"{where}: none; the dry run's estimate needs data sizes and rates")
+    teacher_s = student_s = 0.0
+    students = 0
+    for point, label in zip(grid.points, grid.labels, strict=True):
+        try:
+            sizes, rate = spec.data[label[spec.data_axis]], spec.rates[label[spec.rate_axis]]
+        except KeyError as err:
+            raise SweepError(f"{where}: no entry for {err.args[0]!r} (point {label})") from None
+        tokens = sizes.train_pairs / 2 * 2 * sizes.tokens_per_sequence
+        teacher_s += tokens * spec.epochs.teacher / rate.weak
+        trained = len(_methods(point, params_path))
+        students += trained
+        full = point.get("student.lora.enabled") == "false" and rate.strong_full
+        student_s += trained * tokens * spec.epochs.student / (rate.strong_full if full else rate.strong)
+    notes = [f"data ({name}): {entry.source}" for name, entry in spec.data.items()]
+    notes += [f"rates ({name}): {entry.source}" for name, entry in spec.rates.items()]
+    return Estimate(len(grid.points), students, teacher_s / 3600, student_s / 3600, notes)
+
+
+def describe_points(labels: Sequence[Mapping[str, str]], shown: int = 3) -> list[str]:
+    """The first few points by their labels, for a dry run to show what the grid is made of."""
+    lines = [" ".join(f"{k}={v}" for k, v in label.items()) for label in labels[:shown]]
+    if len(labels) > shown:
+        lines.append(f"... and {len(labels) - shown} more")
+    return lines

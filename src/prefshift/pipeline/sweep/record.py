@@ -1,0 +1,139 @@
+"""A sweep's folder: what was asked, where each point stands, what stopped it.
+
+Everything about a sweep lives in one folder named by its id, so a stop, a cancelled task,
+`--no-wait` or a later shell lose nothing: `sweep.json` (points, baseline, executor, each stop),
+`overlay/` (the workspace's uncommitted state, laid on every clone), `job-<n>.sbatch` (SLURM),
+`logs/<i>.log` (every attempt appended), `points/<i>.json` (where the point's own task says it
+stands) and `clones/<i>/` (kept until the point succeeds: a resumed task finds its checkpoint there).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prefshift.core.atomic import write_json
+from prefshift.pipeline.sweep.commands import SweepError
+
+SCRATCH_ENV = "PREFSHIFT_SWEEP_SCRATCH"
+FINISHED, STOPPED, MISSING = "success", "stopped", "missing"
+"""A task's end: done; ended from outside (cancelled, preempted, killed); never started."""
+LIVE = ("pending", "running")
+TASK_HEADER = "=== sweep task"
+"""Starts each attempt's part of a point's log, so the gatherer reads the last attempt alone."""
+
+
+def default_scratch(root: Path) -> Path:
+    """`$PREFSHIFT_SWEEP_SCRATCH`, else the project's private `.prefshift/sweeps` (never versioned)."""
+    configured = os.environ.get(SCRATCH_ENV, "").strip()
+    return Path(configured) if configured else Path(root) / ".prefshift" / "sweeps"
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+@dataclass
+class SweepRecord:
+    folder: Path
+    data: dict[str, Any]
+
+    @property
+    def id(self) -> str:
+        return self.data["id"]
+
+    @property
+    def points(self) -> list[dict[str, str]]:
+        return self.data["points"]
+
+    @property
+    def names(self) -> list[str]:
+        return self.data["names"]
+
+    def log(self, index: int) -> Path:
+        return self.folder / "logs" / f"{index}.log"
+
+    def clone(self, index: int) -> Path:
+        return self.folder / "clones" / str(index)
+
+    def state_file(self, index: int) -> Path:
+        return self.folder / "points" / f"{index}.json"
+
+    def script(self, number: int) -> Path:
+        return self.folder / f"job-{number}.sbatch"
+
+    def save(self) -> None:
+        write_json(self.folder / "sweep.json", self.data)
+
+    def last_attempt(self, index: int) -> str:
+        text = (
+            self.log(index).read_text(encoding="utf-8", errors="replace") if self.log(index).exists() else ""
+        )
+        return text[text.rfind(TASK_HEADER) :] if TASK_HEADER in text else text
+
+    def note_stop(self, signal_name: str, points: Sequence[int], lines: list[str]) -> None:
+        """What a stop ended, kept with the sweep: the points it left without a result, and how."""
+        points = [i for i in points if self.read_state(i).get("state") != FINISHED]
+        stop = {"time": _now(), "signal": signal_name, "points": points, "done": lines}
+        self.data.setdefault("stops", []).append(stop)
+        self.save()
+
+    def read_state(self, index: int) -> dict[str, Any]:
+        path = self.state_file(index)
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as err:
+            raise SweepError(
+                f"{path}: cannot read the point's state ({err}); delete it to rerun the point"
+            ) from None
+
+    def write_state(self, index: int, state: str, **fields: Any) -> None:
+        """What the point's task says about itself, with where and in which process it runs."""
+        entry = {**self.read_state(index), **fields, "state": state}
+        entry.update(host=socket.gethostname(), pid=os.getpid(), time=_now())
+        write_json(self.state_file(index), entry)
+
+
+def create(scratch: Path, data: Mapping[str, Any]) -> SweepRecord:
+    """A new folder, its id sortable by start time and unique between sweeps of one second."""
+    sweep_id = time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
+    record = SweepRecord(Path(scratch).resolve() / sweep_id, {**data, "id": sweep_id, "jobs": []})
+    for sub in ("logs", "points", "clones"):
+        (record.folder / sub).mkdir(parents=True, exist_ok=True)
+    record.save()
+    return record
+
+
+def load(scratch: Path, sweep_id: str) -> SweepRecord:
+    return open_folder(Path(scratch).resolve() / sweep_id)
+
+
+def open_folder(folder: Path) -> SweepRecord:
+    path = Path(folder) / "sweep.json"
+    if not path.is_file():
+        known = sorted(p.parent.name for p in path.parent.parent.glob("*/sweep.json"))[-5:]
+        hint = f"known there: {', '.join(known)}" if known else "no sweep has been started there"
+        raise SweepError(f"sweep {path.parent.name!r}: no {path} ({hint}); pass the --scratch the sweep used")
+    try:
+        return SweepRecord(Path(folder), json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError) as err:
+        raise SweepError(f"{path}: cannot read the sweep record ({err})") from None
+
+
+def point_state(entry: Mapping[str, Any], live: str | None) -> str:
+    """One point's state from its task's own entry and what the executor still runs (`live`).
+    Finished stays finished (a requeued task exits at once); a task that said `running` and is gone
+    was stopped from outside before it could say more."""
+    own = entry.get("state")
+    if own == FINISHED or live:
+        return FINISHED if own == FINISHED else live
+    return STOPPED if own == "running" else own or MISSING

@@ -1,0 +1,127 @@
+"""One grid point, run by its own task in its own clone: what every executor launches.
+
+`prefshift sweep task <folder> <index>` is a slot of the local pool or a SLURM array task. Tasks
+sharing one workspace would block each other on DVC's lock (treeverse/dvc#7419), so each one:
+1. clones the sweep's git remote at the baseline (a later attempt reuses the clone, where the
+   training checkpoint, no DVC output, waits) and lays the workspace's overlay on it (baseline.py);
+2. runs `dvc exp run --name <name> -S ... report`, the shared stages restored first: `dvc checkout`
+   from the project's own cache on one machine, `--pull` from the DVC remote on a cluster;
+3. pushes the experiment's git ref into the user's repository (`dvc exp push`; on a cluster also
+   `dvc push` of its outputs), and removes the clone.
+The stages log to MLFLOW_TRACKING_URI. The task writes where it stands (`points/<i>.json`) before
+each step and at its end; stopped by SIGTERM it writes `stopped` (record.point_state reads silence
+after `running` the same way).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import time
+from pathlib import Path
+
+from prefshift.core.signals import Terminated, exit_code, signals_as_exceptions
+from prefshift.pipeline.sweep.baseline import lay_overlay
+from prefshift.pipeline.sweep.commands import SweepError, run_dvc, run_git
+from prefshift.pipeline.sweep.record import FINISHED, STOPPED, TASK_HEADER, SweepRecord, open_folder
+
+TARGET = "report"
+"""One consistent pipeline state per experiment: every stage a point's overrides invalidate reruns,
+and DVC commits every `cache: false` output of the target's pipeline. `promote` never runs."""
+DVC_LOCKS = ("lock", "rwlock", "rwlock.lock")
+
+
+def experiment_ref(root: Path, name: str) -> str | None:
+    """The ref of experiment `name` on the current HEAD (refs/exps/<sha[:2]>/<sha[2:]>/<name>)."""
+    head = run_git(root, "rev-parse", "HEAD").strip()
+    ref = f"refs/exps/{head[:2]}/{head[2:]}/{name}"
+    return ref if run_git(root, "for-each-ref", ref).strip() else None
+
+
+def _clone(record: SweepRecord, index: int, say) -> Path:
+    """The point's clone: made once, atomically (a half-made clone is never taken for one), reused by
+    later attempts, whose DVC locks are a dead attempt's (one killed mid-write leaves an unreadable one)."""
+    clone = record.clone(index)
+    if (clone / ".git").is_dir():
+        say(f"reusing {clone} (an earlier attempt's checkpoints stay)")
+        for name in DVC_LOCKS:
+            (clone / ".dvc" / "tmp" / name).unlink(missing_ok=True)
+    else:
+        staging, remote = clone.with_name(f".{index}.{os.getpid()}.tmp"), record.data["git_remote"]
+        say(f"cloning {remote} at {record.data['baseline'][:12]} into {clone}")
+        run_git(clone.parent, "clone", "--quiet", "--no-checkout", remote, str(staging))
+        run_git(staging, "checkout", "--quiet", "--detach", record.data["baseline"])
+        if cache := record.data.get("dvc_cache"):  # one machine: what `dvc cache dir --local` writes
+            (staging / ".dvc" / "config.local").write_text(f"[cache]\n    dir = {cache}\n", encoding="utf-8")
+        os.replace(staging, clone)
+    lay_overlay(record.folder / "overlay", record.data.get("overlay_deleted", []), clone)
+    return clone
+
+
+def _run(record: SweepRecord, index: int, clone: Path, say) -> None:
+    if experiment_ref(clone, name := record.names[index]):
+        return say(f"experiment {name} was committed by an earlier attempt; pushing it")
+    args = [
+        "exp",
+        "run",
+        "--name",
+        name,
+        *(f"-S{key}={value}" for key, value in record.points[index].items()),
+    ]
+    if record.data.get("dvc_cache"):
+        run_dvc(clone, ["checkout", "--allow-missing"])
+    else:
+        args.append("--pull")
+    say(f"dvc {' '.join(args)} {TARGET}")
+    run_dvc(clone, [*args, TARGET])
+
+
+def _push(record: SweepRecord, index: int, clone: Path, say) -> str:
+    if (ref := experiment_ref(clone, name := record.names[index])) is None:
+        raise SweepError(f"{clone}: `dvc exp run` left no experiment named {name}")
+    say(f"dvc exp push origin {name}")
+    run_dvc(clone, ["exp", "push", "--force", "--no-cache", "origin", name])
+    if not record.data.get("dvc_cache"):
+        say("dvc push (the experiment's outputs, to the project's DVC remote)")
+        run_dvc(clone, ["push"])
+    return run_git(clone, "rev-parse", ref).strip()
+
+
+def run_point(folder: Path, index: int) -> int:
+    """Run grid point `index` of the sweep in `folder`; return the task's exit status."""
+    record = open_folder(folder)
+    if not 0 <= index < len(record.points):
+        raise SweepError(f"{folder}: no grid point {index} (the sweep has {len(record.points)})")
+    name, before = record.names[index], record.read_state(index)
+
+    def say(message: str) -> None:
+        print(f"{time.strftime('%H:%M:%S')} [{name}] {message}", flush=True)
+
+    attempt, devices = int(before.get("attempt", 0)) + 1, os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)")
+    print(f"{TASK_HEADER} {record.id} point {index} ({name}) attempt {attempt} on {socket.gethostname()}, "
+          f"CUDA_VISIBLE_DEVICES={devices} ===", flush=True)  # fmt: skip
+    if before.get("state") == FINISHED:
+        say("finished by an earlier attempt; nothing to do")
+        return 0
+    step = "clone"
+    record.write_state(index, "running", attempt=attempt, step=step, devices=devices)
+    try:
+        with signals_as_exceptions():
+            clone = _clone(record, index, say)
+            record.write_state(index, "running", step=(step := "run"))
+            _run(record, index, clone, say)
+            record.write_state(index, "running", step=(step := "push"))
+            commit = _push(record, index, clone, say)
+    except (Terminated, KeyboardInterrupt) as stop:
+        record.write_state(index, STOPPED, step=step, error=f"stopped by a signal during {step}")
+        say(f"stopped by a signal during {step}")
+        return exit_code(getattr(stop, "signum", 2))
+    except SweepError as err:
+        record.write_state(index, "failed", step=step, error=str(err)[-2000:])
+        say(f"failed during {step}: {err}")
+        return 1
+    record.write_state(index, FINISHED, step="done", commit=commit)
+    shutil.rmtree(clone, ignore_errors=True)
+    say(f"done: experiment {name} at {commit[:12]}")
+    return 0

@@ -1,0 +1,435 @@
+"""One set of tests for every executor: `local` (a pool), `local-gpus` (a fake device list: no GPU
+here) and `slurm` (a real one-node cluster). The pipeline is a trivial two-stage DVC project
+(seconds per point); the sweep's code path, git, DVC, SLURM, tmux, pipes and signals are real.
+
+Each test runs a two-point grid whose second point holds mid-run, stops the sweep with SIGINT
+(through a pipe whose reader has gone, or Ctrl-C in a tmux terminal), checks that nothing it
+started is left and that the record says what it stopped, then resumes it: only the stopped
+point reruns, and `dvc exp show` then carries both points."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+import yaml
+
+from e2e_project import REPO
+from mlflow_support import free_port, running_server
+from slurm_support import running_cluster, why_not
+
+BIN = Path(sys.executable).parent
+PREPARE = """\
+import pathlib, sys
+trace = pathlib.Path(sys.argv[1])
+trace.mkdir(exist_ok=True)
+with open(trace / "prepare-runs", "a") as runs:
+    runs.write("prepare\\n")
+pathlib.Path("data").mkdir(exist_ok=True)
+pathlib.Path("data/base.txt").write_text("base 3\\n")
+"""
+EVALUATE = """\
+import json, os, pathlib, sys, time, yaml
+trace = pathlib.Path(sys.argv[1])
+lam = yaml.safe_load(open("params.yaml"))["anchor"]["lambda"]
+if lam == 13:
+    sys.exit(f"evaluate.py: no result for lambda {lam}")
+checkpoint = pathlib.Path("models/checkpoints/evaluate/step")
+seen = {"lambda": lam, "pid": os.getpid(), "devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "resumed": checkpoint.exists(), "start": time.time()}
+(trace / f"start-{lam}-{os.getpid()}.json").write_text(json.dumps(seen))
+checkpoint.parent.mkdir(parents=True, exist_ok=True)
+checkpoint.write_text("1")  # as training leaves its resumable checkpoint (no DVC output)
+deadline = time.time() + 600
+while (trace / f"hold-{lam}").exists() and time.time() < deadline:
+    time.sleep(0.2)
+base = float(pathlib.Path("data/base.txt").read_text().split()[1])
+headline = {"wrg": 2.0 * lam, "mean_aog": base * lam, "mean_nts": -1.0 * lam}
+uri = os.environ.get("MLFLOW_TRACKING_URI", "")
+if uri.startswith("http"):  # MLflow's REST API: a stage's run without the seconds of `import mlflow`
+    import urllib.parse, urllib.request
+    def call(path, body=None):
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"Content-Type": "application/json"}
+        request = urllib.request.Request(f"{uri}/api/2.0/mlflow/{path}", data, headers)
+        return json.load(urllib.request.urlopen(request, timeout=60))
+    name = urllib.parse.quote("cluster-sweep")
+    experiment = call(f"experiments/get-by-name?experiment_name={name}")["experiment"]["experiment_id"]
+    now = int(time.time() * 1000)
+    run = call("runs/create", {"experiment_id": experiment, "run_name": f"lambda={lam}", "start_time": now})
+    run_id = run["run"]["info"]["run_id"]
+    call("runs/log-parameter", {"run_id": run_id, "key": "lambda", "value": str(lam)})
+    metric = {"key": "wrg", "value": headline["wrg"], "timestamp": now, "step": 0}
+    call("runs/log-metric", {"run_id": run_id, **metric})
+    call("runs/update", {"run_id": run_id, "status": "FINISHED", "end_time": int(time.time() * 1000)})
+own = pathlib.Path("reports/metrics/anchor_last")
+own.mkdir(parents=True, exist_ok=True)
+(own / "seed-0.json").write_text(json.dumps({"method": "anchor_last", **headline}))
+pathlib.Path("reports/metrics.json").write_text(json.dumps({"anchor_last": headline}))
+(trace / f"end-{lam}-{os.getpid()}.json").write_text(json.dumps({**seen, "end": time.time()}))
+"""
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    env.update({f"GIT_{w}_{x}": "t" for w in ("AUTHOR", "COMMITTER") for x in ("NAME", "EMAIL")})
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    return {**env, **extra}
+
+
+def _run(args, cwd, env) -> str:
+    done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, f"{args}: {done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def _project(tmp: Path, env: dict[str, str], remotes: bool, committed: bool = True) -> tuple[Path, Path]:
+    """A two-stage project (prepare → report) reproduced once, committed with its results (or, not
+    `committed`, its sources alone); with `remotes`, a bare git origin holding the baseline and a
+    local DVC remote. Returns (project, trace folder)."""
+    root, trace = tmp / "project", tmp / "trace"
+    root.mkdir()
+    trace.mkdir()
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    (root / "params.yaml").write_text(yaml.safe_dump({**params, "seeds": [0]}, sort_keys=False))
+    (root / "prepare.py").write_text(PREPARE)
+    (root / "evaluate.py").write_text(EVALUATE)
+    (root / ".gitignore").write_text("models/checkpoints/\n")
+    metrics = [
+        {p: {"cache": False}} for p in ("reports/metrics/anchor_last/seed-0.json", "reports/metrics.json")
+    ]
+    stages = {
+        "prepare": {
+            "cmd": f"{sys.executable} prepare.py {trace}",
+            "deps": ["prepare.py"],
+            "outs": ["data/base.txt"],
+        },
+        "report": {
+            "cmd": f"{sys.executable} evaluate.py {trace}",
+            "deps": ["evaluate.py", "data/base.txt"],
+            "params": ["anchor.lambda"],
+            "metrics": metrics,
+        },
+    }
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}))
+    _run(["git", "init", "-q", "-b", "main"], root, env)
+    _run(["dvc", "init", "-q"], root, env)
+    if remotes:
+        _run(["git", "init", "-q", "--bare", str(tmp / "origin.git")], tmp, env)
+        _run(["git", "remote", "add", "origin", str(tmp / "origin.git")], root, env)
+        _run(["dvc", "remote", "add", "-d", "shared", str(tmp / "dvc-remote")], root, env)
+    if not committed:
+        _run(["git", "add", "-A"], root, env)
+        _run(["git", "commit", "-qm", "sources"], root, env)
+    _run(["dvc", "repro"], root, env)
+    for baseline_trace in [*trace.glob("start-*"), *trace.glob("end-*")]:
+        baseline_trace.unlink()  # the traces left are the sweep's own
+    if committed:
+        _run(["git", "add", "-A"], root, env)
+        _run(["git", "commit", "-qm", "baseline"], root, env)
+    if remotes:
+        _run(["git", "push", "-q", "origin", "main"], root, env)
+    return root, trace
+
+
+def _traces(trace: Path, kind: str) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(trace.glob(f"{kind}-*.json"))]
+
+
+def _wait(condition, what: str, timeout: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.3)
+
+
+def _cli(*args: str, code: int = 0):
+    """A prefshift command in this process (its subprocesses are real: git, dvc, sbatch)."""
+    from typer.testing import CliRunner
+
+    from prefshift.cli import app
+
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr, result.exception)
+    return result
+
+
+def _cli(*args: str, code: int = 0):
+    """A prefshift command in this process (its subprocesses are real: git, dvc, sbatch)."""
+    from typer.testing import CliRunner
+
+    from prefshift.cli import app
+
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr, result.exception)
+    return result
+
+
+def _alive(pid: int) -> bool:
+    """A process that runs (a zombie waiting to be reaped does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def _in_group(pgid: int) -> list[int]:
+    """Live processes of process group `pgid` (a test may read /proc; prefshift does not)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if entry.name.isdigit() and int(fields[2]) == pgid and fields[0] != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def _take_ctrl_c() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # a background job of a script inherits it ignored
+
+
+def _through_pipe(command: list[str], root: Path, env: dict) -> tuple[callable, callable]:
+    """Start the sweep with stdout and stderr into a pipe whose reader exits at once (as
+    `prefshift sweep ... | head -c 0`); return (stop it with SIGINT, its exit status)."""
+    read, write = os.pipe()
+    proc = subprocess.Popen(command, cwd=root, env=env, stdout=write, stderr=write, preexec_fn=_take_ctrl_c)
+    os.close(write)
+    os.close(read)  # the reader is gone before the sweep writes its first line
+
+    def status() -> int | None:
+        return proc.poll()
+
+    def stop() -> int:
+        proc.send_signal(signal.SIGINT)
+        return proc.wait(timeout=300)
+
+    return stop, status
+
+
+def _through_tmux(command: list[str], root: Path, env: dict, tmp: Path) -> tuple[callable, callable]:
+    """Start the sweep in a tmux terminal of its own (a private server); Ctrl-C is typed into it."""
+    script, code = tmp / "run.sh", tmp / "exit-code"
+    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
+    script.write_text(f"{exports}cd {shlex.quote(str(root))}\n{shlex.join(command)}\necho $? > {code}\n")
+    server = ["tmux", "-L", f"prefshift-{os.getpid()}-{tmp.name}"]
+    subprocess.run([*server, "new-session", "-d", "-x", "160", "-y", "40", "bash", str(script)], check=True)
+
+    def status() -> int | None:
+        return int(code.read_text()) if code.exists() and code.read_text().strip() else None
+
+    def stop() -> int:
+        subprocess.run([*server, "send-keys", "C-c"], check=True)
+        try:
+            _wait(lambda: status() is not None, "the sweep to exit after Ctrl-C", 300)
+        finally:
+            subprocess.run([*server, "kill-server"], capture_output=True)
+        return status()
+
+    return stop, status
+
+
+EXECUTORS = {
+    "local": ["--jobs", "2"],
+    "local-gpus": ["--executor", "local-gpus", "--gpus", "0,1"],
+    "slurm": ["--executor", "slurm", "--time", "10:00"],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("via", ["pipe", "tmux"])
+@pytest.mark.parametrize("executor", list(EXECUTORS))
+def test_a_stopped_sweep_leaves_no_process_and_resume_finishes_only_what_stopped(
+    tmp_path, monkeypatch, executor, via
+):
+    from prefshift.pipeline.sweep.record import load
+    from prefshift.pipeline.sweep.run import point_states
+
+    cluster = executor == "slurm"
+    if cluster and (reason := why_not()):
+        pytest.skip(reason)
+    if via == "tmux" and shutil.which("tmux") is None:
+        pytest.skip("tmux not installed (apt-get install tmux)")
+    env = _env()
+    for key in ("PATH", *(k for k in env if k.startswith("GIT_"))):
+        monkeypatch.setenv(key, env[key])  # resume runs in this process; sbatch hands its env on
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    with ExitStack() as stack:
+        root, trace = _project(tmp_path, env, remotes=cluster)
+        if cluster:
+            uri = stack.enter_context(running_server(tmp_path / "mlflow", free_port()))
+            env.update(stack.enter_context(running_cluster(tmp_path / "slurm")), MLFLOW_TRACKING_URI=uri)
+            for key in ("SLURM_CONF", "MLFLOW_TRACKING_URI"):
+                monkeypatch.setenv(key, env[key])
+            from mlflow import MlflowClient
+
+            MlflowClient(uri).create_experiment("cluster-sweep")
+        scratch = tmp_path / "scratch"
+        command = [str(BIN / "prefshift"), "sweep", "-S", "anchor.lambda=0.5,2", "--methods", "anchor_last"]
+        command += ["--no-report", "--scratch", str(scratch), *EXECUTORS[executor]]
+        (trace / "hold-2").write_text("")  # point 1 (lambda 2) holds mid-run until the sweep is stopped
+        if via == "pipe":
+            stop, status = _through_pipe(command, root, env)
+        else:
+            stop, status = _through_tmux(command, root, env, tmp_path)
+
+        def point_0_done_and_1_running() -> bool:
+            assert status() is None, f"the sweep ended early (exit {status()})"
+            folders = list(scratch.glob("*/sweep.json"))
+            if not folders or not any(t["lambda"] == 2 for t in _traces(trace, "start")):
+                return False
+            return load(scratch, folders[0].parent.name).read_state(0).get("state") == "success"
+
+        _wait(point_0_done_and_1_running, "point 0 to finish while point 1 runs", 600)
+        record = load(scratch, next(scratch.glob("*/sweep.json")).parent.name)
+        task_pid = record.read_state(1)["pid"]
+        (stage,) = [t for t in _traces(trace, "start") if t["lambda"] == 2]
+        assert stop() == 128 + signal.SIGINT
+
+        assert not _alive(stage["pid"]) and not _alive(task_pid), "the stage and its task are gone"
+        if not cluster:
+            assert _in_group(task_pid) == [], "nothing of the task's process group is left"
+        record = load(scratch, record.id)
+        assert record.data["stops"][-1]["signal"] == "SIGINT" and record.data["stops"][-1]["points"] == [1]
+        assert point_states(record) == {0: "success", 1: "stopped"}
+        status_lines = _cli(
+            "sweep", "status", record.id, "--scratch", str(scratch), "--root", str(root)
+        ).stdout
+        assert "stopped by SIGINT" in status_lines and "1  sweep-anchor.lambda-2  stopped" in status_lines
+
+        (trace / "hold-2").unlink()
+        resumed = _cli("sweep", "resume", record.id, "--scratch", str(scratch), "--root", str(root))
+        assert "rerunning point 1 (sweep-anchor.lambda-2, stopped)" in resumed.stderr
+        if cluster:
+            client = MlflowClient(uri)
+            runs = client.search_runs([client.get_experiment_by_name("cluster-sweep").experiment_id])
+            assert sorted(
+                (r.data.params["lambda"], r.info.status) for r in runs if r.info.status == "FINISHED"
+            ) == [
+                ("0.5", "FINISHED"),
+                ("2", "FINISHED"),
+            ]
+
+    starts = _traces(trace, "start")
+    assert sorted(t["lambda"] for t in starts) == [0.5, 2, 2], "point 0 never reran"
+    assert max((t for t in starts if t["lambda"] == 2), key=lambda t: t["start"])["resumed"], (
+        "the resumed point found its checkpoint in its clone"
+    )
+    assert (trace / "prepare-runs").read_text() == "prepare\n", "the tasks restored prepare's output"
+    if executor == "local-gpus":
+        first_two = sorted(starts, key=lambda t: t["start"])[:2]  # ran at once: one device each
+        assert sorted(t["devices"] for t in first_two) == ["0", "1"]
+    show = json.loads(_run(["dvc", "exp", "show", "--json"], root, env))
+    rows = {
+        exp["name"]: exp["revs"][0]["data"]["metrics"]["reports/metrics.json"]["data"]["anchor_last"]["wrg"]
+        for baseline in show
+        for exp in baseline.get("experiments") or []
+    }
+    assert rows == {"sweep-anchor.lambda-0.5": 1.0, "sweep-anchor.lambda-2": 4.0}
+    filed = json.loads(
+        (root / "reports" / "sweeps" / "anchor_last__anchor.lambda=2__seed=0.json").read_text()
+    )
+    assert filed["wrg"] == 4.0 and filed["sweep"] == {"anchor.lambda": 2, "seed": 0}
+
+
+@pytest.mark.slow
+def test_a_local_sweep_starts_from_the_uncommitted_workspace_and_names_a_failed_point(tmp_path, monkeypatch):
+    """A fresh clone after `dvc repro`: dvc.lock and the metrics untracked, and here a source file
+    changed too. The points start from the workspace as it is (the shared stage is restored, the
+    changed source is used), the note names what to commit, and a failed point is named with why
+    and its log; a later sweep of a point replaces its experiment."""
+    env = _env()
+    for key in ("PATH", *(k for k in env if k.startswith("GIT_"))):
+        monkeypatch.setenv(key, env[key])
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    root, trace = _project(tmp_path, env, remotes=False, committed=False)
+    (root / "evaluate.py").write_text(EVALUATE.replace("2.0 * lam", "3.0 * lam"))  # not committed
+    sweep = ["sweep", "--methods", "anchor_last", "--no-report", "--root", str(root)]
+    failed = _cli(*sweep, "-S", "anchor.lambda=0.5,13", code=2).stderr
+    assert "git add dvc.lock reports/metrics/anchor_last/seed-0.json reports/metrics.json" in failed
+    assert (
+        "1 point(s) without a result" in failed
+        and "1  sweep-anchor.lambda-13  failed  (failed during run:" in failed
+    )
+    log = Path(failed.split("log: ")[1].split()[0])
+    assert "evaluate.py: no result for lambda 13" in log.read_text()
+
+    _cli(*sweep, "-S", "anchor.lambda=0.5")
+    filed = json.loads(
+        (root / "reports" / "sweeps" / "anchor_last__anchor.lambda=0.5__seed=0.json").read_text()
+    )
+    assert filed["wrg"] == 1.5, "the workspace's evaluate.py ran, not HEAD's"
+    assert (trace / "prepare-runs").read_text() == "prepare\n", "prepare's output was restored"
+    names = _run(["dvc", "exp", "list", "--name-only"], root, env).split()
+    assert sorted(names) == ["sweep-anchor.lambda-0.5"]  # replaced, not duplicated
+    assert _run(["git", "status", "--porcelain", "--untracked-files=no"], root, env).split() == [
+        "M",
+        "evaluate.py",
+    ]
+
+
+DIRECTORY_METRICS = """\
+import json, pathlib, yaml
+params = yaml.safe_load(open("params.yaml"))
+headline = {"wrg": 2.0 * params["anchor"]["lambda"], "mean_aog": 0.5, "mean_nts": -0.5}
+for method in ("anchor_last", "anchor_mid"):
+    folder = pathlib.Path("reports/metrics") / method
+    folder.mkdir(parents=True, exist_ok=True)
+    for seed in params["seeds"]:
+        (folder / f"seed-{seed}.json").write_text(json.dumps({"method": method, **headline}))
+summary = {m: headline for m in ("anchor_last", "anchor_mid")}
+pathlib.Path("reports/metrics.json").write_text(json.dumps(summary))
+"""
+
+
+@pytest.mark.slow
+def test_the_documented_baseline_commit_then_a_sweep_runs(tmp_path, monkeypatch):
+    """docs/sweeps.md's commit line, verbatim, on a project whose metrics are directories, as the
+    embedded default's are (`reports/metrics/<method>`). Before, the sweep then stopped with a
+    StopIteration traceback (a committed `cache: false` directory left no untracked ancestor to
+    carry). The full workflow, report included, runs on the real pipeline in test_pipeline_e2e.py."""
+    env = _env()
+    for key in ("PATH", *(k for k in env if k.startswith("GIT_"))):
+        monkeypatch.setenv(key, env[key])
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    root = tmp_path / "project"
+    root.mkdir()
+    shutil.copy2(REPO / "params.yaml", root / "params.yaml")
+    (root / "evaluate.py").write_text(DIRECTORY_METRICS)
+    outputs = ["reports/metrics/anchor_last", "reports/metrics/anchor_mid", "reports/metrics.json"]
+    stage = {"cmd": f"{sys.executable} evaluate.py", "deps": ["evaluate.py"], "params": ["anchor.lambda"]}
+    stage["metrics"] = [{path: {"cache": False}} for path in outputs]
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"report": stage}}))
+    _run(["git", "init", "-q"], root, env)
+    _run(["dvc", "init", "-q"], root, env)
+    _run(["git", "add", "-A"], root, env)
+    _run(["git", "commit", "-qm", "sources"], root, env)
+    _run(["dvc", "repro"], root, env)
+    page = (REPO / "docs" / "sweeps.md").read_text()
+    commit, sweep = (
+        page.split("### The baseline workflow", 1)[1].split("```bash\n", 1)[1].split("```")[0].split("\n")[:2]
+    )
+    _run(["bash", "-c", commit], root, env)
+    assert _run(["git", "status", "--porcelain", "--untracked-files=no"], root, env) == ""
+    _run(["bash", "-c", f"{sweep} --no-report"], root, env)  # the toy project has no report to rebuild
+    seeds = yaml.safe_load((root / "params.yaml").read_text())["seeds"]
+    filed = sorted(p.name for p in (root / "reports" / "sweeps").iterdir())
+    lambdas = ("0.5", "2")
+    assert filed == sorted(
+        f"{m}__anchor.lambda={v}__seed={k}.json"
+        for m in ("anchor_last", "anchor_mid")
+        for v in lambdas
+        for k in seeds
+    )
