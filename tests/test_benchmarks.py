@@ -303,6 +303,35 @@ def test_rmbench_safety_from_a_directory_needs_both_safety_files(make_params, fi
         load("rmbench_safety", params)
 
 
+def test_benchmark_pairs_score_each_distinct_response_once(bench_params):
+    """RM-Bench's nine pairs per record come from six responses: an encoder scores each distinct
+    sequence once, and every margin equals the pair scored on its own."""
+    import torch
+
+    from prefshift.data.encode import Encoder, collate
+    from prefshift.engine.scoring import score_pairs
+    from prefshift.models.reward import RewardModel
+    from rlhf_families import build
+
+    params = bench_params()
+    _, pairs, _, _ = load("rmbench_chat", params)
+    model, tok = build("bert")
+    model = RewardModel(model).eval()
+    rows = []
+    model.hf.register_forward_pre_hook(
+        lambda _, args, kwargs: rows.append(len(kwargs["input_ids"])), with_kwargs=True
+    )
+    frame = score_pairs(model, tok, pairs, params)
+    items = Encoder(tok, params.encode).encode_pairs(pairs)
+    distinct = {tuple(seq.input_ids) for it in items for seq in (it.chosen, it.rejected)}
+    assert len(pairs) == 18 and sum(rows) == len(distinct) == 12  # not 2 x 18
+    batches = [collate([it], tok.pad_token_id) for it in items]
+    with torch.inference_mode():
+        alone = [model(batch["input_ids"], batch["attention_mask"]).rewards for batch in batches]
+    want = [float(r[0] - r[1]) for r in alone]
+    assert frame["delta"].tolist() == pytest.approx(want, abs=1e-5)
+
+
 def test_group_meta_survives_the_groups_file(bench_params, tmp_path):
     _, _, groups, _ = load("rewardbench2_ties", bench_params())
     write_groups(tmp_path / "g.parquet", groups)
