@@ -87,7 +87,7 @@ def test_laptop_presets_are_cpu_sized(name):
     assert params.encode.max_length == 192
     assert (params.teacher.precision, params.student.precision) == ("fp32", "fp32")
     assert (params.teacher.lr, params.student.lr) == (pytest.approx(2e-4), pytest.approx(1e-4))
-    assert (params.teacher.epochs, params.student.epochs) == (3, 2)
+    assert (params.teacher.epochs, params.student.epochs) == (2, 1)
     assert (params.backbone.weak.keep_layers, params.backbone.strong.keep_layers) == (1, None)
     assert not params.student.lora.enabled
     assert params.seeds == [0, 1, 2]
