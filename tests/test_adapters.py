@@ -364,3 +364,38 @@ def test_synthetic_shortcut_cue_follows_the_datasets_role(make_params):
     assert cue_on_chosen("syn_harm_chat", "train") == pytest.approx(0.8, abs=0.01)
     assert cue_on_chosen("syn_harm_chat", "test") == pytest.approx(0.8, abs=0.01)
     assert cue_on_chosen("syn_harm_forum", "test") == pytest.approx(0.2, abs=0.01)
+
+
+def test_qa_feedback_six_judgements_become_pairs_ties_skipped(make_params, fixtures_dir):
+    """FineGrainedRLHF's qa-feedback files as published: `preference` judges 1v2, 1v3, 1v4, 2v3, 2v4,
+    3v4 (1 = the first preferred, 2 = the second, 0 = none)."""
+    params = make_params(data={"sources": {"qa_feedback": {"path": str(fixtures_dir / "qa_feedback")}}})
+    pairs, skipped, _ = load("qa_feedback", "train", params)
+    light = "It first opened in 1902 and was rebuilt in 1950."
+    one, two, four = "It opened in 1902.", "The lighthouse opened in 1950.", "Lighthouses guide ships."
+    ada, ada_1931, sailor = "Ada Reed wrote it.", "Ada Reed wrote it in 1931.", "A sailor wrote it."
+    assert [(p.chosen, p.rejected) for p in pairs] == [
+        (one, two), (light, one), (one, four), (light, two), (two, four), (light, four),  # [1, 2, 1, 2, 1, 1]
+        (ada_1931, ada), (ada, sailor), (ada_1931, sailor),  # [2, 1, 0, 1, 1, 2]: 2v4 and 3v4 repeat 1v2, 1v3
+    ]  # fmt: skip
+    assert skipped == {"tie": 1, "duplicate": 2}
+    assert pairs[0].prompt == [{"role": "user", "content": "When did the lighthouse on the hill first open?"}]
+    assert pairs[0].meta == {"compared": "1v2", "preferred": 1} and pairs[1].meta["preferred"] == 3
+    assert {p.category for p in pairs} == {"helpful"}
+    test_pairs, test_skipped, _ = load("qa_feedback", "test", params)  # dev_feedback.json
+    assert len(test_pairs) == 2 and test_skipped == {"tie": 2, "duplicate": 2}
+    alone = make_params(
+        data={"sources": {"qa_feedback": {"path": str(fixtures_dir / "qa_feedback" / "dev_feedback.json")}}}
+    )
+    assert load("qa_feedback", "test", alone)[0] == test_pairs  # one file: a target's test split
+
+
+def test_qa_feedback_bad_judgements_are_counted(make_params, tmp_path, fixtures_dir):
+    rows = json.loads((fixtures_dir / "qa_feedback" / "dev_feedback.json").read_text("utf-8"))
+    bad = [{**rows[0], "preference": [1, 3, 1, 1, 1, 1]}, {**rows[0], "preference": [1, 1]}]
+    (tmp_path / "dev_feedback.json").write_text(json.dumps(bad), encoding="utf-8")
+    params = make_params(data={"sources": {"qa_feedback": {"path": str(tmp_path)}}})
+    pairs, skipped, counter = load("qa_feedback", "test", params)
+    # row 0: 1v2 identical texts, 1v3 judged 3, 2v4 repeats 1v4, three kept; row 1: two judgements only
+    assert skipped == {"bad_label": 2, "identical_responses": 1, "duplicate": 1} and len(pairs) == 3
+    assert any("1v3: a judgement must be 0, 1 or 2, got 3" in e for e in counter.examples["bad_label"])

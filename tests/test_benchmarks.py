@@ -215,20 +215,63 @@ def _rmbench_params(make_params, path):
     return make_params(data={"sources": {name: {"path": str(path)} for name in names}})
 
 
+def _without_source(items):
+    """Pairs or groups with `meta.subset` dropped: only the per-domain files name a source."""
+    return [
+        type(item)(**{**vars(item), "meta": {k: v for k, v in item.meta.items() if k != "subset"}})
+        for item in items
+    ]
+
+
 def test_rmbench_per_domain_files_read_as_the_total_file(make_params, fixtures_dir):
-    """The repository's data/<domain>_filtered.json name the domain `subset` and have no `domain`
-    key (issue 30): a directory of them, or one of them, gives what total_dataset.json gives."""
+    """The repository's data/<domain>_filtered.json have no `domain` key and a `subset` that names
+    the prompts' source (issue 43): a directory of them, or one of them, gives what
+    total_dataset.json gives, with `subset` kept as each row's source."""
     total = _rmbench_params(make_params, fixtures_dir / FILES["rmbench"])
     per_domain = _rmbench_params(make_params, fixtures_dir / "benchmarks" / "rm-bench" / "data")
     for name in TARGETS["rmbench"]:
         _, pairs, groups, counter = load(name, per_domain)
         _, want_pairs, want_groups, want_counter = load(name, total)
-        assert (pairs, groups) == (want_pairs, want_groups) and pairs, name
+        assert (_without_source(pairs), _without_source(groups)) == (want_pairs, want_groups) and pairs, name
         assert counter.counts == want_counter.counts, name
     chat_file = fixtures_dir / "benchmarks" / "rm-bench" / "data" / "chat_filtered.json"
     one_file = _rmbench_params(make_params, chat_file)
-    assert load("rmbench_chat", one_file)[2] == load("rmbench_chat", total)[2]
+    chat_groups = load("rmbench_chat", one_file)[2]
+    assert _without_source(chat_groups) == load("rmbench_chat", total)[2]
+    assert {g.meta["subset"] for g in chat_groups} == {"alpacaeval"}
     assert load("rmbench_math", one_file)[1] == []  # a chat file holds no math record
+    _, _, safety, _ = load("rmbench_safety", per_domain)
+    assert sorted((g.meta["domain"], g.meta["subset"]) for g in safety) == [
+        ("safety-refuse", "refusals-offensive"),
+        ("safety-response", "xstest-should-respond"),
+    ]
+
+
+def test_rmbench_published_files_with_their_extra_keys_load_whatever_their_subset(
+    make_params, fixtures_dir, tmp_path
+):
+    """Every source a published file's `subset` names, and the extra keys (`error`, `error_key`,
+    `language`, `task_id`), load under the domain the file's name gives."""
+    data = fixtures_dir / "benchmarks/rm-bench/data"
+    code = json.loads((data / "code_filtered.json").read_text("utf-8"))
+    assert {"language", "task_id"} <= set(code[0])
+    refuse = json.loads((data / "safety-refuse_filtered.json").read_text("utf-8"))
+    sources = ("xstest-should-refuse", "refusals-dangerous", "refusals-offensive", "chat", "code")
+    (tmp_path / "safety-refuse_filtered.json").write_text(
+        json.dumps(
+            [
+                {**refuse[0], "id": k, "prompt": f"{refuse[0]['prompt']} ({k})", "subset": s}
+                for k, s in enumerate(sources)
+            ]
+        ),
+        encoding="utf-8",
+    )
+    (tmp_path / "safety-response_filtered.json").write_bytes(
+        (data / "safety-response_filtered.json").read_bytes()
+    )
+    _, _, groups, counter = load("rmbench_safety", _rmbench_params(make_params, tmp_path))
+    refused = [g for g in groups if g.meta["domain"] == "safety-refuse"]
+    assert [g.meta["subset"] for g in refused] == list(sources) and not counter.counts
 
 
 def _write_rows(path, rows):
@@ -240,16 +283,13 @@ def test_rmbench_domains_that_disagree_or_are_missing_are_refused_with_the_row(
     make_params, fixtures_dir, tmp_path
 ):
     chat = json.loads((fixtures_dir / "benchmarks/rm-bench/data/chat_filtered.json").read_text("utf-8"))
-    mislabelled = _write_rows(tmp_path / "chat_filtered.json", [chat[0], {**chat[1], "subset": "math"}])
+    mislabelled = _write_rows(tmp_path / "chat_filtered.json", [chat[0], {**chat[1], "domain": "math"}])
     with pytest.raises(PrefshiftError, match=r"chat_filtered\.json item 1: contradictory RM-Bench domain"):
         load("rmbench_chat", _rmbench_params(make_params, mislabelled))
-    both = _write_rows(tmp_path / "rows.json", [{**chat[0], "domain": "code"}])  # subset chat, domain code
-    with pytest.raises(PrefshiftError, match=r"item 0: contradictory .*'domain' says 'code'"):
-        load("rmbench_code", _rmbench_params(make_params, both))
-    unnamed = _write_rows(tmp_path / "mine.json", [{k: v for k, v in chat[0].items() if k != "subset"}])
+    unnamed = _write_rows(tmp_path / "mine.json", [chat[0]])  # a `subset` is a source, not a domain
     with pytest.raises(PrefshiftError, match=r"mine\.json item 0: no RM-Bench domain"):
         load("rmbench_chat", _rmbench_params(make_params, unnamed))
-    unknown = _write_rows(tmp_path / "other.json", [{**chat[0], "subset": "poetry"}])
+    unknown = _write_rows(tmp_path / "other.json", [{**chat[0], "domain": "poetry"}])
     with pytest.raises(PrefshiftError, match="unknown RM-Bench domain 'poetry'"):
         load("rmbench_chat", _rmbench_params(make_params, unknown))
 
@@ -261,6 +301,35 @@ def test_rmbench_safety_from_a_directory_needs_both_safety_files(make_params, fi
     missing = r"rmbench_safety\.path: .* not \['safety-response_filtered\.json'\]"
     with pytest.raises(PrefshiftError, match=missing):
         load("rmbench_safety", params)
+
+
+def test_benchmark_pairs_score_each_distinct_response_once(bench_params):
+    """RM-Bench's nine pairs per record come from six responses: an encoder scores each distinct
+    sequence once, and every margin equals the pair scored on its own."""
+    import torch
+
+    from prefshift.data.encode import Encoder, collate
+    from prefshift.engine.scoring import score_pairs
+    from prefshift.models.reward import RewardModel
+    from rlhf_families import build
+
+    params = bench_params()
+    _, pairs, _, _ = load("rmbench_chat", params)
+    model, tok = build("bert")
+    model = RewardModel(model).eval()
+    rows = []
+    model.hf.register_forward_pre_hook(
+        lambda _, args, kwargs: rows.append(len(kwargs["input_ids"])), with_kwargs=True
+    )
+    frame = score_pairs(model, tok, pairs, params)
+    items = Encoder(tok, params.encode).encode_pairs(pairs)
+    distinct = {tuple(seq.input_ids) for it in items for seq in (it.chosen, it.rejected)}
+    assert len(pairs) == 18 and sum(rows) == len(distinct) == 12  # not 2 x 18
+    batches = [collate([it], tok.pad_token_id) for it in items]
+    with torch.inference_mode():
+        alone = [model(batch["input_ids"], batch["attention_mask"]).rewards for batch in batches]
+    want = [float(r[0] - r[1]) for r in alone]
+    assert frame["delta"].tolist() == pytest.approx(want, abs=1e-5)
 
 
 def test_group_meta_survives_the_groups_file(bench_params, tmp_path):

@@ -21,16 +21,18 @@ HELPFUL = (
     ["hh_helpful", "ultrafeedback", "rewardbench_chat", "rewardbench_chat_hard", "rewardbench_reasoning"],
 )
 HARMLESS = ("harmless", "hh_harmless", ["pku_saferlhf", "rail", "rewardbench_safety"])
+LAPTOP_HELPFUL = ("helpful", "hh_helpful", ["rmbench_chat", "qa_feedback"])  # the real study (issue 44)
+LAPTOP_HARMLESS = ("harmless", "hh_harmless", ["rmbench_safety", "pku_saferlhf"])
 LLAMA = ("meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.1-8B")
 QWEN = ("Qwen/Qwen2.5-0.5B", "Qwen/Qwen2.5-7B")
-LAPTOP = ("google/bert_uncased_L-2_H-128_A-2", "sentence-transformers/all-MiniLM-L6-v2")
+LAPTOP = ("sentence-transformers/all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")  # weak: cut
 EXPECTED = {
     "helpful-llama": (HELPFUL, LLAMA),
     "helpful-qwen": (HELPFUL, QWEN),
     "harmless-llama": (HARMLESS, LLAMA),
     "harmless-qwen": (HARMLESS, QWEN),
-    "laptop-helpful": (HELPFUL, LAPTOP),
-    "laptop-harmless": (HARMLESS, LAPTOP),
+    "laptop-helpful": (LAPTOP_HELPFUL, LAPTOP),
+    "laptop-harmless": (LAPTOP_HARMLESS, LAPTOP),
 }
 GPU = [name for name in EXPECTED if not name.startswith("laptop")]
 
@@ -78,16 +80,20 @@ def test_gpu_presets_use_bf16_lora_students_and_long_context(name):
 @pytest.mark.parametrize("name", ["laptop-helpful", "laptop-harmless"])
 def test_laptop_presets_are_cpu_sized(name):
     _, params = presets.resolve(name)
+    """The real study's settings (docs/real-study.md): three seeds, the eight methods, the weak
+    teacher the strong model cut to one layer, an anchor normalised by the reference."""
     caps = params.data.caps
-    assert (caps.teacher_train, caps.student_train, caps.id_test, caps.ood) == (2000, 2000, 500, 500)
-    assert params.encode.max_length == 256
+    assert (caps.teacher_train, caps.student_train, caps.id_test, caps.ood) == (600, 600, 300, 300)
+    assert params.encode.max_length == 192
     assert (params.teacher.precision, params.student.precision) == ("fp32", "fp32")
-    assert (params.teacher.lr, params.student.lr) == (pytest.approx(1e-4), pytest.approx(5e-5))
-    assert (params.teacher.epochs, params.student.epochs) == (3, 1)
+    assert (params.teacher.lr, params.student.lr) == (pytest.approx(2e-4), pytest.approx(1e-4))
+    assert (params.teacher.epochs, params.student.epochs) == (2, 1)
+    assert (params.backbone.weak.keep_layers, params.backbone.strong.keep_layers) == (1, None)
     assert not params.student.lora.enabled
-    robust = ["linear_probe", "lp_ft", "wise_ft", "l2_sp"]
-    assert params.methods == ["naive", "confidence", "anchor_last", "anchor_mid", "ceiling", *robust]
-    assert params.anchor.lam == pytest.approx(1e-2)
+    assert params.seeds == [0, 1, 2]
+    robust = ["lp_ft", "wise_ft", "l2_sp", "linear_probe"]
+    assert params.methods == ["naive", "anchor_last", "anchor_mid", *robust, "ceiling"]
+    assert params.anchor.lam == pytest.approx(1.0) and params.anchor.normalize == "reference"
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -211,7 +217,12 @@ def test_header_states_the_final_params_and_nothing_an_override_replaced(tmp_pat
     ]
     for stale in replaced:
         assert stale not in header, f"{stale!r} is stale in the header of {name}:\n{header}"
-    assert f"- weak teacher: {weak}; strong student: {strong}\n" in header
+    cut = (
+        f" cut to its first {base.backbone.weak.keep_layers} layer(s)"
+        if base.backbone.weak.keep_layers
+        else ""
+    )
+    assert f"- weak teacher: {weak}{cut}; strong student: {strong}\n" in header
     assert f"- data (harmless): source hh_harmless ({hh}); OOD targets rmbench_safety\n" in header
     assert "teacher_train 40, student_train 41, id_test 12, ood 13 per target" in header
     assert "- methods: naive, anchor_last;" in header
@@ -221,11 +232,11 @@ def test_header_states_the_final_params_and_nothing_an_override_replaced(tmp_pat
 
 def test_header_without_overrides_describes_the_preset_itself():
     header = _header(presets.render("laptop-harmless"))
-    assert f"- weak teacher: {LAPTOP[0]}; strong student: {LAPTOP[1]}\n" in header
-    assert "OOD targets pku_saferlhf, rail, rewardbench_safety" in header
+    assert f"- weak teacher: {LAPTOP[0]} cut to its first 1 layer(s); strong student: {LAPTOP[1]}\n" in header
+    assert "OOD targets rmbench_safety, pku_saferlhf" in header
     assert "reference states: stored once by the reference stage" in header
     assert "best-of-n: policy HuggingFaceTB/SmolLM2-135M-Instruct" in header
-    assert "benchmark targets rewardbench_safety are also scored" in header
+    assert "benchmark targets rmbench_safety are also scored" in header
     assert "then the -S overrides" not in header
     gpu = _header(presets.render("harmless-qwen"))
     assert "- pairs: teacher_train all, student_train all, id_test all, ood 2000 per target;" in gpu

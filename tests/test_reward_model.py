@@ -210,3 +210,21 @@ def test_pretraining_is_seeded_and_learns():
     again, _ = pretrain_lm(spec, tokenizer(), TEXTS, 0, 64)
     pairs = zip(model.state_dict().values(), again.state_dict().values(), strict=True)
     assert all(torch.equal(a, b) for a, b in pairs)
+
+
+def test_keep_layers_cuts_a_pretrained_backbone_to_its_first_layers(tmp_path):
+    """backbone.weak.keep_layers: the weak model as the strong one cut short (MiniLM-L6 → 1 layer)."""
+    from safetensors.torch import load_file
+
+    src = base_dir(tmp_path)  # two layers
+    out = tmp_path / "models" / "weak"
+    source = resolve_pretrained(LMSpec(name_or_path=str(src), keep_layers=1), out)
+    assert source["layers"] == {"before": 2, "kept": 1}
+    assert json.loads((out / "config.json").read_text())["num_hidden_layers"] == 1
+    full, cut = load_file(src / "model.safetensors"), load_file(out / "model.safetensors")
+    assert not any(".layers.1." in name for name in cut)
+    assert set(cut) == {name for name in full if ".layers.1." not in name}
+    assert all(torch.equal(cut[name], full[name]) for name in cut)  # what is kept is kept exactly
+    assert load_reward_model(out)[0].num_layers == 1
+    with pytest.raises(ModelLoadError, match="keep_layers 3: the model has only 2 layers"):
+        resolve_pretrained(LMSpec(name_or_path=str(src), keep_layers=3), tmp_path / "models" / "strong")

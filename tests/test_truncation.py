@@ -151,3 +151,49 @@ def test_score_says_how_many_rows_were_cut(tmp_path):
     assert "0 skipped (no response token left after truncation); 1 cut to encode.max_length (50.0%)" in (
         result.stderr
     )
+
+
+# --- a truncation or padding block inside tokenizer.json never cuts: encode.max_length does ---------
+
+
+def _limited_model_dir(tmp_path, limit: int = 8, padded: int = 64):
+    """A tiny model directory whose tokenizer.json carries a truncation block at `limit` and fixed
+    padding to `padded`, as sentence-transformers' MiniLM snapshot carries both at 128."""
+    from tiny_models import base_dir
+
+    source = base_dir(tmp_path)
+    path = source / "tokenizer.json"
+    data = json.loads(path.read_text("utf-8"))
+    data["truncation"] = {"direction": "Right", "max_length": limit, "strategy": "LongestFirst", "stride": 0}
+    data["padding"] = {"strategy": {"Fixed": padded}, "direction": "Right", "pad_to_multiple_of": None,
+                       "pad_id": 0, "pad_type_id": 0, "pad_token": "<pad>"}  # fmt: skip
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return source
+
+
+def test_a_tokenizer_json_truncation_block_cuts_nothing_that_max_length_keeps(tmp_path):
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer
+
+    from prefshift.models.reward import load_reward_model, save_reward_model
+    from tiny_models import tokenizer
+
+    model_dir = _limited_model_dir(tmp_path)
+    long_text = _prose(60)
+    raw = Tokenizer.from_file(str(model_dir / "tokenizer.json")).encode(long_text)
+    assert (sum(raw.attention_mask), len(raw.ids)) == (8, 64)  # the raw library cuts to 8, pads to 64
+    pair = _pair("how do I fix the door?", long_text, rejected="no")
+    cfg = EncodeConfig(max_length=MAX_LENGTH)
+    want = Encoder(tokenizer(), cfg).encode_pair(0, pair, 1.0)  # the same vocabulary, no block
+    assert len(want.chosen.input_ids) == MAX_LENGTH and len(want.rejected.input_ids) < 64
+    fresh = AutoTokenizer.from_pretrained(model_dir)
+    assert fresh.backend_tokenizer.truncation is not None  # loaded, and not yet called: the block is live
+    for tok in (fresh, load_reward_model(model_dir)[1]):
+        assert Encoder(tok, cfg).encode_pair(0, pair, 1.0) == want  # cut to ours, never to 8, nor padded
+        assert tok.backend_tokenizer.truncation is None and tok.backend_tokenizer.padding is None
+    model, tok = load_reward_model(model_dir)
+    save_reward_model(model, tok, tmp_path / "exported")
+    exported = json.loads((tmp_path / "exported" / "tokenizer.json").read_text("utf-8"))
+    assert exported["truncation"] is None and exported["padding"] is None  # nothing hidden passed on
+    raw = Tokenizer.from_file(str(tmp_path / "exported" / "tokenizer.json"))
+    assert len(raw.encode(long_text).ids) > MAX_LENGTH

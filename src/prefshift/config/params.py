@@ -253,6 +253,13 @@ class LMSpec(Strict):
 
     name_or_path: str = "tiny"
     revision: str | None = None
+    keep_layers: int | None = Field(
+        None,
+        ge=1,
+        description="A pretrained backbone keeps only its first N transformer layers (a weak model cut "
+        "from a strong one, e.g. MiniLM-L6 cut to 1 layer); None keeps all. Not for `tiny`, which "
+        "num_layers sizes.",
+    )
     hidden_size: int = Field(64, ge=8)
     num_layers: int = Field(1, ge=1)
     num_heads: int = Field(2, ge=1)
@@ -266,6 +273,8 @@ class LMSpec(Strict):
     def _heads_divide_hidden(self) -> LMSpec:
         if self.hidden_size % self.num_heads:
             raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+        if self.keep_layers is not None and self.name_or_path == "tiny":
+            raise ValueError("keep_layers cuts a pretrained backbone; a tiny one is sized by num_layers")
         return self
 
 

@@ -218,6 +218,24 @@ def bound_prompt(prompt: Sequence[dict[str, str]], limit: int) -> tuple[list[dic
     return messages, cut
 
 
+def clear_backend_limits(tokenizer) -> None:
+    """Drop the truncation and padding a `tokenizer.json` may carry in its Rust backend.
+
+    Hub snapshots often ship one (sentence-transformers' MiniLM: truncation and fixed padding at
+    128). The raw `tokenizers` library applies it silently to every encode; transformers clears it
+    on its first call, so whether it acts depended on which library touched the tokenizer first,
+    and a tokenizer saved before any call passed it on to every exported model. prefshift
+    truncates in one place, to `encode.max_length` (`Encoder`), so the backend must never cut.
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return
+    if backend.truncation is not None:
+        backend.no_truncation()
+    if backend.padding is not None:
+        backend.no_padding()
+
+
 class Encoder:
     """Turns pairs into `EncodedPair`s under one truncation policy."""
 
@@ -227,6 +245,7 @@ class Encoder:
                 f"{type(tokenizer).__name__} is a slow tokenizer; prefshift needs a fast (Rust) tokenizer "
                 "for exact response masks (load it with use_fast=True or convert it)"
             )
+        clear_backend_limits(tokenizer)
         self.tokenizer = tokenizer
         self.cfg = cfg
         self.special = set(tokenizer.all_special_ids)

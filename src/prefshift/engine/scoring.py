@@ -17,7 +17,14 @@ import torch
 from prefshift.config.params import Params
 from prefshift.core.errors import PrefshiftError
 from prefshift.core.progress import track
-from prefshift.data.encode import Encoder, TruncationCount, collate, pad_sequences, sorted_batches
+from prefshift.data.encode import (
+    EncodedPair,
+    Encoder,
+    TruncationCount,
+    collate,
+    pad_sequences,
+    sorted_batches,
+)
 from prefshift.data.schema import Group, Pair, RowError, SkipCounter
 from prefshift.models.reward import RewardModel, load_reward_model
 
@@ -78,25 +85,68 @@ def score_pairs(
     skips = skips if skips is not None else SkipCounter()
     truncation = TruncationCount()
     items = Encoder(tokenizer, params.encode).encode_pairs(pairs, skips=skips, truncation=truncation)
+    if model.pair_path() == "shared_prefix":
+        scored = _pair_rewards(model, tokenizer, items, params.evaluate.batch_size, label)
+    else:
+        scored = _distinct_rewards(model, tokenizer, items, params.evaluate.batch_size, label)
     rows = []
-    with torch.inference_mode():
-        batches = sorted_batches([it.length for it in items], params.evaluate.batch_size)
-        for idx in track(batches, label, len(items)):
-            chunk = [items[i] for i in idx]
-            rewards = _rewards(model, collate(chunk, tokenizer.pad_token_id))
-            chosen, rejected = rewards[: len(chunk)], rewards[len(chunk) :]
-            for item, delta, r_chosen, r_rejected in zip(
-                chunk, (chosen - rejected).tolist(), chosen.tolist(), rejected.tolist(), strict=True
-            ):
-                if item.chosen.input_ids == item.rejected.input_ids:
-                    delta, r_rejected = 0.0, r_chosen
-                lengths = (item.chosen.response_tokens, item.rejected.response_tokens)
-                rows.append((item.index, item.pair_id, delta, item.target, *lengths, r_chosen, r_rejected))
+    for item, (r_chosen, r_rejected) in zip(items, scored, strict=True):
+        delta = r_chosen - r_rejected
+        if item.chosen.input_ids == item.rejected.input_ids:
+            delta, r_rejected = 0.0, r_chosen
+        lengths = (item.chosen.response_tokens, item.rejected.response_tokens)
+        rows.append((item.index, item.pair_id, delta, item.target, *lengths, r_chosen, r_rejected))
     rows.sort()
     frame = pd.DataFrame([row[1:] for row in rows], columns=PAIR_COLUMNS)
     frame.attrs["skips"] = skips.as_dict()
     frame.attrs["truncation"] = truncation.as_dict()
     return frame
+
+
+def _pair_rewards(
+    model: RewardModel, tokenizer, items: Sequence[EncodedPair], batch_size: int, label: str
+) -> list[tuple[float, float]]:
+    """(chosen, rejected) rewards per item, a pair's two sides in one batch: the shared-prefix
+    forward computes their common prompt once."""
+    out: list[tuple[float, float]] = [(0.0, 0.0)] * len(items)
+    with torch.inference_mode():
+        for idx in track(sorted_batches([it.length for it in items], batch_size), label, len(items)):
+            chunk = [items[i] for i in idx]
+            rewards = _rewards(model, collate(chunk, tokenizer.pad_token_id)).tolist()
+            for k, i in enumerate(idx):
+                out[i] = (rewards[k], rewards[len(chunk) + k])
+    return out
+
+
+def _distinct_rewards(
+    model: RewardModel, tokenizer, items: Sequence[EncodedPair], batch_size: int, label: str
+) -> list[tuple[float, float]]:
+    """(chosen, rejected) rewards per item, each distinct token sequence scored once.
+
+    Benchmark pairs share responses (RM-Bench's nine pairs per record come from six responses; a
+    chat target's 2 x 1,341 sequences held 942 distinct ones), and a response's reward depends on
+    its tokens alone when sequences go through the model separately. Batches hold 2 x batch_size
+    sequences, as a batch of pairs does, sorted by length.
+    """
+    index: dict[tuple[int, ...], int] = {}
+    seqs = []
+    for item in items:
+        for seq in (item.chosen, item.rejected):
+            key = tuple(seq.input_ids)
+            if key not in index:
+                index[key] = len(seqs)
+                seqs.append(seq)
+    rewards = [0.0] * len(seqs)
+    with torch.inference_mode():
+        batches = sorted_batches([len(seq.input_ids) for seq in seqs], 2 * batch_size)
+        for idx in track(batches, label, len(seqs), "sequences"):
+            batch = pad_sequences([seqs[i] for i in idx], tokenizer.pad_token_id)
+            for i, value in zip(idx, _rewards(model, batch).tolist(), strict=True):
+                rewards[i] = value
+    return [
+        (rewards[index[tuple(it.chosen.input_ids)]], rewards[index[tuple(it.rejected.input_ids)]])
+        for it in items
+    ]
 
 
 def reward_stats(model: RewardModel, tokenizer, pairs: Sequence[Pair], params: Params) -> dict[str, float]:

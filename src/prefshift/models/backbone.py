@@ -159,8 +159,42 @@ def resolve_pretrained(spec: LMSpec, out_dir: Path, trust_remote_code: bool = Fa
             src, tmp, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".git", ".cache", SOURCE_FILE)
         )
         source = {"name_or_path": spec.name_or_path, "revision": revision}
+        if spec.keep_layers is not None:
+            source["layers"] = cut_layers(tmp, spec.keep_layers, trust_remote_code)
         (tmp / SOURCE_FILE).write_text(json.dumps(source, indent=2, sort_keys=True) + "\n")
     return source
+
+
+def cut_layers(model_dir: Path, keep: int, trust_remote_code: bool = False) -> dict[str, int]:
+    """Keep the first `keep` transformer layers of the model in `model_dir`, in place.
+
+    The model is loaded as its own architecture with `num_hidden_layers = keep`, so transformers
+    takes the embeddings, the kept layers and any head from the checkpoint and drops the rest; it is
+    saved back over the directory's weights. Returns the layer counts before and after.
+    """
+    import transformers
+
+    quiet_transformers()
+    config = transformers.AutoConfig.from_pretrained(model_dir, trust_remote_code=trust_remote_code)
+    total = getattr(config, "num_hidden_layers", None)
+    if total is None:
+        raise ModelLoadError(
+            f"backbone {model_dir}: its config names no num_hidden_layers; keep_layers cannot cut it"
+        )
+    if keep > total:
+        raise ModelLoadError(
+            f"backbone.*.keep_layers {keep}: the model has only {total} layers; use at most {total}"
+        )
+    config.num_hidden_layers = keep
+    architectures = getattr(config, "architectures", None) or ["AutoModel"]
+    model_class = getattr(transformers, architectures[0], transformers.AutoModel)
+    model = model_class.from_pretrained(model_dir, config=config, trust_remote_code=trust_remote_code)
+    for stale in model_dir.glob("*.safetensors*"):
+        stale.unlink()
+    for stale in model_dir.glob("pytorch_model*.bin*"):
+        stale.unlink()
+    model.save_pretrained(model_dir, safe_serialization=True)
+    return {"before": total, "kept": keep}
 
 
 def _snapshot(spec: LMSpec) -> tuple[Path, str | None]:

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from prefshift.core.atomic import atomic_path
-from prefshift.data.encode import chat_template, ensure_chat_template
+from prefshift.data.encode import chat_template, clear_backend_limits, ensure_chat_template
 from prefshift.models.shared_prefix import ATTENTION, Packing, pack, right_padded
 from prefshift.models.validate import (
     ModelLoadError,
@@ -322,6 +322,7 @@ def load_reward_model(
     except pickle.UnpicklingError as err:  # a hub model with .bin weights only (local ones are checked first)
         raise code_in_pickle(f"model {name_or_path!s}: its weights file", err) from None
     ensure_chat_template(tokenizer)
+    clear_backend_limits(tokenizer)  # so no exported tokenizer.json carries a hidden cut either
     if trained_head:
         require_trained_head(hf.config, name_or_path)
     ensure_pad_token(tokenizer, hf)

@@ -129,7 +129,8 @@ def resolve(name: str, overrides: list[str] | None = None) -> tuple[Preset, Para
 
 
 def _model(spec: LMSpec) -> str:
-    return spec.name_or_path + (f"@{spec.revision}" if spec.revision else "")
+    cut = f" cut to its first {spec.keep_layers} layer(s)" if spec.keep_layers is not None else ""
+    return spec.name_or_path + (f"@{spec.revision}" if spec.revision else "") + cut
 
 
 def _dataset(name: str, data: DataConfig) -> str:

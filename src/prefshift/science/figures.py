@@ -29,9 +29,12 @@ class Estimate:
     ci: Sequence[float] | None = None
 
     def errors(self) -> list[float]:
+        """Error-bar lengths below and above the point. A percentile bootstrap interval need not
+        contain its point estimate (few pairs, few resamples, a ratio like PGR): the bar on that
+        side is then empty rather than negative, which matplotlib refuses."""
         if self.ci is None:
             return [0.0, 0.0]
-        return [self.value - self.ci[0], self.ci[1] - self.value]
+        return [max(0.0, self.value - self.ci[0]), max(0.0, self.ci[1] - self.value)]
 
 
 def _save(fig: Any, path: Path) -> None:

@@ -15,6 +15,7 @@ from prefshift.data.adapters.helpsteer3 import HELPSTEER3
 from prefshift.data.adapters.hh_rlhf import HH_HARMLESS, HH_HELPFUL
 from prefshift.data.adapters.local import LOCAL
 from prefshift.data.adapters.pku_saferlhf import PKU_SAFERLHF, PKU_SAFERLHF_HELPFUL
+from prefshift.data.adapters.qa_feedback import QA_FEEDBACK
 from prefshift.data.adapters.rail import RAIL
 from prefshift.data.adapters.rewardbench import REWARDBENCH_ADAPTERS
 from prefshift.data.adapters.rewardbench2 import REWARDBENCH2_ADAPTERS
@@ -34,6 +35,7 @@ ADAPTERS: dict[str, Adapter] = {
         ULTRAFEEDBACK_FULL,
         PKU_SAFERLHF,
         PKU_SAFERLHF_HELPFUL,
+        QA_FEEDBACK,
         RAIL,
         *REWARDBENCH_ADAPTERS,
         *REWARDBENCH2_ADAPTERS,

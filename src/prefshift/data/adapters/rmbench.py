@@ -6,9 +6,13 @@ the styles concise, detailed plain, detailed markdown). Where a record belongs:
   math, safety-refuse, safety-response), per the repository's README;
 - the per-domain files of the repository's `data/` directory (`chat_filtered.json`,
   `code_filtered.json`, `math_filtered.json`, `safety-refuse_filtered.json`,
-  `safety-response_filtered.json`) have no `domain` key: they name it `subset`, and so does
-  the file's name. A record whose `domain`/`subset` contradicts its file's name is refused,
-  as is one whose domain nothing names.
+  `safety-response_filtered.json`) have no `domain` key: the file's name is the domain.
+  Their `subset` names where the prompts came from (`alpacaeval` in chat, `bigcode/humanevalpack`
+  in code, `xstest-should-respond` in safety-response; `xstest-should-refuse`,
+  `refusals-dangerous` or `refusals-offensive` in safety-refuse), never the domain: it is kept
+  as the row's source (`meta.subset`). Extra keys some files carry (`error`, `error_key` in chat;
+  `language`, `task_id` in code) are read past. A record whose `domain` contradicts its file's
+  name is refused, as is one whose domain nothing names.
 `data.sources.rmbench_<domain>.path` may be either file, or a directory holding the domain's
 per-domain files (`rmbench_safety` pools safety-refuse and safety-response, so it needs both).
 Targets: `rmbench_chat`, `rmbench_code`, `rmbench_math` (helpful) and `rmbench_safety`
@@ -50,14 +54,18 @@ def file_domain(path: Path) -> str | None:
 
 
 def record_domain(row: dict[str, Any], path: Path | None, where: str) -> str:
-    """A record's domain from its `domain` or `subset` field and its file's name, which must agree."""
-    named = {f"field {key!r}": row[key] for key in ("domain", "subset") if isinstance(row.get(key), str)}
+    """A record's domain: its per-domain file's name, else its `domain` field; the two must agree.
+
+    `subset` plays no part: in the published files it names the prompts' source.
+    """
+    named = {"field 'domain'": row["domain"]} if isinstance(row.get("domain"), str) else {}
     if path is not None and file_domain(path) is not None:
         named[f"file name {path.name}"] = file_domain(path)
     if not named:
         raise SchemaError(
-            f"{where}: no RM-Bench domain: the record has no 'domain' or 'subset' field and the file "
-            f"is not one of the per-domain files ({', '.join(d + PER_DOMAIN_SUFFIX for d in KNOWN_DOMAINS)})"
+            f"{where}: no RM-Bench domain: the record has no 'domain' field and the file is not one of "
+            f"the per-domain files ({', '.join(d + PER_DOMAIN_SUFFIX for d in KNOWN_DOMAINS)}); "
+            f"rename the file after its domain or add 'domain' to each record"
         )
     if len(set(named.values())) > 1:
         said = ", ".join(f"{k} says {v!r}" for k, v in named.items())
@@ -113,7 +121,10 @@ class RMBenchAdapter(BenchmarkAdapter):
         prompt = user_prompt(row, where)
         chosen = responses(row, "chosen", where, RMBENCH_STYLES)
         rejected = responses(row, "rejected", where, RMBENCH_STYLES)
-        return prompt, chosen, rejected, {"domain": row["domain"], "id": str(row.get("id"))}
+        meta = {"domain": row["domain"], "id": str(row.get("id"))}
+        if isinstance(row.get("subset"), str):
+            meta["subset"] = row["subset"]
+        return prompt, chosen, rejected, meta
 
     def to_pairs(self, row: dict[str, Any], where: str, params: Params) -> list[Pair]:
         prompt, chosen, rejected, meta = self._parts(row, where)
