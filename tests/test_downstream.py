@@ -39,6 +39,14 @@ def test_best_of_n_stages_end_to_end(tmp_path_factory, tmp_path):
     assert judged["training"]["pairs"] > 0
     assert set(judged["accuracy"]) == {"syn_help_forum", *params.data.targets}
     assert all(0 <= block["acc"] <= 100 and block["n"] == 60 for block in judged["accuracy"].values())
+    # On the synthetic suite it trains on, and scores, cue-free text; the breakdown is a stage output.
+    assert judged["reads"] == "cues stripped" and set(judged["breakdown"]) == set(judged["accuracy"])
+    source = judged["breakdown"]["syn_help_forum"]
+    assert source["cues_stripped"] == judged["accuracy"]["syn_help_forum"]
+    assert set(source["by_cue"]["sign_off"]) == {"on_chosen", "on_rejected", "absent"}
+    assert json.loads(layout.judge_report.read_text())["breakdown"] == judged["breakdown"]
+    trained_on, _ = judge.judge_pairs(params, layout)
+    assert not any(judge.strip_cues(p) != p for p in trained_on)
     assert_judge_is_not_ranked(layout, params)
 
     counts = policy_samples.run(params, layout)
