@@ -193,6 +193,20 @@ def test_paired_comparisons_agree_with_the_metrics_files_of_every_seed(layout: L
         assert (layout.figures / f"{png}.png").stat().st_size > 1000 and f"(figures/{png}.png)" in text
 
 
+def test_the_answer_fits_the_first_screen_and_pgr_needs_a_ceiling_above_the_teacher(layout: Layout):
+    path = layout.metrics("ceiling")
+    ceiling = json.loads(path.read_text())
+    ceiling["ci"]["mean_aog"] = [-1.0, ceiling["mean_aog"] + 1.0]  # the ceiling ≈ the teacher OOD
+    path.write_text(json.dumps(ceiling))
+    report.run(_params(), layout)
+    lines = layout.summary.read_text(encoding="utf-8").splitlines()
+    assert lines[0] == "# prefshift results" and lines[2] == "## Answer"
+    assert lines.index("## Setting") < 40  # table, chance flags and all, within the first 40 lines
+    main = lines[lines.index("## Main table (seed 0)") :]
+    naive = next(line for line in main if line.startswith("| naive |")).split(" | ")
+    assert naive[-1] == "— (ceiling ≈ teacher) |" and naive[-2] != "—"  # PGR ID stays: WRG's interval > 0
+
+
 def test_report_refuses_best_of_n_from_other_splits(layout: Layout):
     path = layout.downstream("naive")
     path.write_text(json.dumps({**json.loads(path.read_text()), "split_version": "other"}))
