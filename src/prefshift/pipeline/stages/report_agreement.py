@@ -2,8 +2,9 @@
 
 For each split best-of-n ran on (ID test and every OOD target), every trained model with a
 best-of-n document (the teacher and each method; best-of-n runs on the first seed's models, so
-these are that seed's) gives one point: a pairwise metric and its gold-judge gain from n = 1 to
-the largest n. Kendall's τ-b with a bootstrap interval over models (prefshift.science.agreement)
+these are that seed's) gives one point: a pairwise metric (ID accuracy; the target's accuracy, NTS
+and, for a benchmark target, its official score) and its gold-judge gain from n = 1 to the
+largest n. Kendall's τ-b with a bootstrap interval over models (prefshift.science.agreement)
 says whether the metric orders the models as the downstream pick does. Evidence about the
 metrics, not the methods: with a handful of models the interval is wide, and the table says n.
 """
@@ -22,11 +23,15 @@ def _proxies(doc: Mapping[str, Any], split: str, teacher: bool) -> dict[str, flo
     if split == ID_SPLIT:
         return {"ID acc": doc["id"]["acc"]}
     block = doc["targets"][split]
-    return {
+    out = {
         "ID acc": doc["id"]["acc"],
         f"{split} acc": block["acc"],
         f"{split} NTS": 0.0 if teacher else block["nts"],
     }
+    official = (doc.get("benchmarks") or {}).get("targets", {}).get(split, {}).get("score")
+    if official is not None:
+        out[f"{split} official score"] = official
+    return out
 
 
 def agreement_rows(
