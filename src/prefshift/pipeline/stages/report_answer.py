@@ -82,12 +82,13 @@ def answer_section(
             if family
             else "no verdict from one seed"
         )
+        at = f" at the family's α/{family} (Holm's first step)" if family else ""
         lines += [
             f"Does a method beat naive or anchor_last out of distribution? A − B in pp, {pct}% interval over "
             f"seeds and pairs (seeds {', '.join(map(str, seeds))}; {'/'.join(map(str, pairs))} pairs per "
             f"target). Verdict: {correction}. MDE: the smallest difference this design calls with 80% "
-            f"power. Seeds for {effect:g} pp: seeds that would call a {effect:g} pp difference (pair noise "
-            "held fixed).",
+            f"power{at}. Seeds for {effect:g} pp: seeds that would call a {effect:g} pp difference (pair "
+            "noise held fixed).",
             "",
             f"| A − B | target | A − B [{pct}% CI] | seeds | verdict | MDE | seeds for {effect:g} pp |",
             "|---|---|---|---|---|---|---|",

@@ -14,9 +14,11 @@ both regress alike). The full table goes to reports/comparisons.csv; the summary
 answer family (prefshift.pipeline.stages.report_answer) and links the file.
 
 The answer family, corrected together by Holm: every method against naive and against
-anchor_last, on every OOD target, in accuracy, from two or more seeds. Rows outside it (against
-the teacher, on the ID split, NTS) keep the uncorrected per-comparison verdict, and the file
-says which is which.
+anchor_last, on every OOD target, in accuracy, from two or more seeds. Its MDE and seeds-needed
+use α/m, the level of Holm's first step, so "could have detected" holds for the procedure that
+decides. Rows outside it (against the teacher, on the ID split, NTS) keep the uncorrected
+per-comparison verdict and MDE at α, and the file says which is which (`holm_family`,
+`mde_alpha`).
 """
 
 from __future__ import annotations
@@ -119,7 +121,7 @@ def compare(params: Params, layout: Layout, methods: Sequence[str]) -> list[dict
     _correct_answer_family(rows, targets, level)
     for row in rows:
         row["effect_pp"] = params.report.effect_pp
-        row["seeds_for_effect"] = _seeds_for(row, params.report.effect_pp, level)
+        row["seeds_for_effect"] = _seeds_for(row, params.report.effect_pp)
     return rows
 
 
@@ -129,10 +131,11 @@ def _differs(nts: Mapping[str, Any], acc: Mapping[str, Any]) -> bool:
     return any(abs(x - y) > 1e-9 for x, y in pairs)
 
 
-def _seeds_for(row: Mapping[str, Any], effect: float, level: float) -> int | None:
+def _seeds_for(row: Mapping[str, Any], effect: float) -> int | None:
+    """Seeds that would call `effect` at the α the row's MDE uses (α/m inside the answer family)."""
     if row["seed_variance"] is None:
         return None
-    return power.seeds_needed(effect, row["seed_variance"], row["pair_variance"], alpha=1.0 - level)
+    return power.seeds_needed(effect, row["seed_variance"], row["pair_variance"], alpha=row["mde_alpha"])
 
 
 def in_answer_family(row: Mapping[str, Any], targets: Sequence[str]) -> bool:
@@ -151,11 +154,18 @@ def _correct_answer_family(rows: list[dict], targets: Sequence[str], level: floa
     for row, adjusted in zip(family, multiplicity.holm([r["p"] for r in family]), strict=True):
         row["p_holm"] = adjusted
         row["holm_family"] = len(family)
+        # What the family could detect: Holm's first step tests at α/m, and with no call made every
+        # null had to pass it; later steps are easier, so this MDE is the conservative one.
+        row["mde_alpha"] = (1.0 - level) / len(family)
+        row["mde"] = power.minimum_detectable_effect(
+            row["seed_variance"], row["pair_variance"], row["seeds"]["n"], alpha=row["mde_alpha"]
+        )
         what = "NTS" if row["metric"] == "nts" else ""
         row["verdict"] = cmp.verdict(row["a"], row["b"], row["split"], row, what, p_threshold=1.0 - level)
     for row in rows:
         row.setdefault("p_holm", None)
         row.setdefault("holm_family", None)
+        row.setdefault("mde_alpha", None if row["mde"] is None else 1.0 - level)
 
 
 def _row(a: str, b: str, split: str, metric: str, result: Mapping, seeds: Sequence[int]) -> dict[str, Any]:
@@ -204,6 +214,7 @@ def table_frame(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
             "holm_family": r["holm_family"],
             "p_holm": r["p_holm"],
             "mde_80_pp": r["mde"],
+            "mde_alpha": r["mde_alpha"],
             "effect_pp": r["effect_pp"],
             "seeds_for_effect": r["seeds_for_effect"],
             "verdict": call(r),
