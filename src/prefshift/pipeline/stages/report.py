@@ -7,6 +7,12 @@ per-pair scores for the paired comparisons, and optional sweep results in report
 for the ablation tables. The across-seeds table and the paired verdicts use every seed; the
 detail tables (main table, diagnostics, drift, curves) show the first seed and say so.
 
+The summary opens with the answer (report_answer: each method against naive and anchor_last on
+each target, with its MDE and the seeds a chosen effect needs), then the setting and the detail.
+This module assembles; each section lives in its own module: report_inputs (reading and checking),
+report_tables, report_ablations, report_figures, report_comparisons (also reports/comparisons.csv),
+report_agreement, report_downstream, report_mechanism, report_truncation, report_probe.
+
 Sweep file format (written by whatever drives a sweep, e.g. `dvc exp` + a copy):
 a metrics JSON exactly as `prefshift evaluate` writes it, plus a top-level
 `"sweep": {"<dotted param>": value, ...}` naming the params that differ from
