@@ -105,6 +105,9 @@ def test_verdicts_state_their_seeds_and_never_call_one_seed():
     assert cmp.verdict("anchor_last", "naive", "X", powered).endswith(
         "not distinguishable (could have detected ≥ 4.1 pp)"
     )
+    # Two models equal on every pair of every seed have nothing to detect.
+    same = {**_result([0.0, 0.0], [0.0, 0.0]), "mde": 0.0}
+    assert cmp.verdict("a", "b", "X", same).endswith("not distinguishable (identical on every pair and seed)")
     # Inside a Holm family the adjusted p decides: a clear interval is not a call at p_holm 0.2.
     holm = {**_result([2.0, 4.0], [1.0, 5.0]), "p_holm": 0.2}
     assert cmp.verdict("a", "b", "X", holm, p_threshold=0.05).endswith("not distinguishable")

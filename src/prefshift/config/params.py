@@ -437,7 +437,7 @@ class DownstreamConfig(Strict):
     judge: str = Field(
         JUDGE_TRAINED,
         description="Gold judge, never one of the models best-of-n ranks: `trained` (the strong base "
-        "trained by `prefshift judge` on the synthetic source's judge split, its cues uninformative, "
+        "trained by `prefshift judge` on the synthetic source's judge split, its cues stripped, "
         "which no proxy sees), or a reward-model directory or hub id (a stronger public RM on real presets).",
     )
     judge_revision: str | None = Field(None, description="Hub revision of the judge.")

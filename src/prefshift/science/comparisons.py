@@ -189,6 +189,8 @@ def distinguishable(result: Mapping[str, Any], p_threshold: float | None = None)
 def null_reading(result: Mapping[str, Any]) -> str:
     """A null with what the design could have seen: "not distinguishable (could have detected ≥ X pp)"."""
     mde = result.get("mde")
+    if mde == 0.0:  # no seed and no pair variance: the two models agree on every pair of every seed
+        return "not distinguishable (identical on every pair and seed)"
     return "not distinguishable" + ("" if mde is None else f" (could have detected ≥ {mde:.1f} pp)")
 
 

@@ -52,7 +52,7 @@ def describe_judge(params: Params) -> str:
     if cfg.judge == JUDGE_TRAINED:
         return (
             f"trained judge (the strong base trained on {params.data.source}'s judge split, its cues "
-            "uninformative, which no ranked model sees)"
+            "stripped, which no ranked model sees)"
         )
     return cfg.judge + (f"@{cfg.judge_revision}" if cfg.judge_revision else "")
 

@@ -50,7 +50,7 @@ def below_chance(runs: Mapping[int, Mapping[str, Mapping[str, Any]]]) -> list[tu
 
 
 def _seeds_cell(row: Mapping[str, Any]) -> str:
-    if row["mde"] is None:
+    if row["mde"] is None or row["mde"] == 0.0:  # one seed, or two models identical on every pair
         return "—"
     return str(row["seeds_for_effect"]) if row["seeds_for_effect"] is not None else "> 1000 (more pairs)"
 
