@@ -110,7 +110,11 @@ def test_best_of_n_stages_end_to_end(tmp_path_factory, tmp_path):
     text = layout.summary.read_text(encoding="utf-8")
     assert "## Best-of-n against a gold judge" in text and "a proxy for human gold" in text
     assert "| Judge accuracy on | role | pairs |" in text and "| syn_help_forum | ID | 60 |" in text
-    assert "## Paired comparisons" in text and "naive vs teacher on syn_help_chat" in text
+    assert "## Paired comparisons" in text and "[comparisons.csv](comparisons.csv)" in text
+    table = pd.read_csv(layout.summary.parent / "comparisons.csv")
+    pair = (table["a"] == "naive") & (table["b"] == "teacher") & (table["split"] == "syn_help_chat")
+    assert pair.sum() == 1
+    assert "| cues stripped (what it reads) |" in text  # the judge's breakdown is shown
     assert (layout.figures / "best_of_n.png").stat().st_size > 1000
 
     # No trained judge on disk: gold-judge names the stage to run.
