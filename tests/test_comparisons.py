@@ -49,6 +49,16 @@ def test_paired_difference_across_two_seeds_by_hand():
     assert result["seeds"]["per_seed"] == pytest.approx([12.5, 25.0])
     assert result["ci"] == pytest.approx([18.75 - 546.36, 18.75 + 546.36], rel=1e-3)
     assert result["pairs_ci"] == pytest.approx([-6.25 + 0.05 * 18.75, 12.5 + 0.95 * 62.5])
+    # What the design could detect: the same SE, 43.0; MDE = (t(1, 0.975) + t(1, 0.8)) · 43.0 =
+    # (12.706 + 1.3764) · 43.0 = 605.5 pp. p: t = 18.75 / 43.0 = 0.43605 on 1 df (Cauchy),
+    # P(T > t) = 0.5 − arctan(0.43605)/π = 0.5 − 0.13099 = 0.36901, two-sided 0.7380.
+    assert result["seed_variance"] == pytest.approx(78.125)
+    assert result["pair_variance"] == pytest.approx(1809.896, rel=1e-5)
+    assert result["se"] == pytest.approx(43.0, rel=1e-4)
+    assert result["mde"] == pytest.approx(605.5, rel=1e-3)
+    assert result["p"] == pytest.approx(0.7380, abs=1e-3)
+    one = cmp.paired_difference(a[:1], b[:1], draws=3, level=0.95, rng=np.random.default_rng(0))
+    assert one["mde"] is None and one["p"] is None and one["seed_variance"] is None
 
 
 def test_nts_difference_point_and_teacher_baseline():
@@ -90,6 +100,18 @@ def _result(per_seed, ci):
 def test_verdicts_state_their_seeds_and_never_call_one_seed():
     line = cmp.verdict("anchor_last", "naive", "X", _result([1.0, -0.5, 2.0], [-0.4, 2.9]))
     assert line == "anchor_last vs naive on X: +0.8 pp [−0.4, +2.9], 3 seeds, 2/3 agree: not distinguishable"
+    # A null with its power says what it could have seen.
+    powered = {**_result([1.0, -0.5, 2.0], [-0.4, 2.9]), "mde": 4.06}
+    assert cmp.verdict("anchor_last", "naive", "X", powered).endswith(
+        "not distinguishable (could have detected ≥ 4.1 pp)"
+    )
+    # Two models equal on every pair of every seed have nothing to detect.
+    same = {**_result([0.0, 0.0], [0.0, 0.0]), "mde": 0.0}
+    assert cmp.verdict("a", "b", "X", same).endswith("not distinguishable (identical on every pair and seed)")
+    # Inside a Holm family the adjusted p decides: a clear interval is not a call at p_holm 0.2.
+    holm = {**_result([2.0, 4.0], [1.0, 5.0]), "p_holm": 0.2}
+    assert cmp.verdict("a", "b", "X", holm, p_threshold=0.05).endswith("not distinguishable")
+    assert cmp.verdict("a", "b", "X", {**holm, "p_holm": 0.01}, p_threshold=0.05).endswith("a better")
     # An interval clear of 0 is still not a finding when a seed disagrees in sign ...
     assert cmp.verdict("a", "b", "X", _result([4.0, -0.5, 5.5], [1.0, 5.0])).endswith("not distinguishable")
     # ... it is when two or more seeds all agree ...

@@ -39,6 +39,14 @@ def test_best_of_n_stages_end_to_end(tmp_path_factory, tmp_path):
     assert judged["training"]["pairs"] > 0
     assert set(judged["accuracy"]) == {"syn_help_forum", *params.data.targets}
     assert all(0 <= block["acc"] <= 100 and block["n"] == 60 for block in judged["accuracy"].values())
+    # On the synthetic suite it trains on, and scores, cue-free text; the breakdown is a stage output.
+    assert judged["reads"] == "cues stripped" and set(judged["breakdown"]) == set(judged["accuracy"])
+    source = judged["breakdown"]["syn_help_forum"]
+    assert source["cues_stripped"] == judged["accuracy"]["syn_help_forum"]
+    assert set(source["by_cue"]["sign_off"]) == {"on_chosen", "on_rejected", "absent"}
+    assert json.loads(layout.judge_report.read_text())["breakdown"] == judged["breakdown"]
+    trained_on, _ = judge.judge_pairs(params, layout)
+    assert not any(judge.strip_cues(p) != p for p in trained_on)
     assert_judge_is_not_ranked(layout, params)
 
     counts = policy_samples.run(params, layout)
@@ -102,7 +110,11 @@ def test_best_of_n_stages_end_to_end(tmp_path_factory, tmp_path):
     text = layout.summary.read_text(encoding="utf-8")
     assert "## Best-of-n against a gold judge" in text and "a proxy for human gold" in text
     assert "| Judge accuracy on | role | pairs |" in text and "| syn_help_forum | ID | 60 |" in text
-    assert "## Paired comparisons" in text and "naive vs teacher on syn_help_chat" in text
+    assert "## Paired comparisons" in text and "[comparisons.csv](comparisons.csv)" in text
+    table = pd.read_csv(layout.summary.parent / "comparisons.csv")
+    pair = (table["a"] == "naive") & (table["b"] == "teacher") & (table["split"] == "syn_help_chat")
+    assert pair.sum() == 1
+    assert "| cues stripped (what it reads) |" in text  # the judge's breakdown is shown
     assert (layout.figures / "best_of_n.png").stat().st_size > 1000
 
     # No trained judge on disk: gold-judge names the stage to run.

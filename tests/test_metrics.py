@@ -75,13 +75,32 @@ def test_pgr_joined_in_the_report_equals_pgr_computed_with_the_ceiling():
         splits = {k: _split(first[k], teacher[k], ceiling[k] if with_ceiling else None) for k in first}
         return metrics.paired_metrics(splits, ["a", "b"], draws=50, level=0.95, seed=0)
 
-    joined = metrics.with_ceiling(run(student, False), run(ceiling, False))
+    joined = metrics.with_ceiling(run(student, False), run(ceiling, False), gate=False)
     together = run(student, True)
     assert joined["pgr_id"] == pytest.approx(0.5) and joined["pgr_ood"] == pytest.approx(0.4)
     assert joined["ceiling"] == together["ceiling"]
     for key in ("pgr_id", "pgr_ood"):
         assert joined[key] == pytest.approx(together[key])
     assert [joined["targets"][t]["pgr"] for t in "ab"] == [together["targets"][t]["pgr"] for t in "ab"]
+
+
+def test_pgr_is_withheld_where_the_ceilings_gain_interval_includes_zero():
+    student = {
+        "id": {"acc": 70.0},
+        "mean_acc_ood": 60.0,
+        "teacher": {"id": {"acc": 60.0}, "mean_acc_ood": 50.0},
+    }
+    student |= {"targets": {"a": {"acc": 60.0}}}
+    student["teacher"]["targets"] = {"a": {"acc": 50.0}}
+    # The ceiling beats the teacher on ID (WRG 20 [5, 35]) but only by 2.6 [−1.0, 6.2] out of distribution.
+    ceiling = {"id": {"acc": 80.0}, "mean_acc_ood": 52.6, "ci": {"wrg": [5.0, 35.0], "mean_aog": [-1.0, 6.2]}}
+    ceiling |= {"targets": {"a": {"acc": 52.6, "ci": {"aog": [-1.0, 6.2]}}}}
+    out = metrics.with_ceiling(student, ceiling)
+    assert out["pgr_id"] == pytest.approx(0.5)  # (70 − 60) / (80 − 60)
+    assert out["pgr_ood"] is None and out["targets"]["a"]["pgr"] is None
+    assert out["pgr_withheld"] == {"pgr_ood": metrics.CEILING_TIES_TEACHER}
+    ungated = metrics.with_ceiling(student, ceiling, gate=False)
+    assert ungated["pgr_ood"] == pytest.approx(10.0 / 2.6)  # the number that cannot mean what it says
 
 
 def test_paired_metrics_nts_penalises_id_regression():

@@ -157,16 +157,54 @@ def test_paired_comparisons_agree_with_the_metrics_files_of_every_seed(layout: L
     assert all(r["verdict"].endswith("one seed: no verdict") for r in one)
     assert {r["a"] for r in rows} == set(PRESENT) and ("naive", "naive", target, "acc") not in cell
 
+    # Each unordered pair once: anchor_last − naive, never also naive − anchor_last.
+    assert ("naive", "anchor_last", target, "acc") not in cell
+    unordered = [(frozenset((r["a"], r["b"])), r["split"], r["metric"]) for r in rows]
+    assert len(unordered) == len(set(unordered))
+    # NTS rows only where NTS differs from accuracy on some seed.
+    for r in rows:
+        if r["metric"] == "nts":
+            acc = cell[(r["a"], r["b"], r["split"], "acc")]["seeds"]["per_seed"]
+            assert any(abs(x - y) > 1e-9 for x, y in zip(r["seeds"]["per_seed"], acc, strict=True))
+    # Holm over the answer family: methods against naive and anchor_last on the OOD targets.
+    family = [r for r in rows if r["holm_family"]]
+    assert {r["b"] for r in family} == {"naive", "anchor_last"} and "ceiling" not in {r["a"] for r in family}
+    assert {r["split"] for r in family} == set(TARGETS) and {r["metric"] for r in family} == {"acc"}
+    assert all(r["holm_family"] == len(family) and r["p_holm"] >= r["p"] for r in family)
+
     report.run(_params(), layout)
     text = layout.summary.read_text(encoding="utf-8")
-    assert (
-        "## Paired comparisons" in text
-        and f"- {cell[('anchor_last', 'naive', target, 'acc')]['verdict']}" in text
-    )
+    answer = text.split("## Answer", 1)[1].split("\n## ", 1)[0]
+    assert text.index("## Answer") < text.index("## Setting") < text.index("## Across seeds")
+    row = cell[("anchor_last", "naive", target, "acc")]
+    assert f"| anchor_last − naive | {target} | {row['diff']:+.1f} " in answer
+    assert f"not distinguishable (could have detected ≥ {row['mde']:.1f} pp)" in answer
+    assert "Holm), every seed" in answer and f"over the {len(family)} comparisons" in answer
+    assert "**Below chance**" in answer and "confidence on syn_help_chat" in answer
+    assert "## Paired comparisons" in text and "[comparisons.csv](comparisons.csv)" in text
+    table = pd.read_csv(layout.summary.parent / "comparisons.csv")
+    assert len(table) == len(rows) and not table.duplicated(["a", "b", "split", "metric"]).any()
+    ordered_pairs = set(zip(table["a"], table["b"], strict=True))
+    assert ordered_pairs.isdisjoint({(b, a) for a, b in ordered_pairs})
+    assert "Do the pairwise metrics predict the pick?" in text and "Kendall" in text
     best = text.split("## Best-of-n against a gold judge", 1)[1].split("## ", 1)[0]
     assert "the judge `trained judge" in best and "| ceiling | id_test | 12 | " in best
     for png in ("best_of_n", "best_of_n_rule"):
         assert (layout.figures / f"{png}.png").stat().st_size > 1000 and f"(figures/{png}.png)" in text
+
+
+def test_the_answer_fits_the_first_screen_and_pgr_needs_a_ceiling_above_the_teacher(layout: Layout):
+    path = layout.metrics("ceiling")
+    ceiling = json.loads(path.read_text())
+    ceiling["ci"]["mean_aog"] = [-1.0, ceiling["mean_aog"] + 1.0]  # the ceiling ≈ the teacher OOD
+    path.write_text(json.dumps(ceiling))
+    report.run(_params(), layout)
+    lines = layout.summary.read_text(encoding="utf-8").splitlines()
+    assert lines[0] == "# prefshift results" and lines[2] == "## Answer"
+    assert lines.index("## Setting") < 40  # table, chance flags and all, within the first 40 lines
+    main = lines[lines.index("## Main table (seed 0)") :]
+    naive = next(line for line in main if line.startswith("| naive |")).split(" | ")
+    assert naive[-1] == "— (ceiling ≈ teacher) |" and naive[-2] != "—"  # PGR ID stays: WRG's interval > 0
 
 
 def test_report_refuses_best_of_n_from_other_splits(layout: Layout):

@@ -14,7 +14,7 @@ import torch
 from prefshift.core.paths import Layout
 from prefshift.data.schema import read_pairs, write_pairs
 from prefshift.methods.base import BatchOut
-from prefshift.methods.builtin.wise_ft import WiseFTSettings, choose_alpha
+from prefshift.methods.builtin.wise_ft import WiseFTSettings, choose_alpha, one_standard_error
 from prefshift.methods.registry import ID_VALIDATION
 from prefshift.methods.weights import L2SPObjective, freeze_all_but, interpolate, squared_distance
 from tiny_project import copy_project, pipeline_root, tiny_params, write_params
@@ -112,9 +112,21 @@ def test_grm_mixes_the_reward_loss_and_the_regulariser():
     assert not objective.reference_layers  # it reads the student's own states, not the start's
 
 
-def test_alpha_is_the_best_on_validation_with_ties_to_the_larger():
-    assert choose_alpha([0.0, 0.5, 1.0], [60.0, 70.0, 65.0]) == 0.5
-    assert choose_alpha([0.0, 0.5, 1.0], [60.0, 70.0, 70.0]) == 1.0
+def test_alpha_by_the_one_standard_error_rule_on_a_constructed_curve():
+    alphas = [0.0, 0.1, 0.2, 0.4, 0.7, 1.0]
+    curve = [50.0, 68.0, 78.5, 80.0, 81.0, 81.0]
+    # Best 81.0 on 100 pairs: SE = √(0.81 · 0.19 / 100) = √0.001539 = 0.039230 → 3.923 pp, floor
+    # 77.077: 0.2 (78.5) is the smallest α above it; 0.1 (68.0) is not.
+    assert one_standard_error(81.0, 100) == pytest.approx(3.9230, abs=1e-4)
+    assert choose_alpha(alphas, curve, 100) == 0.2
+    # On 10,000 pairs the SE is 0.3923 pp, floor 80.608: only 0.7 and 1.0 qualify; the smaller wins.
+    assert choose_alpha(alphas, curve, 10_000) == 0.7
+    # A flat curve (every α ties, as on the embedded default) keeps the start's side: α = 0.
+    assert choose_alpha([0.0, 0.5, 1.0], [70.0, 70.0, 70.0], 250) == 0.0
+    # A perfect best has SE 0: only the α's that reach it qualify.
+    assert choose_alpha([0.0, 0.5, 1.0], [99.0, 100.0, 100.0], 250) == 0.5
+    with pytest.raises(ValueError, match="at least one validation pair"):
+        one_standard_error(80.0, 0)
 
 
 def test_alpha_grid_is_checked():
@@ -234,7 +246,11 @@ def test_wise_ft_records_its_alpha_curve_and_keeps_the_chosen_alpha(robust_proje
     assert record["chosen_on"] == ID_VALIDATION
     curve = record["accuracy"]
     assert set(curve) == {ID_VALIDATION, "id_test", *params.data.targets}
-    assert record["chosen_alpha"] == choose_alpha(record["alphas"], curve[ID_VALIDATION])
+    assert record["rule"] == "one standard error"
+    assert record["validation_pairs"] == len(read_pairs(layout.split("teacher_train")))
+    assert record["chosen_alpha"] == choose_alpha(
+        record["alphas"], curve[ID_VALIDATION], record["validation_pairs"]
+    )
     chosen = record["alphas"].index(record["chosen_alpha"])
     metrics = json.loads(layout.metrics("wise_ft").read_text())
     assert metrics["id"]["acc"] == pytest.approx(curve["id_test"][chosen])  # the saved model is θ_α

@@ -451,7 +451,7 @@ class DownstreamConfig(Strict):
     judge: str = Field(
         JUDGE_TRAINED,
         description="Gold judge, never one of the models best-of-n ranks: `trained` (the strong base "
-        "trained by `prefshift judge` on the synthetic source's judge split, its cues uninformative, "
+        "trained by `prefshift judge` on the synthetic source's judge split, its cues stripped, "
         "which no proxy sees), or a reward-model directory or hub id (a stronger public RM on real presets).",
     )
     judge_revision: str | None = Field(None, description="Hub revision of the judge.")
@@ -483,10 +483,27 @@ class ProbeConfig(Strict):
     )
 
 
+class ReportConfig(Strict):
+    """What the report's answer section asks of the design."""
+
+    effect_pp: float = Field(
+        2.0,
+        gt=0,
+        description="The difference (pp) a reader wants settled: the answer section gives the seeds that "
+        "would call a difference this large at 80% power, from the measured seed and pair variance.",
+    )
+
+
 class PromoteConfig(Strict):
     id_tolerance: float = Field(1.0, ge=0, description="Allowed ID accuracy drop vs the teacher (pp).")
     min_mean_aog: float = Field(
         -10.0, description="Mean AOG must exceed this (pp); the embedded default's demo gate, presets use 0."
+    )
+    allow_below_chance: bool = Field(
+        False,
+        description="true: a student below chance (50%) on some target may still become champion. A gain "
+        "over a teacher at 17.8% can leave a student at 38.5%, worse than a coin, so the gate refuses it "
+        "by default and says so.",
     )
 
 
@@ -534,6 +551,7 @@ class Params(Strict):
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
     downstream: DownstreamConfig = Field(default_factory=DownstreamConfig)
     probe: ProbeConfig = Field(default_factory=ProbeConfig)
+    report: ReportConfig = Field(default_factory=ReportConfig)
     promote: PromoteConfig = Field(default_factory=PromoteConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
 

@@ -80,6 +80,10 @@ class StageTools:
             model.train(training)
         return accuracy(frame["delta"].to_numpy())
 
+    def pair_count(self, split: str) -> int:
+        """How many pairs `split` holds (ID_VALIDATION: teacher_train's), e.g. for a binomial SE."""
+        return len(read_pairs(self.layout.split(ID_VALIDATION_SPLIT if split == ID_VALIDATION else split)))
+
     def heldout_splits(self) -> tuple[str, ...]:
         """id_test and every target with a pairs split (benchmark sections scored as groups are not)."""
         targets = [t for t in self.params.data.targets if self.layout.split(t).exists()]

@@ -24,7 +24,12 @@ three or five seeds, and a seed bootstrap is not used because three seeds give t
 resamples. NTS differences resample the ID split and the target together inside each draw.
 
 A verdict is called only from two or more seeds, when this interval excludes zero and every
-seed agrees in sign. With one seed the pairs-only interval is shown and the verdict reads
+seed agrees in sign. Each result also carries the two variances, the standard error, the t test's
+p (the interval excludes 0 exactly when p < 1 − level) and the minimum detectable effect at 80%
+power (prefshift.science.power), so a null states what the design could have seen, and a family of
+verdicts can be corrected for multiplicity (prefshift.science.multiplicity).
+
+With one seed the pairs-only interval is shown and the verdict reads
 "one seed: no verdict": sign agreement is trivially true for one seed, and one seed is not
 evidence when effects flip sign between seeds.
 """
@@ -39,6 +44,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from prefshift.science import power
 from prefshift.science.metrics import (
     ID_SPLIT,
     MetricsError,
@@ -87,13 +93,32 @@ def seed_level_interval(per_seed: Sequence[float], pair_variance: float, level: 
 
 
 def _combine(per_seed: Sequence[float], drawn: np.ndarray, level: float, n: int) -> dict[str, Any]:
-    """Point, interval and seed summary from per-seed points and draws of the seed-averaged difference."""
+    """Point, interval, seed summary and power from per-seed points and draws of the seed-averaged
+    difference; with one seed the power fields are None (there is no seed variance to measure)."""
     seeds = _seed_summary(per_seed)
+    pair_variance = float(np.var(drawn, ddof=1))
+    out = {"diff": seeds["mean"], "pairs_ci": interval(drawn, level), "n": n, "seeds": seeds}
     if seeds["n"] == 1:
-        ci = interval(drawn, level)
-    else:
-        ci = seed_level_interval(seeds["per_seed"], float(np.var(drawn, ddof=1)), level)
-    return {"diff": seeds["mean"], "ci": ci, "pairs_ci": interval(drawn, level), "n": n, "seeds": seeds}
+        return {
+            **out,
+            "ci": interval(drawn, level),
+            "seed_variance": None,
+            "pair_variance": pair_variance,
+            "se": None,
+            "p": None,
+            "mde": None,
+        }
+    seed_variance = float(np.var(seeds["per_seed"], ddof=1))
+    se = power.standard_error(seed_variance, pair_variance, seeds["n"])
+    return {
+        **out,
+        "ci": seed_level_interval(seeds["per_seed"], pair_variance, level),
+        "seed_variance": seed_variance,
+        "pair_variance": pair_variance,
+        "se": se,
+        "p": power.p_value(seeds["mean"], se, seeds["n"]),
+        "mde": power.minimum_detectable_effect(seed_variance, pair_variance, seeds["n"], alpha=1.0 - level),
+    }
 
 
 def paired_difference(
@@ -149,28 +174,43 @@ def nts_difference(
     return _combine(per_seed, np.mean(drawn_per_seed, axis=0), level, int(target_credits[0][a].size))
 
 
-def distinguishable(result: Mapping[str, Any]) -> bool:
-    """Two or more seeds, an interval that excludes 0, and every seed agreeing in sign."""
+def distinguishable(result: Mapping[str, Any], p_threshold: float | None = None) -> bool:
+    """Two or more seeds, every seed agreeing in sign, and an interval that excludes 0, or, within
+    a corrected family, a Holm-adjusted p (`result["p_holm"]`) at most `p_threshold`."""
     seeds = result["seeds"]
+    if seeds["n"] < 2 or seeds["agree"] != seeds["n"]:
+        return False
+    if p_threshold is not None and result.get("p_holm") is not None:
+        return result["p_holm"] <= p_threshold
     lo, hi = result["ci"]
-    return seeds["n"] >= 2 and (lo > 0 or hi < 0) and seeds["agree"] == seeds["n"]
+    return lo > 0 or hi < 0
+
+
+def null_reading(result: Mapping[str, Any]) -> str:
+    """A null with what the design could have seen: "not distinguishable (could have detected ≥ X pp)"."""
+    mde = result.get("mde")
+    if mde == 0.0:  # no seed and no pair variance: the two models agree on every pair of every seed
+        return "not distinguishable (identical on every pair and seed)"
+    return "not distinguishable" + ("" if mde is None else f" (could have detected ≥ {mde:.1f} pp)")
 
 
 def _pp(value: float) -> str:
     return f"{round(value, 1) + 0.0:+.1f}".replace("-", "−")
 
 
-def verdict(a: str, b: str, split: str, result: Mapping[str, Any], what: str = "") -> str:
-    """One line that states its seeds, e.g.
-    "anchor_last vs naive on X: +1.2 pp [−0.4, +2.9], 3 seeds, 2/3 agree: not distinguishable"."""
+def verdict(
+    a: str, b: str, split: str, result: Mapping[str, Any], what: str = "", p_threshold: float | None = None
+) -> str:
+    """One line that states its seeds, e.g. "anchor_last vs naive on X: +1.2 pp [−0.4, +2.9],
+    3 seeds, 2/3 agree: not distinguishable (could have detected ≥ 4.1 pp)"."""
     lo, hi = result["ci"]
     seeds = result["seeds"]
     label = f" ({what})" if what else ""
     head = f"{a} vs {b} on {split}{label}: {_pp(result['diff'])} pp [{_pp(lo)}, {_pp(hi)}]"
     if seeds["n"] < 2:
         return f"{head} (pairs only), one seed: no verdict"
-    if distinguishable(result):
+    if distinguishable(result, p_threshold):
         call = f"{a} {'better' if result['diff'] > 0 else 'worse'}"
     else:
-        call = "not distinguishable"
+        call = null_reading(result)
     return f"{head}, {seeds['n']} seeds, {seeds['agree']}/{seeds['n']} agree: {call}"

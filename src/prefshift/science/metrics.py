@@ -244,17 +244,38 @@ def paired_metrics(
     return result
 
 
-def with_ceiling(student: Mapping[str, Any], ceiling: Mapping[str, Any]) -> dict[str, Any]:
+CEILING_TIES_TEACHER = "ceiling ≈ teacher"
+"""Why a PGR is withheld: the ceiling's gain over the teacher has an interval that includes 0."""
+
+
+def ceiling_beats_teacher(ceiling: Mapping[str, Any]) -> dict[str, Any]:
+    """Where the ceiling's gain over the teacher has an interval above 0: on ID (its WRG), on the
+    mean over targets (its mean AOG) and per target (its AOG). PGR divides by that gain, so where
+    it may be 0 the ratio can be anything (an under-trained ceiling 2.6 pp above its teacher made
+    PGR OOD read 1.4-1.6 on real data) and is withheld rather than shown."""
+    return {
+        "id": ceiling["ci"]["wrg"][0] > 0,
+        "mean_ood": ceiling["ci"]["mean_aog"][0] > 0,
+        "targets": {t: block["ci"]["aog"][0] > 0 for t, block in ceiling["targets"].items()},
+    }
+
+
+def with_ceiling(
+    student: Mapping[str, Any], ceiling: Mapping[str, Any], *, gate: bool = True
+) -> dict[str, Any]:
     """A student's metrics with PGR and the ceiling's accuracies filled in from the ceiling's own metrics.
 
     Each method is evaluated on its own (the pipeline has a ceiling stage only when
     `methods` lists it, so no student may wait on one); PGR joins two results, so it is
-    computed where they meet. Same formulas as `paired_metrics` on the same pairs.
+    computed where they meet. Same formulas as `paired_metrics` on the same pairs; with `gate`
+    (the report's use), a PGR whose denominator's interval includes 0 is None and
+    `pgr_withheld` says why (`ceiling_beats_teacher`).
     """
     out = {**student, "targets": {t: dict(v) for t, v in student["targets"].items()}}
     targets = list(out["targets"])
     c_id = ceiling["id"]["acc"]
     c_accs = [ceiling["targets"][t]["acc"] for t in targets]
+    beats = ceiling_beats_teacher(ceiling) if gate else None
     out["pgr_id"] = pgr(student["id"]["acc"], student["teacher"]["id"]["acc"], c_id)
     out["pgr_ood"] = pgr(student["mean_acc_ood"], student["teacher"]["mean_acc_ood"], mean(c_accs))
     out["ceiling"] = {
@@ -265,6 +286,16 @@ def with_ceiling(student: Mapping[str, Any], ceiling: Mapping[str, Any]) -> dict
     for t, c_acc in zip(targets, c_accs, strict=True):
         teacher_acc = student["teacher"]["targets"][t]["acc"]
         out["targets"][t]["pgr"] = pgr(student["targets"][t]["acc"], teacher_acc, c_acc)
+    if beats is not None:
+        withheld = []
+        for key, ok in (("pgr_id", beats["id"]), ("pgr_ood", beats["mean_ood"])):
+            if not ok:
+                out[key] = None
+                withheld.append(key)
+        for t in targets:
+            if not beats["targets"].get(t, False):
+                out["targets"][t]["pgr"] = None
+        out["pgr_withheld"] = {key: CEILING_TIES_TEACHER for key in withheld}
     return out
 
 

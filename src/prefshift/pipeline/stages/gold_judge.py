@@ -7,8 +7,10 @@ trained on the synthetic source's judge split (cues uninformative), which no pro
 public reward model on a real preset). reports/judge.json holds its accuracy on every test
 split. It is a *proxy* for human gold, not human gold, so the report shows that accuracy wherever
 it shows judge scores.
-On the synthetic suite the suite's own gold rule (`synthetic.rule_score`) also scores every
-sample: a judge that needs no model, but only for text it recognises. When policy_samples
+On the synthetic suite the judge scores each sample with its shortcut cues taken off, as it was
+trained (`reads_without_cues`): the cues are not gold. The suite's own gold rule
+(`synthetic.rule_score`) also scores every sample there: a judge that needs no model, but only
+for text it recognises. When policy_samples
 skipped best-of-n, the stage writes an empty gold file (its declared output) and loads no judge.
 """
 
@@ -20,12 +22,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from prefshift.config.params import JUDGE_TRAINED, Params
+from prefshift.config.params import JUDGE_TRAINED, SYNTHETIC_DATASETS, Params
 from prefshift.core.console import messages
 from prefshift.core.errors import PrefshiftError
 from prefshift.core.paths import Layout
 from prefshift.data.splits import load_manifest
-from prefshift.data.synthetic import rule_score
+from prefshift.data.synthetic import rule_score, without_cues
 from prefshift.engine.scoring import score_samples
 from prefshift.pipeline.frames import VERSION_KEY, write_frame
 from prefshift.pipeline.stages.policy_samples import read_samples, skipped
@@ -50,9 +52,14 @@ def describe_judge(params: Params) -> str:
     if cfg.judge == JUDGE_TRAINED:
         return (
             f"trained judge (the strong base trained on {params.data.source}'s judge split, its cues "
-            "uninformative, which no ranked model sees)"
+            "stripped, which no ranked model sees)"
         )
     return cfg.judge + (f"@{cfg.judge_revision}" if cfg.judge_revision else "")
+
+
+def reads_without_cues(params: Params) -> bool:
+    """The judge reads cue-free text wherever the source is the synthetic suite (its cues are not gold)."""
+    return params.data.source in SYNTHETIC_DATASETS
 
 
 def run(params: Params, layout: Layout) -> pd.DataFrame:
@@ -78,7 +85,12 @@ def run(params: Params, layout: Layout) -> pd.DataFrame:
         pair_forward=params.encode.pair_forward,
     )
     model.to("cuda" if torch.cuda.is_available() else "cpu").eval()
-    judged = score_samples(model, tokenizer, samples, params)
+    read = (
+        samples.assign(response=samples["response"].map(without_cues))
+        if reads_without_cues(params)
+        else samples
+    )
+    judged = score_samples(model, tokenizer, read, params)
     rules = [
         rule_score(category, json.loads(meta), response)
         for category, meta, response in zip(

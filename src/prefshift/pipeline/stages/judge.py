@@ -16,6 +16,15 @@ its own curve was trivially the best (DESIGN §10). So the judge is its own mode
   not human gold; the report says so, next to its measured accuracy.
 - a reward-model directory or hub id (real presets: a stronger public RM): loaded as it is.
 
+On the synthetic suite the judge reads what is gold and nothing else: it trains on, and scores,
+text with both shortcut cues taken off (`synthetic.without_cues`). The cues are non-gold by
+construction (placed independently of the content) and the suite's own `rule_score` ignores
+them; a judge trained with cues present, even uninformative ones, was measured at chance on the
+source (50.7% [46.5, 54.8]) because it learnt to mark down any response ending in the sign-off,
+yet read the gold rule at about 71% on every split once the cues were stripped. Its accuracy
+breakdown is part of reports/judge.json (`breakdown`): as is, cues stripped, and by where each
+cue sits, so the report shows what the judge reads. On real data the judge is unchanged.
+
 Either way the judge scores the full test split of the source and of every target (the pools the
 ID and OOD splits are drawn from), and reports/judge.json records its accuracy on each with a
 bootstrap interval, so a reader sees how far to trust the gold scores. The judge depends on no
@@ -27,6 +36,7 @@ bootstrap interval, so a reader sees how far to trust the gold scores. The judge
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from typing import Any
 
 from prefshift.config.params import JUDGE_TRAINED, Params
@@ -34,10 +44,10 @@ from prefshift.core.atomic import write_json
 from prefshift.core.console import messages
 from prefshift.core.paths import Layout
 from prefshift.data.schema import Pair, SkipCounter, pair_content_hash, read_pairs
-from prefshift.data.synthetic import JUDGE_SPLIT
+from prefshift.data.synthetic import CUE_META, CUES, JUDGE_SPLIT, without_cues
 from prefshift.pipeline.output_set import output_set
 from prefshift.pipeline.stages.evaluate import _rounded
-from prefshift.pipeline.stages.gold_judge import JudgeError, describe_judge
+from prefshift.pipeline.stages.gold_judge import JudgeError, describe_judge, reads_without_cues
 from prefshift.pipeline.stages.policy_samples import skip_reason
 from prefshift.science import metrics
 
@@ -45,6 +55,11 @@ console = messages()
 
 NOTE = "judge.json"
 """In models/judge when no model was trained there: the external judge's name, or why none runs."""
+
+
+def strip_cues(pair: Pair) -> Pair:
+    """The pair with both shortcut cues taken off each response (synthetic suite only)."""
+    return replace(pair, chosen=without_cues(pair.chosen), rejected=without_cues(pair.rejected))
 
 
 def judge_pairs(params: Params, layout: Layout) -> tuple[list[Pair], dict[str, int]]:
@@ -66,7 +81,7 @@ def judge_pairs(params: Params, layout: Layout) -> tuple[list[Pair], dict[str, i
         if not path.exists():
             raise JudgeError(f"{path} not found: run `prefshift prepare` first")
         taken |= {pair_content_hash(p) for p in read_pairs(path)}
-    kept = [p for p in pairs if pair_content_hash(p) not in taken]
+    kept = [strip_cues(p) for p in pairs if pair_content_hash(p) not in taken]
     if not kept:
         raise JudgeError(f"every pair of {source}'s judge split repeats its train or test split")
     return kept, {
@@ -110,8 +125,37 @@ def _train(params: Params, layout: Layout, pairs: list[Pair], out_dir) -> dict[s
     }
 
 
-def _accuracy(model_dir: str, params: Params, layout: Layout) -> dict[str, dict[str, Any]]:
-    """Accuracy (%) with a bootstrap interval on the full test split of the source and each target."""
+def _block(credit, params: Params, dataset: str, role: str, stream: str) -> dict[str, Any]:
+    draws = metrics.bootstrap_accuracies([credit], params.evaluate.bootstrap, metrics.split_seed(0, stream))
+    return {
+        "role": role,
+        "acc": float(credit.mean() * 100.0),
+        "ci": metrics.interval(draws[0], params.evaluate.ci),
+        "n": int(credit.shape[0]),
+    }
+
+
+def _by_cue(pairs: list[Pair], credit) -> dict[str, dict[str, Any]]:
+    """Accuracy (as is) by where each cue sits: on the chosen response, on the rejected one, absent."""
+    out = {}
+    for cue in CUES:
+        sides = [(p.meta or {}).get(CUE_META[cue]) for p in pairs]
+        if all(side is None for side in sides):
+            continue
+        out[cue] = {}
+        for label, side in (("on_chosen", "chosen"), ("on_rejected", "rejected"), ("absent", None)):
+            picked = [c for c, s in zip(credit, sides, strict=True) if s == side]
+            out[cue][label] = {
+                "acc": float(sum(picked) / len(picked) * 100.0) if picked else None,
+                "n": len(picked),
+            }
+    return out
+
+
+def _accuracy(model_dir: str, params: Params, layout: Layout) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Accuracy (%) with a bootstrap interval on the full test split of the source and each target,
+    on the text the judge reads; on the synthetic suite also the breakdown (as is, cues stripped,
+    by cue position)."""
     from prefshift.engine.scoring import score_pairs
     from prefshift.models.reward import load_reward_model
 
@@ -122,26 +166,33 @@ def _accuracy(model_dir: str, params: Params, layout: Layout) -> dict[str, dict[
         trained_head=True,
     )
     model.eval()
-    out = {}
+    stripped = reads_without_cues(params)
+    accuracy, breakdown = {}, {}
     for role, dataset in [("id", params.data.source), *(("ood", t) for t in params.data.targets)]:
         pairs = read_pairs(layout.pairs(dataset, "test"))
-        delta = score_pairs(model, tokenizer, pairs, params, label=f"judge {dataset}")["delta"].to_numpy()
-        credit = metrics.credit(delta)
-        draws = metrics.bootstrap_accuracies(
-            [credit], params.evaluate.bootstrap, metrics.split_seed(0, dataset)
-        )
-        out[dataset] = {
-            "role": role,
-            "acc": metrics.accuracy(delta),
-            "ci": metrics.interval(draws[0], params.evaluate.ci),
-            "n": int(delta.shape[0]),
+
+        def credit_of(rows: list[Pair], what: str, dataset: str = dataset):
+            frame = score_pairs(model, tokenizer, rows, params, label=f"judge {dataset}{what}")
+            return metrics.credit(frame["delta"].to_numpy())
+
+        as_is = credit_of(pairs, "")
+        if not stripped:
+            accuracy[dataset] = _block(as_is, params, dataset, role, dataset)
+            continue
+        clean = credit_of([strip_cues(p) for p in pairs], " (cues stripped)")
+        accuracy[dataset] = _block(clean, params, dataset, role, dataset)
+        breakdown[dataset] = {
+            "as_is": _block(as_is, params, dataset, role, f"{dataset}/as_is"),
+            "cues_stripped": accuracy[dataset],
+            "by_cue": _by_cue(pairs, as_is),
         }
-    return out
+    return accuracy, (breakdown if stripped else None)
 
 
 def run(params: Params, layout: Layout) -> dict[str, Any]:
     reason = skip_reason(params, layout)
     doc: dict[str, Any] = {"judge": describe_judge(params), "kind": params.downstream.judge}
+    breakdown = None
     with output_set(
         layout.root, "prefshift judge", files=[layout.judge_report], bare=[layout.judge_dir], manifest=False
     ) as out:
@@ -154,11 +205,15 @@ def run(params: Params, layout: Layout) -> dict[str, Any]:
         elif params.downstream.judge == JUDGE_TRAINED:
             pairs, counts = judge_pairs(params, layout)
             doc["training"] = {**counts, **_train(params, layout, pairs, judge_dir)}
-            doc["accuracy"] = _accuracy(str(judge_dir), params, layout)
+            doc["reads"] = "cues stripped"
+            doc["accuracy"], breakdown = _accuracy(str(judge_dir), params, layout)
         else:
             judge_dir.mkdir(parents=True, exist_ok=True)
             write_json(judge_dir / NOTE, doc)
-            doc["accuracy"] = _accuracy(params.downstream.judge, params, layout)
+            doc["reads"] = "cues stripped" if reads_without_cues(params) else "as is"
+            doc["accuracy"], breakdown = _accuracy(params.downstream.judge, params, layout)
+        if breakdown is not None:
+            doc["breakdown"] = breakdown
         doc = _rounded(doc)
         write_json(out.path(layout.judge_report), doc)
     shutil.rmtree(layout.judge_checkpoint, ignore_errors=True)  # the judge is saved: nothing to resume

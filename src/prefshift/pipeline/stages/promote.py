@@ -1,7 +1,9 @@
 """`prefshift promote`: register the students that pass the gate; `champion` on the best by mean NTS.
 
-Gate (params.promote): ID accuracy ≥ teacher ID accuracy − id_tolerance, and mean
-AOG > min_mean_aog, both in percentage points from reports/metrics/<method>/seed-<k>.json
+Gate (params.promote): ID accuracy ≥ teacher ID accuracy − id_tolerance, mean
+AOG > min_mean_aog, and accuracy at or above chance (50%) on every target unless
+allow_below_chance (a gain over a teacher at 17.8% can leave a student at 38.5%, which
+ranks that target backwards), all in percentage points from reports/metrics/<method>/seed-<k>.json
 (keys `id.acc`, `teacher.id.acc`, `mean_aog`, `mean_nts`, `wrg`, `targets.<k>.aog|nts`,
 as written by the evaluate stage). The ceiling is never promoted: it is trained on
 gold labels, so it is a reference, not a weak-to-strong student.
@@ -43,6 +45,8 @@ from prefshift.methods import label_source
 from prefshift.pipeline.output_set import verify_file
 
 CHAMPION = "champion"
+CHANCE = 50.0
+"""Pairwise accuracy of a coin: a student below it on a target ranks that target backwards."""
 PASS, FAIL, NOT_TRAINED, REFERENCE = "PASS", "FAIL", "not trained", "reference"
 
 
@@ -116,6 +120,15 @@ def gate(params: Params, layout: Layout, method: str) -> dict[str, Any]:
         )
     if not mean_aog > params.promote.min_mean_aog:
         decision["reasons"].append(f"mean AOG {mean_aog:.2f} <= {params.promote.min_mean_aog:g}")
+    below = {t: _number(metrics, f"targets.{t}.acc", path) for t in decision["targets"]}
+    below = {t: acc for t, acc in below.items() if acc < CHANCE}
+    if below and not params.promote.allow_below_chance:
+        listing = ", ".join(f"{t} {acc:.1f}%" for t, acc in below.items())
+        decision["reasons"].append(
+            f"below chance ({CHANCE:g}%) on {listing}; promote.allow_below_chance: true would allow it"
+        )
+    elif below:
+        decision["below_chance_allowed"] = sorted(below)
     if not student_dir.is_dir():
         decision["reasons"].append(f"{student_dir} not found; run `prefshift train --method {method}`")
     decision["passed"] = not decision["reasons"]

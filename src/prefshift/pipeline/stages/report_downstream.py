@@ -109,20 +109,63 @@ def judge_accuracy_table(judge: Mapping[str, Any]) -> str:
     return "\n".join(rows)
 
 
+CUE_LABELS = {"sign_off": "sign-off", "marker": "marker"}
+
+
+def _pct(block: Mapping[str, Any] | None) -> str:
+    if not block or block.get("acc") is None:
+        return "—"
+    return f"{block['acc']:.1f} (n={block['n']})"
+
+
+def judge_breakdown_table(judge: Mapping[str, Any]) -> str | None:
+    """What the judge reads (reports/judge.json `breakdown`): its accuracy on the text as is, with
+    the cues stripped (what it scores), and, as is, by where each cue sits."""
+    breakdown = judge.get("breakdown")
+    if not breakdown:
+        return None
+    cues = [c for c in CUE_LABELS if any(c in b["by_cue"] for b in breakdown.values())]
+    header = ["Judge on", "as is", "cues stripped (what it reads)"]
+    for cue in cues:
+        header += [f"as is, {CUE_LABELS[cue]} on chosen", f"{CUE_LABELS[cue]} on rejected"]
+    rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for dataset, block in breakdown.items():
+        cells = [dataset]
+        for key in ("as_is", "cues_stripped"):
+            low, high = block[key]["ci"]
+            cells.append(f"{block[key]['acc']:.1f} [{low:.1f}, {high:.1f}]")
+        for cue in cues:
+            by = block["by_cue"].get(cue, {})
+            cells += [_pct(by.get("on_chosen")), _pct(by.get("on_rejected"))]
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
 def _judge_note(judge: Mapping[str, Any] | None) -> str:
     if judge is None or "accuracy" not in judge:
         return ""
     trained = judge.get("training")
+    stripped = judge.get("reads") == "cues stripped"
+    reads = (
+        " On the synthetic suite it trains on, and scores, text with both shortcut cues taken off: the "
+        "cues are not gold (placed independently of the content), and the suite's own gold rule ignores "
+        "them. Its accuracy below is on that text; the breakdown shows it on the text as is, and by where "
+        "each cue sits."
+        if stripped
+        else ""
+    )
     what = (
-        f" It is a reward model of its own, trained on {trained['pairs']} gold pairs (their cues "
-        "uninformative) that no ranked model sees, so it never judges its own picks; it shares the "
+        f" It is a reward model of its own, trained on {trained['pairs']} gold pairs that no ranked model "
+        "sees, so it never judges its own picks; it shares the "
         "strong backbone and the tokenizer with the students, so it is **a proxy for human gold, not "
         "human gold**: read its gains against its accuracy below (a judge near 50% on a split cannot "
         "rank that split's samples)."
         if trained
         else " It is none of the ranked models; its accuracy below says how far to trust its scores."
     )
-    return f"{what}\n\n{judge_accuracy_table(judge)}\n\n"
+    breakdown = judge_breakdown_table(judge)
+    extra = f"{breakdown}\n\n" if breakdown else ""
+    return f"{what}{reads}\n\n{judge_accuracy_table(judge)}\n\n{extra}"
 
 
 def best_of_n_section(

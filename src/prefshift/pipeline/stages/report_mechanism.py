@@ -70,6 +70,16 @@ def alpha_curves(logs: Mapping[str, Mapping[str, Any]]) -> dict[str, Mapping[str
     return found
 
 
+def _rule(record: Mapping[str, Any]) -> str:
+    """How α was chosen: the one-standard-error rule (decided before results) or, in older logs, the best."""
+    if record.get("rule") == "one standard error":
+        return (
+            f"by the one-standard-error rule (the smallest α within one binomial SE, "
+            f"{record['standard_error']:.1f} pp on {record['validation_pairs']} pairs, of the best)"
+        )
+    return "as the best α (an older log, before the one-standard-error rule)"
+
+
 def alpha_section(logs: Mapping[str, Mapping[str, Any]], figures_dir: Path) -> tuple[str | None, list[Path]]:
     curves = alpha_curves(logs)
     if not curves:
@@ -86,6 +96,7 @@ def alpha_section(logs: Mapping[str, Mapping[str, Any]], figures_dir: Path) -> t
         written.append(path)
         parts.append(
             f"{method}: α = {record['chosen_alpha']:g}, chosen on {record['chosen_on']} (teacher_train's "
-            "gold labels) only; the other rows are recorded, never used to choose.\n\n" + "\n".join(rows)
+            f"gold labels) only, {_rule(record)}; the other rows are recorded, never used to choose.\n\n"
+            + "\n".join(rows)
         )
     return "\n\n".join(parts), written
