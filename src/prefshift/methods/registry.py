@@ -65,6 +65,9 @@ class Tools(Protocol):
     def accuracy(self, model: RewardModel, split: str) -> float:
         """Pairwise accuracy (%) of `model` on ID_VALIDATION, id_test or an OOD target."""
 
+    def pair_count(self, split: str) -> int:
+        """How many pairs `split` holds (ID_VALIDATION: the validation pairs), e.g. for a binomial SE."""
+
     def heldout_splits(self) -> tuple[str, ...]:
         """id_test and the OOD targets, for recording (never for choosing)."""
 
