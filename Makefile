@@ -26,7 +26,7 @@ repro: $(STAMP)
 	@echo ""
 	@echo "Results: reports/summary.md, reports/figures/, reports/metrics.json (dvc metrics show)."
 	@echo "Runs:    $(VENV)/bin/prefshift ui   (MLflow UI on the default sqlite database)"
-	@echo "Model:   $(VENV)/bin/prefshift pull models:/prefshift-reward@champion --out rm/   (see reports/promotion.json)"
+	@echo "Model:   reports/promotion.json says which student (if any) is champion; then $(VENV)/bin/prefshift pull models:/prefshift-reward@champion --out rm/"
 
 test: $(STAMP)
 	. $(VENV)/bin/activate && HF_HUB_OFFLINE=1 ruff check src tests bench && lint-imports && scripts/check_docs.sh && HF_HUB_OFFLINE=1 python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=25
