@@ -150,7 +150,8 @@ def test_permission_denied_reading_a_data_file_is_one_line_naming_it(tmp_path):
     finally:
         os.chmod(train, 0o644)
     assert _error_lines(done) == [
-        f"error: {train}: permission denied; check its permissions, or use another path"
+        f"error: {train}: cannot read the data file "
+        "(permission denied; check its permissions, or use another path)"
     ]
 
 
@@ -373,3 +374,46 @@ def test_a_pickle_reached_past_the_directory_check_gets_the_same_refusal(tmp_pat
     with pytest.raises(PrefshiftError, match="safetensors or weights-only checkpoints") as raised:
         reward.load_reward_model(pickled)
     assert "NotATensor" in str(raised.value) and "weights_only" not in str(raised.value)
+
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "device"])
+def test_a_data_file_that_is_not_a_regular_file_is_one_line(tmp_path, kind):
+    """A FIFO would block, a device never end, a directory has no rows: `prepare` says so in one line."""
+    raw = _local_params(tmp_path, [GOOD])
+    train = tmp_path / "raw" / "mine" / "train.jsonl"
+    train.unlink()
+    _make_special(train, kind)
+    params = _params_file(tmp_path, raw)
+    done = subprocess.run(
+        [sys.executable, "-m", "prefshift", "prepare", "--params", str(params), "--root", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    lines = _error_lines(done)
+    assert len(lines) == 1 and str(train.parent) in lines[0], done.stderr
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "device"])
+def test_read_records_checks_the_handle_it_reads(tmp_path, kind):
+    """The reader itself refuses what is not a regular file, on the descriptor it then reads, so a
+    file swapped for a FIFO or a device after the directory scan is refused too, not read."""
+    from prefshift.data.adapters.base import read_records
+    from prefshift.data.schema import SchemaError
+
+    path = tmp_path / "train.jsonl"
+    _make_special(path, kind)
+    with pytest.raises(SchemaError, match="not a regular file"):
+        list(read_records(path))
+
+
+def _make_special(path: Path, kind: str) -> None:
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        path.symlink_to("/dev/zero")

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from prefshift.config.params import Params, is_split_pattern
-from prefshift.core.errors import JSON_TOO_DEEP, PrefshiftError
+from prefshift.core.errors import PrefshiftError, json_problem
+from prefshift.core.reading import InputFileError, open_regular
 from prefshift.data.schema import Group, Pair, RowError, SchemaError, SkipCounter, pair_content_hash
 
 SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".parquet", ".csv")
@@ -159,16 +160,30 @@ def split_files(path: Path, split: str, source_split: str, name: str) -> list[Pa
 
 
 def read_records(path: Path, columns: tuple[str, ...] = ()) -> Iterator[Record]:
-    """Rows of a local file with their location; unreadable input is fatal and located."""
+    """Rows of a local file with their location; unreadable input is fatal and located.
+
+    The file is opened once, through the one regular-file check (`core.reading`): a device, a
+    FIFO or a directory named as a data file is refused before a byte is read, and the handle
+    that passed the check is the one every reader below reads.
+    """
+    try:
+        handle = open_regular(path, "data file")
+    except InputFileError as err:
+        raise SchemaError(str(err)) from None
+    with handle:
+        yield from _records(path, handle, columns)
+
+
+def _records(path: Path, handle: Any, columns: tuple[str, ...]) -> Iterator[Record]:
     name = path.name
     if name.endswith((".jsonl", ".jsonl.gz")):
-        records = _jsonl(path)
+        records = _jsonl(path, handle)
     elif name.endswith((".json", ".json.gz")):
-        records = _json_array(path)
+        records = _json_array(path, handle)
     elif name.endswith(".parquet"):
-        records = _table(path, _read_parquet(path))
+        records = _table(path, _read_parquet(path, handle))
     elif name.endswith(".csv"):
-        records = _table(path, _read_csv(path))
+        records = _table(path, _read_csv(path, handle))
     else:
         raise SchemaError(f"{path}: unsupported file type (use {', '.join(SUFFIXES)})")
     try:
@@ -181,10 +196,9 @@ def read_records(path: Path, columns: tuple[str, ...] = ()) -> Iterator[Record]:
         raise SchemaError(f"{path}: not valid UTF-8 ({err.reason}); re-save it as UTF-8") from None
 
 
-def _open_text(path: Path):
-    if path.name.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8")
-    return path.open(encoding="utf-8")
+def _binary(path: Path, handle: Any) -> Any:
+    """The file's bytes as stored, or as decompressed for a `.gz` name."""
+    return gzip.open(handle, "rb") if path.name.endswith(".gz") else handle
 
 
 @contextmanager
@@ -208,14 +222,11 @@ def _gzip_errors(path: Path, progress: Callable[[], str] = lambda: "") -> Iterat
         ) from None
 
 
-def _jsonl(path: Path) -> Iterator[Record]:
+def _jsonl(path: Path, handle: Any) -> Iterator[Record]:
     """Lines are decoded one by one so a bad byte is reported with its line."""
     number = 0
-    with (
-        _gzip_errors(path, lambda: f" after line {number}"),
-        gzip.open(path, "rb") if path.name.endswith(".gz") else path.open("rb") as handle,
-    ):
-        for number, raw in enumerate(handle, start=1):
+    with _gzip_errors(path, lambda: f" after line {number}"):
+        for number, raw in enumerate(_binary(path, handle), start=1):
             where = f"{path} line {number}"
             try:
                 line = raw.decode("utf-8")
@@ -227,21 +238,22 @@ def _jsonl(path: Path) -> Iterator[Record]:
                 row = json.loads(line)
             except json.JSONDecodeError as err:
                 raise SchemaError(f"{where}: not valid JSON ({err.msg})") from None
-            except RecursionError:
-                raise SchemaError(f"{where}: {JSON_TOO_DEEP}") from None
+            except (ValueError, RecursionError) as err:  # a number past Python's digit limit, or too deep
+                raise SchemaError(f"{where}: {json_problem(err)}") from None
             if not isinstance(row, dict):
                 raise SchemaError(f"{where}: expected a JSON object, got {type(row).__name__}")
             yield where, row
 
 
-def _json_array(path: Path) -> Iterator[Record]:
-    with _gzip_errors(path), _open_text(path) as handle:
+def _json_array(path: Path, handle: Any) -> Iterator[Record]:
+    with _gzip_errors(path):
+        text = _binary(path, handle).read().decode("utf-8")  # bad bytes: read_records names the file
         try:
-            rows = json.load(handle)
+            rows = json.loads(text)
         except json.JSONDecodeError as err:
             raise SchemaError(f"{path} line {err.lineno}: not valid JSON ({err.msg})") from None
-        except RecursionError:
-            raise SchemaError(f"{path}: {JSON_TOO_DEEP}") from None
+        except (ValueError, RecursionError) as err:  # a number past Python's digit limit, or too deep
+            raise SchemaError(f"{path}: {json_problem(err)}") from None
     if not isinstance(rows, list):
         raise SchemaError(f"{path}: expected a JSON array of objects")
     for index, row in enumerate(rows):
@@ -250,20 +262,20 @@ def _json_array(path: Path) -> Iterator[Record]:
         yield f"{path} item {index}", row
 
 
-def _read_parquet(path: Path) -> list[dict[str, Any]]:
+def _read_parquet(path: Path, handle: Any) -> list[dict[str, Any]]:
     import pyarrow.parquet as pq
 
     try:
-        return pq.read_table(path).to_pylist()
+        return pq.read_table(handle).to_pylist()
     except Exception as err:  # pyarrow raises several unrelated types for a corrupt file
         raise SchemaError(f"{path}: unreadable parquet ({err})") from None
 
 
-def _read_csv(path: Path) -> list[dict[str, Any]]:
+def _read_csv(path: Path, handle: Any) -> list[dict[str, Any]]:
     import pandas as pd
 
     try:
-        frame = pd.read_csv(path)
+        frame = pd.read_csv(handle)
     except Exception as err:  # pandas parser errors have no common base class
         raise SchemaError(f"{path}: unreadable CSV ({err})") from None
     return frame.astype(object).where(frame.notna(), None).to_dict("records")
