@@ -421,7 +421,7 @@ def test_bench_pipeline_removes_its_clone_and_stops_its_repro_on_sigterm(tmp_pat
         [PREFSHIFT, "bench", "--pipeline-only", "--out", str(tmp_path / "out")],
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=(tmp_path / "stderr").open("w"),  # a file: a pipe nobody reads could fill and block it
     )
     try:
         deadline = time.monotonic() + 180
@@ -434,6 +434,9 @@ def test_bench_pipeline_removes_its_clone_and_stops_its_repro_on_sigterm(tmp_pat
     finally:
         bench.kill()
         bench.wait()
+    stderr = (tmp_path / "stderr").read_text()
+    assert bench.returncode == 128 + signal.SIGTERM, stderr
+    assert "Traceback" not in stderr and "stopped by SIGTERM" in stderr, stderr
     assert list(scratch_dir.iterdir()) == []
     deadline = time.monotonic() + 10
     while _cwd_under(scratch_dir) and time.monotonic() < deadline:

@@ -24,6 +24,7 @@ from prefshift.core.console import error_text, messages
 from prefshift.core.errors import PrefshiftError, boundary_line, naming
 from prefshift.core.paths import Layout
 from prefshift.core.progress import lines_to
+from prefshift.core.signals import Terminated, exit_code
 
 err_console = messages()
 
@@ -52,6 +53,9 @@ class _Boundary(TyperGroup):
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
             raise
+        except Terminated as stop:  # SIGTERM/SIGHUP that no command handled: its cleanups have run
+            err_console.print(error_text(str(stop)))
+            raise SystemExit(exit_code(stop.signum)) from None
         except Exception as err:
             _one_line(err)
 
