@@ -23,6 +23,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from prefshift.core.atomic import atomic_path
 from prefshift.core.errors import PrefshiftError
 from prefshift.core.paths import Layout
 from prefshift.tracking.runs import PIPELINE_TAG, check_sqlite, tracking_uri
@@ -147,12 +148,15 @@ def _page_text(chromium: str, profile: Path, url: str, screenshot: Path | None =
         [*base, "--window-size=1600,2400", "--dump-dom", url], capture_output=True, text=True, timeout=180
     ).stdout
     if screenshot is not None:
-        screenshot.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [*base, "--window-size=1600,2600", f"--screenshot={screenshot}", url],
-            capture_output=True,
-            timeout=180,
-        )
+        # Chromium writes where it is told, over whatever is there: it is told a scratch path, and
+        # the picture replaces `screenshot` only as the one atomic write (a user's file, a link
+        # or another user's file at that path is left alone, as for every output).
+        with atomic_path(screenshot) as scratch_png:
+            subprocess.run(
+                [*base, "--window-size=1600,2600", f"--screenshot={scratch_png}", url],
+                capture_output=True,
+                timeout=180,
+            )
     text = re.sub(r"<script.*?</script>|<style.*?</style>", " ", dom, flags=re.S)
     return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", text)).split())
 
