@@ -45,8 +45,9 @@ def test_repro_runs_every_stage_and_writes_the_report(pipeline):
         assert name in summary
     assert "## Best-of-n against a gold judge" in summary
     assert "## Shortcut cues and what the frozen strong base exposes" in summary
-    assert "anchor_last vs naive on syn_help_chat" in summary
-    assert "(pairs only), one seed: no verdict" in summary and " agree: " not in summary
+    assert summary.startswith("# prefshift results\n\n## Answer\n")  # the answer comes first
+    assert "| anchor_last − naive | syn_help_chat |" in summary
+    assert "Verdict: no verdict from one seed" in summary and " agree: " not in summary
     assert "## Across seeds" in summary and f"## Main table (seed {SEEDS[0]})" in summary
     headline = json.loads((root / "reports" / "metrics.json").read_text())
     assert set(STUDENTS) <= set(json.dumps(headline).replace('"', " ").split())
