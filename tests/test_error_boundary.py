@@ -145,7 +145,8 @@ CORPUS = [
         args=["-S", f"seed={BIG}"]),
     Bad("override: not YAML", OVERRIDE_COMMANDS, "not valid YAML", args=["-S", "seed=[1"]),
     # a local data source for prepare
-    Bad("data: a 5000-digit number in a local JSONL", ("prepare",), "test.jsonl line 1: a number with more digits", files={
+    Bad("data: a 5000-digit number in a local JSONL", ("prepare",), "test.jsonl line 1: a number with more",
+        files={
         "params.yaml": "data:\n  source: own\n  category: helpful\n  targets: []\n  sources:\n"
                        "    own: {adapter: local, path: <dir>/data_in, category: helpful}\n",
         "data_in/test.jsonl": '{"prompt": "hi", "chosen": "a", "rejected": "b", "n": ' + BIG + "}\n",
