@@ -25,7 +25,7 @@ def test_tau_per_metric_against_the_best_of_n_gain_by_hand():
         "anchor_last": _doc(70.0, 50.0, 5.0, teacher, official=60.0),
     }
     gains = _gains(teacher=0.1, naive=0.2, anchor_last=0.3)
-    rows = report_agreement.agreement_rows(metrics, gains, ["t"], draws=50, level=0.95, seed=0)
+    rows = report_agreement.agreement_rows({0: metrics}, {0: gains}, ["t"], draws=50, level=0.95, seed=0)
     tau = {r["metric"]: r["tau"] for r in rows}
     # Gains order teacher < naive < anchor_last. ID acc (50, 60, 70) and the official score (40, 55,
     # 60) agree on all 3 model pairs: τ = 1. Target acc (45, 40, 50) reverses teacher/naive only:
@@ -34,8 +34,29 @@ def test_tau_per_metric_against_the_best_of_n_gain_by_hand():
     assert all(r["n"] == 3 and r["split"] == "t" for r in rows)
     # A model without a best-of-n document is left out, and two models are too few for a τ.
     fewer = report_agreement.agreement_rows(
-        metrics, _gains(teacher=0.1, naive=0.2), ["t"], draws=50, level=0.95, seed=0
+        {0: metrics}, {0: _gains(teacher=0.1, naive=0.2)}, ["t"], draws=50, level=0.95, seed=0
     )
     assert all(r["tau"] is None and r["n"] == 2 for r in fewer)
     section = report_agreement.agreement_section(rows, 8, 0.95)
     assert "at n = 8" in section and "| t | t acc | +0.33 [" in section and "| 3 |" in section
+
+
+def test_every_seed_is_a_model_of_its_own():
+    """Two seeds: six (seed, model) points, each seed's teacher among them. By hand, ID acc
+    (50, 60, 70 | 52, 58, 66) against gains (0.1, 0.2, 0.3 | 0.15, 0.5, 0.4): of the 15 pairs four
+    are discordant (s0 naive and s0 anchor_last against s1 naive, s0 anchor_last against s1
+    anchor_last, s1 naive against s1 anchor_last): τ = (11 − 4) / 15 = 7/15."""
+    runs = {
+        seed: {"naive": _doc(naive, 40.0, 0.0, teacher), "anchor_last": _doc(anchor, 50.0, 0.0, teacher)}
+        for seed, naive, anchor, teacher in (
+            (0, 60.0, 70.0, _doc(50.0, 45.0, 0.0)),
+            (1, 58.0, 66.0, _doc(52.0, 45.0, 0.0)),
+        )
+    }
+    gains = {
+        0: _gains(teacher=0.1, naive=0.2, anchor_last=0.3),
+        1: _gains(teacher=0.15, naive=0.5, anchor_last=0.4),
+    }
+    rows = report_agreement.agreement_rows(runs, gains, ["t"], draws=50, level=0.95, seed=0)
+    by_metric = {r["metric"]: r for r in rows}
+    assert by_metric["ID acc"]["n"] == 6 and by_metric["ID acc"]["tau"] == pytest.approx(7 / 15)

@@ -83,16 +83,16 @@ def test_best_of_n_stages_end_to_end(tmp_path_factory, tmp_path):
         ceiling = docs["ceiling"]["splits"][split]["judge"]
         assert ceiling["gold"] != pytest.approx(ceiling["proxy"], abs=1e-3)
 
-    # The DVC stage: every proxy (teacher, then the listed methods) in one process, one output set
-    # (the anchor_last student of `params` is not trained here, so two methods are listed).
+    # The DVC stage: every proxy (teacher, then the listed methods) of every seed in one process,
+    # one output set (the anchor_last student of `params` is not trained here, so two methods are listed).
     listed = tiny_params(methods=["naive", "ceiling"], downstream=settings)
     since_ms = int(time.time() * 1000)
     shared = Layout(layout.root)  # as the CLI passes it: one downstream stage for every seed
-    assert downstream.run_all(listed, shared) == docs
+    assert listed.seeds == [0] and downstream.run_all(listed, shared) == {0: docs}
     written = {layout.downstream_dir: ".json", layout.proxy_dir: ".parquet"}
     for directory, suffix in written.items():
-        names = sorted(p.name for p in directory.iterdir())
-        assert names == [f"{m}{suffix}" for m in ("ceiling", "naive", "teacher")]
+        names = sorted(str(p.relative_to(directory)) for p in directory.rglob(f"*{suffix}"))
+        assert names == [f"{m}/seed-0{suffix}" for m in ("ceiling", "naive", "teacher")]
 
     import mlflow
 
@@ -101,7 +101,7 @@ def test_best_of_n_stages_end_to_end(tmp_path_factory, tmp_path):
     for name in ("teacher", "naive", "ceiling"):  # run_all's own runs: one per proxy
         runs = client.search_runs(
             [experiment_id],
-            filter_string=f"tags.mlflow.runName = 'downstream@{name}' "
+            filter_string=f"tags.mlflow.runName = 'downstream@{name}-0' "
             f"and attributes.start_time >= {since_ms}",
         )
         assert len(runs) == 1 and "best_of_n.id_test.judge.gold_gain" in runs[0].data.metrics, name

@@ -89,3 +89,10 @@ def test_one_stage_trains_and_evaluates_every_seed_and_a_new_seed_reruns_it(tmp_
     (root / "params.yaml").write_text(yaml.safe_dump({**params, "seeds": [0, 1, 2]}, sort_keys=False))
     status = run(["dvc", "status", "targets@naive", "train@naive", "evaluate@naive"], root, env)
     assert all(f"{stage}@naive:" in status for stage in ("targets", "train", "evaluate")), status
+
+
+
+def test_best_of_n_reruns_when_seeds_change():
+    """downstream scores every seed's models in one stage whose command names no seed: its params
+    say so, rather than leaving it to a changed model directory to trigger it."""
+    assert "seeds" in STAGES["downstream"]["params"]

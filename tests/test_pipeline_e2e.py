@@ -106,7 +106,7 @@ def test_every_student_has_an_mlflow_run_with_metrics_and_lineage(pipeline):
     assert any(r.data.tags.get("stage") == "teacher" for r in runs)
     # One DVC stage scores every proxy, and each model still gets its own MLflow run.
     best_of_n = {r.info.run_name: r for r in runs if r.data.tags.get("stage") == "downstream"}
-    assert set(best_of_n) == {f"downstream@{m}" for m in ("teacher", *STUDENTS)}  # the first seed's models
+    assert set(best_of_n) == {f"downstream@{m}-{k}" for m in ("teacher", *STUDENTS) for k in SEEDS}
     assert {r.data.tags["dvc.stage"] for r in best_of_n.values()} == {"downstream"}
     history = client.get_metric_history(trainings["train@anchor_last-0"].info.run_id, "train/loss")
     assert len({m.step for m in history}) > 1, "training curves are logged per step"

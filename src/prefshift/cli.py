@@ -299,21 +299,28 @@ def gold_judge(
 def downstream(
     method: Annotated[
         str | None,
-        typer.Option("--method", "-m", help="Only this proxy: teacher or a method (default: all of them)."),
+        typer.Option(
+            "--method",
+            "-m",
+            help="Only this proxy (of --seed): teacher or a method (default: all, all seeds).",
+        ),
     ] = None,
+    seed: SeedOption = None,
     params: ParamsOption = Path("params.yaml"),
     set_: SetOption = None,
     root: RootOption = Path("."),
 ):
-    """Best-of-n with the teacher's and every listed method's RM as the proxy, judged by gold
-    (reports/downstream/<M>.json)."""
-    loaded = _params(params, set_)
+    """Best-of-n with the teacher's and every listed method's RM of every seed as the proxy, judged
+    by gold (reports/downstream/<M>/seed-<k>.json)."""
     if method is None:
-        _call(_stage("pipeline.stages.downstream", "run_all"), loaded, Layout(root))
+        if seed is not None:
+            _one_line(ConfigError("--seed picks one model's run: pass it with --method"))
+        _call(_stage("pipeline.stages.downstream", "run_all"), _params(params, set_), Layout(root))
         return
+    loaded, layout = _seeded(params, set_, seed, root)
     if method != "teacher":
         _call(check_listed, loaded, method)
-    _call(_stage("pipeline.stages.downstream"), loaded, Layout(root), method)
+    _call(_stage("pipeline.stages.downstream"), loaded, layout, method)
 
 
 @app.command()

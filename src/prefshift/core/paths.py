@@ -247,12 +247,13 @@ class Layout:
         return self.root / "data" / "downstream" / "proxies"
 
     def proxy_scores(self, model: str) -> Path:
-        return self.proxy_dir / f"{model}.parquet"
+        """One proxy's scores of the policy samples, per seed (`proxies/naive/seed-0.parquet`)."""
+        return self._seeded("data", "downstream", "proxies", model).with_suffix(".parquet")
 
     @property
     def downstream_dir(self) -> Path:
         return self.root / "reports" / "downstream"
 
     def downstream(self, model: str) -> Path:
-        """Best-of-n curves of one proxy reward model (`teacher` or a method)."""
-        return self.downstream_dir / f"{model}.json"
+        """Best-of-n curves of one proxy reward model (`teacher` or a method) of this layout's seed."""
+        return self._seeded_file("reports", "downstream", model)

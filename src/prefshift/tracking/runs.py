@@ -323,7 +323,7 @@ def scrub(values: Mapping[str, Any]) -> dict[str, str]:
 
 def run_name(stage: str, method: str | None, seed: int | None) -> str:
     """One run per model and seed, even where one DVC stage trains every seed of a method:
-    train@naive-0, teacher@1; `downstream@naive` for a stage that runs once for every seed."""
+    train@naive-0, teacher@1, downstream@naive-2 (one stage scores every model of every seed)."""
     keys = [str(k) for k in (method, seed) if k is not None]
     return f"{stage}@{'-'.join(keys)}" if keys else stage
 

@@ -9,12 +9,14 @@ gold score of its best-of-n pick is computed exactly over all n-subsets of the n
 (prefshift.science.best_of_n). Judge and proxy scores are standardised per split over all samples,
 so the gold and proxy gains read in standard deviations of their own scorer and the gap
 between them (proxy − gold) measures over-optimisation. The synthetic gold rule, where it
-applies, is kept on its own 0-1 scale. Output: reports/downstream/M.json and one MLflow run
-per model (`downstream@M`). Best-of-n runs on the first seed's models only (params `seeds`): the
-samples and their judging are shared, and a proxy per seed would multiply the scoring for a
-curve the report does not compare across seeds. All models' files are one output set: replaced
-together or not at all. When policy_samples skipped best-of-n, both directories hold only
-`skipped.json` (the reason and split version), which the report shows in place of the best-of-n section.
+applies, is kept on its own 0-1 scale. Output: reports/downstream/M/seed-k.json (scores in
+data/downstream/proxies/M/seed-k.parquet) and one MLflow run per model and seed (`downstream@M-k`).
+Best-of-n runs on every seed's models (params `seeds`), so the report's rank agreement between
+pairwise metrics and the pick spans methods × seeds; the samples and their judging, the costly
+part, are shared by all seeds, and scoring 768 samples costs a model 3-4 s. All models' files are
+one output set: replaced together or not at all. When policy_samples skipped best-of-n, both
+directories hold only `skipped.json` (the reason and split version), which the report shows in
+place of the best-of-n section.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from prefshift.config.params import Params
+from prefshift.config.params import Params, for_seed
 from prefshift.core.atomic import write_json
 from prefshift.core.errors import PrefshiftError
 from prefshift.core.paths import Layout
@@ -92,10 +94,13 @@ def split_curves(
     return out
 
 
-def document(method: str, params: Params, version: str, curves: Mapping[str, Any], skips: Mapping) -> dict:
+def document(
+    method: str, seed: int, params: Params, version: str, curves: Mapping[str, Any], skips: Mapping
+) -> dict:
     return _rounded(
         {
             "method": method,
+            "seed": seed,
             "split_version": version,
             "judge": describe_judge(params),
             "policy": params.downstream.policy or "models/base/strong",
@@ -118,11 +123,9 @@ def headline(doc: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _model_dir(params: Params, layout: Layout, method: str):
-    """The proxy's directory: best-of-n runs once, on the first seed's models (sampling and
-    judging are the costly part, and they are shared by every seed)."""
-    seeded = layout.for_seed(params.seeds[0])
-    model_dir = seeded.teacher_dir if method == "teacher" else seeded.student_dir(method)
+def _model_dir(layout: Layout, method: str):
+    """The proxy's directory in `layout`'s seed."""
+    model_dir = layout.teacher_dir if method == "teacher" else layout.student_dir(method)
     if not model_dir.exists():
         hint = "prefshift teacher" if method == "teacher" else f"prefshift train --method {method}"
         raise DownstreamError(f"{model_dir}: no reward model for {method!r}; run `{hint}`")
@@ -143,18 +146,20 @@ def _inputs(params: Params, layout: Layout) -> tuple[str, pd.DataFrame, pd.DataF
 
 
 def _score(params: Params, layout: Layout, method: str, inputs: tuple, staged: OutputSet) -> dict[str, Any]:
-    """One proxy: score the samples, write its scores and curves (staged), log its MLflow run."""
+    """One proxy of one seed (params and layout for that seed): score the samples, write its scores
+    and curves (staged), log its MLflow run."""
     from prefshift.engine.scoring import load_for_scoring, score_samples
     from prefshift.tracking import runs as tracking
 
     version, samples, gold, wanted = inputs
-    model_dir = _model_dir(params, layout, method)
+    model_dir = _model_dir(layout, method)
     with tracking.stage_run(params, layout, "downstream", method) as logger:
         model, tokenizer = load_for_scoring(model_dir, params)
         proxy = score_samples(model, tokenizer, samples, params)
         write_frame(staged.path(layout.proxy_scores(method)), proxy, {VERSION_KEY: version.encode()})
         curves = split_curves(samples, proxy, gold, best_of_n.n_grid(params.downstream.n_max))
-        doc = document(method, params, version, {s: curves[s] for s in wanted}, proxy.attrs["skips"])
+        wanted_curves = {s: curves[s] for s in wanted}
+        doc = document(method, params.seed, params, version, wanted_curves, proxy.attrs["skips"])
         write_json(staged.path(layout.downstream(method)), doc)
         logger.log_metrics({"best_of_n": headline(doc)})
         for split, block in doc["splits"].items():
@@ -178,7 +183,7 @@ def proxies(params: Params) -> list[str]:
     return ["teacher", *params.methods]
 
 
-def _write_skip(layout: Layout, reason: str) -> dict[str, dict[str, Any]]:
+def _write_skip(layout: Layout, reason: str) -> dict[int, dict[str, dict[str, Any]]]:
     doc = {"skipped": reason, "split_version": str(load_manifest(layout)["version"])}
     directories = [layout.proxy_dir, layout.downstream_dir]
     with output_set(layout.root, "prefshift downstream", directories=directories, manifest=False) as staged:
@@ -187,26 +192,38 @@ def _write_skip(layout: Layout, reason: str) -> dict[str, dict[str, Any]]:
     return {}
 
 
-def run_all(params: Params, layout: Layout) -> dict[str, dict[str, Any]]:
-    """Every proxy, as one output set over data/downstream/proxies and reports/downstream (the DVC stage)."""
+def _seeded(params: Params, layout: Layout) -> list[tuple[Params, Layout]]:
+    """(params, layout) of every listed seed."""
+    return [(for_seed(params, k), layout.for_seed(k)) for k in params.seeds]
+
+
+def run_all(params: Params, layout: Layout) -> dict[int, dict[str, dict[str, Any]]]:
+    """Every proxy of every seed, as one output set over data/downstream/proxies and
+    reports/downstream (the DVC stage): {seed: {model: document}}."""
     reason = skipped(layout)
     if reason:
         return _write_skip(layout, reason)
-    for method in proxies(params):  # a missing model fails before anything is scored
-        _model_dir(params, layout, method)
+    seeded = _seeded(params, layout)
+    for _, one in seeded:  # a missing model fails before anything is scored
+        for method in proxies(params):
+            _model_dir(one, method)
     inputs = _inputs(params, layout)
     directories = [layout.proxy_dir, layout.downstream_dir]
     # No manifest: nothing verifies these directories, and `--method M` would leave one stale.
     with output_set(layout.root, "prefshift downstream", directories=directories, manifest=False) as staged:
-        return {method: _score(params, layout, method, inputs, staged) for method in proxies(params)}
+        return {
+            one.seed: {method: _score(p, one, method, inputs, staged) for method in proxies(params)}
+            for p, one in seeded
+        }
 
 
 def run(params: Params, layout: Layout, method: str) -> dict[str, Any]:
-    """One proxy (`--method M`): its two files replaced together, the other models' left as they are."""
+    """One proxy of one seed (`--method M [--seed k]`; params and layout for that seed): its two
+    files replaced together, every other model's and seed's left as they are."""
     reason = skipped(layout)
     if reason:
         raise DownstreamError(f"{layout.policy_counts}: best-of-n was skipped ({reason}); nothing to score")
-    _model_dir(params, layout, method)  # a missing model is named before any missing upstream input
+    _model_dir(layout, method)  # a missing model is named before any missing upstream input
     inputs = _inputs(params, layout)
     files = [layout.proxy_scores(method), layout.downstream(method)]
     with output_set(layout.root, f"prefshift downstream --method {method}", files=files) as staged:

@@ -1,7 +1,8 @@
 """The report's best-of-n section: gold score vs n per proxy reward model, and over-optimisation.
 
-Reads reports/downstream/<model>.json (written by `prefshift downstream`); the
-teacher comes first, then the methods in their usual order. When best-of-n was skipped
+Reads reports/downstream/<model>/seed-<k>.json (written by `prefshift downstream`); the
+teacher comes first, then the methods in their usual order. The curves shown are the first
+seed's; the metric-agreement section reads every seed's. When best-of-n was skipped
 (reports/downstream/skipped.json), the section is one line saying so and why.
 """
 
@@ -18,20 +19,24 @@ from prefshift.pipeline.stages.report_errors import ReportError
 from prefshift.science import figures as figs
 
 
-def load_downstream(layout: Layout, version: str, methods: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """Documents of the teacher and every listed method that has one, from the current split version only."""
-    docs = {}
-    for name in ("teacher", *method_order(methods)):
-        path = layout.downstream(name)
-        if not path.exists():
-            continue
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        if doc.get("split_version") != version:
-            raise ReportError(
-                f"{path}: best-of-n from split version {doc.get('split_version')}, the report compares "
-                f"{version}; re-run `prefshift downstream`"
-            )
-        docs[name] = doc
+def load_downstream(
+    layout: Layout, version: str, methods: Sequence[str], seeds: Sequence[int]
+) -> dict[int, dict[str, dict[str, Any]]]:
+    """{seed: {model: document}} of the teacher and every listed method that has one, per listed
+    seed, from the current split version only."""
+    docs: dict[int, dict[str, dict[str, Any]]] = {}
+    for seed in seeds:
+        for name in ("teacher", *method_order(methods)):
+            path = layout.for_seed(seed).downstream(name)
+            if not path.exists():
+                continue
+            doc = json.loads(path.read_text(encoding="utf-8"))
+            if doc.get("split_version") != version:
+                raise ReportError(
+                    f"{path}: best-of-n from split version {doc.get('split_version')}, the report compares "
+                    f"{version}; re-run `prefshift downstream`"
+                )
+            docs.setdefault(seed, {})[name] = doc
     return docs
 
 
@@ -179,7 +184,9 @@ def best_of_n_section(
         "## Best-of-n against a gold judge\n\n"
         f"Policy `{first['policy']}` samples {n_max} completions per prompt; each proxy reward model "
         f"picks the best of n (n = 1 … {n_max}), averaged exactly over all n-subsets of the {n_max} "
-        f"samples, and the judge `{first['judge']}` scores the pick.{_judge_note(judge)} Judge and proxy "
+        f"samples, and the judge `{first['judge']}` scores the pick. The table and figures show seed "
+        f"{first.get('seed')}'s models; every seed's curves are in reports/downstream/<model>/, and the "
+        f"metric agreement below reads them all.{_judge_note(judge)} Judge and proxy "
         "scores are standardised per split over all samples, so gains from n = 1 to "
         f"n = {n_max} read in each scorer's standard deviations; the gap (proxy gain − gold gain) "
         "grows when a reward model over-optimises (Gao et al. 2023). The rule column is the synthetic "
