@@ -1,0 +1,224 @@
+"""Time a 4-point λ sweep under the clone executor against DVC's queue (issue 46, point 5).
+
+    python bench/sweep_executors.py                      # old 8e9f8ba (queue) vs new HEAD (local)
+    python bench/sweep_executors.py --new <rev> --values 0.1,0.5,2,10 --jobs 2 --keep
+
+Each side gets a fresh clone of this repository at its commit, in a directory of its own under one
+temporary folder (the DVC remote in .dvc/config is `../../.prefshift-dvc-remote`, so the two sides
+never share a remote, a cache or an MLflow database). Every command in a clone runs the clone's own
+sources (PYTHONPATH=<clone>/src ahead of the editable install) with this interpreter's virtualenv.
+Set-up, untimed: `dvc repro` of the embedded default, then the baseline committed as docs/sweeps.md
+says, so the sweep starts from a warm cache and every stage the points share is restored.
+
+Timed, in ABBA order so that drifting load (the machine is shared) weighs on both sides alike:
+old sweep, new sweep, new no-op rerun (the same sweep again), old no-op rerun. One sweep lasts
+minutes, so each is run once; the ratio is new ÷ old wall time. `uptime` before and after, and
+/proc/loadavg around each timed run, go into the result: read the ratio with the load beside it.
+
+Writes reports/results/sweep-executors/timings.json and timings.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+OLD_COMMIT = "8e9f8ba"  # the last commit with DVC's queue (its child 552e7fd removes it)
+BASELINE_PATHS = ["dvc.lock", "reports/metrics", "reports/metrics.json"]  # docs/sweeps.md
+
+
+def log(message: str) -> None:
+    print(f"[{datetime.now(timezone.utc):%H:%M:%S}] {message}", flush=True)
+
+
+def git(*args: str, cwd: Path = REPO) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def environment(clone: Path) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PYTHONPATH": str(clone / "src"),
+        "HF_HUB_OFFLINE": "1",
+        "MLFLOW_TRACKING_URI": f"sqlite:///{clone.parent / 'mlflow.db'}",
+    }
+    for who in ("AUTHOR", "COMMITTER"):
+        env[f"GIT_{who}_NAME"], env[f"GIT_{who}_EMAIL"] = "prefshift bench", "bench@localhost"
+    env.pop("PREFSHIFT_PIPELINE_RUN_ID", None)
+    return env
+
+
+def timed(args: list[str], clone: Path, log_file: Path) -> dict:
+    """Run `args` in `clone` in a process group of its own, output to `log_file`; wall seconds."""
+    load_before = Path("/proc/loadavg").read_text().split()[:3]
+    start = time.perf_counter()
+    with log_file.open("a") as out:
+        out.write(f"\n$ {' '.join(args)}\n")
+        out.flush()
+        proc = subprocess.Popen(
+            args,
+            cwd=clone,
+            env=environment(clone),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            rc = proc.wait()
+        except BaseException:  # Ctrl-C or SIGTERM on the bench: the sweep and its tasks stop too
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait()
+            raise
+    wall = time.perf_counter() - start
+    if rc != 0:
+        tail = log_file.read_text().splitlines()[-30:]
+        raise SystemExit(f"{' '.join(args)} failed in {clone} (exit {rc}):\n" + "\n".join(tail))
+    return {
+        "wall_s": round(wall, 1),
+        "loadavg_before": load_before,
+        "loadavg_after": Path("/proc/loadavg").read_text().split()[:3],
+    }
+
+
+def set_up(side: str, commit: str, tmp: Path) -> Path:
+    clone = tmp / side / "project"
+    clone.parent.mkdir(parents=True)
+    git("clone", "-q", "--no-checkout", str(REPO), str(clone))
+    git("checkout", "-q", "--detach", commit, cwd=clone)
+    git("remote", "remove", "origin", cwd=clone)
+    log_file = tmp / side / "bench.log"
+    log(f"{side}: baseline dvc repro at {commit[:7]} (untimed set-up; minutes)")
+    repro = timed(["dvc", "repro"], clone, log_file)
+    log(f"{side}: baseline repro took {repro['wall_s']} s; committing the baseline")
+    git("checkout", "-q", "-b", "bench", cwd=clone)
+    git("add", *[p for p in BASELINE_PATHS if (clone / p).exists()], cwd=clone)
+    env = environment(clone)
+    subprocess.run(["git", "commit", "-qm", "Baseline results for the sweep"], cwd=clone, env=env, check=True)
+    return clone
+
+
+def uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+def machine() -> dict:
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--old", default=OLD_COMMIT, help="commit with DVC's queue (executor `queue`)")
+    parser.add_argument("--new", default="HEAD", help="commit with the clone executors (executor `local`)")
+    parser.add_argument("--values", default="0.1,0.5,2,10", help="the four anchor.lambda values")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=REPO / "reports/results/sweep-executors")
+    parser.add_argument("--keep", action="store_true", help="keep the clones (their paths are printed)")
+    parser.add_argument("--note", default="", help="a line for the result, e.g. who else used the machine")
+    opts = parser.parse_args()
+
+    commits = {"old": git("rev-parse", opts.old), "new": git("rev-parse", opts.new)}
+    executors = {"old": "queue", "new": "local"}
+    sweep = ["prefshift", "sweep", "-S", f"anchor.lambda={opts.values}", "--jobs", str(opts.jobs)]
+    started = datetime.now(timezone.utc)
+    result: dict = {
+        "date": f"{started:%Y-%m-%d %H:%M} UTC",
+        "machine": machine(),
+        "uptime_start": uptime(),
+        "commits": commits,
+        "executors": executors,
+        "sweep": " ".join(sweep) + " --executor <executor>",
+        "note": opts.note,
+    }
+    log(f"start: {result['uptime_start']}")
+    tmp = Path(tempfile.mkdtemp(prefix="prefshift-bench-sweeps-"))
+    log(f"clones under {tmp}")
+    try:
+        clones = {side: set_up(side, commits[side], tmp) for side in ("old", "new")}
+        runs: dict[str, dict] = {}
+        for side, what in (("old", "sweep"), ("new", "sweep"), ("new", "rerun"), ("old", "rerun")):
+            log(f"{side}: {what} ({executors[side]})")
+            runs[f"{side}_{what}"] = timed(
+                [*sweep, "--executor", executors[side]], clones[side], tmp / side / "bench.log"
+            )
+            log(f"{side}: {what} took {runs[f'{side}_{what}']['wall_s']} s")
+        result["runs"] = runs
+        result["ratio_new_over_old"] = {
+            what: round(runs[f"new_{what}"]["wall_s"] / runs[f"old_{what}"]["wall_s"], 3)
+            for what in ("sweep", "rerun")
+        }
+        result["uptime_end"] = uptime()
+        log(f"end: {result['uptime_end']}")
+        write(result, opts.out)
+    finally:
+        if opts.keep:
+            log(f"clones kept under {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write(result: dict, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "timings.json").write_text(json.dumps(result, indent=2) + "\n")
+    runs, ratio = result["runs"], result["ratio_new_over_old"]
+    commits, executors = result["commits"], result["executors"]
+    rows = [
+        f"| {label} | {runs[f'old_{what}']['wall_s']} | {runs[f'new_{what}']['wall_s']} | {ratio[what]} |"
+        for what, label in (("sweep", "4-point sweep, warm cache"), ("rerun", "the same sweep again (no-op)"))
+    ]
+    (out / "timings.md").write_text(
+        "\n".join(
+            [
+                "# Sweep executors: DVC's queue against a clone per point (issue 46, point 5)",
+                "",
+                f"{result['date']}, {result['machine']['cpu']}, {result['machine']['cores']} cores. "
+                f"`{result['sweep']}` on the embedded default, each side in a fresh clone after its "
+                "baseline `dvc repro` (warm cache); run old, new, new, old so drifting load weighs on both.",
+                "",
+                f"- old: `{commits['old'][:7]}`, executor `{executors['old']}` (DVC's queue)",
+                f"- new: `{commits['new'][:7]}`, executor `{executors['new']}` (a clone per point)",
+                "",
+                "| run | old (s) | new (s) | new ÷ old |",
+                "|---|---|---|---|",
+                *rows,
+                "",
+                "The machine is shared with other work; load at start and end (`uptime`):",
+                "",
+                f"- start: `{result['uptime_start']}`",
+                f"- end: `{result['uptime_end']}`",
+                *([f"\n{result['note']}"] if result["note"] else []),
+                "",
+                "Each figure is one run; the load averages around each are in timings.json. "
+                "Written by `python bench/sweep_executors.py`.",
+                "",
+            ]
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
