@@ -45,17 +45,10 @@ class SweepRecord:
     folder: Path
     data: dict[str, Any]
 
-    @property
-    def id(self) -> str:
-        return self.data["id"]
-
-    @property
-    def points(self) -> list[dict[str, str]]:
-        return self.data["points"]
-
-    @property
-    def names(self) -> list[str]:
-        return self.data["names"]
+    def __post_init__(self) -> None:
+        self.id: str = self.data["id"]
+        self.points: list[dict[str, str]] = self.data["points"]
+        self.names: list[str] = self.data["names"]
 
     def log(self, index: int) -> Path:
         return self.folder / "logs" / f"{index}.log"
@@ -66,16 +59,12 @@ class SweepRecord:
     def state_file(self, index: int) -> Path:
         return self.folder / "points" / f"{index}.json"
 
-    def script(self, number: int) -> Path:
-        return self.folder / f"job-{number}.sbatch"
-
     def save(self) -> None:
         write_json(self.folder / "sweep.json", self.data)
 
     def last_attempt(self, index: int) -> str:
-        text = (
-            self.log(index).read_text(encoding="utf-8", errors="replace") if self.log(index).exists() else ""
-        )
+        log = self.log(index)
+        text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
         return text[text.rfind(TASK_HEADER) :] if TASK_HEADER in text else text
 
     def note_stop(self, signal_name: str, points: Sequence[int], lines: list[str]) -> None:
@@ -113,8 +102,9 @@ def create(scratch: Path, data: Mapping[str, Any]) -> SweepRecord:
     return record
 
 
-def load(scratch: Path, sweep_id: str) -> SweepRecord:
-    return open_folder(Path(scratch).resolve() / sweep_id)
+def load(scratch: Path | None, sweep_id: str, root: Path = Path(".")) -> SweepRecord:
+    """Sweep `sweep_id` of `scratch`, by default the project's (default_scratch)."""
+    return open_folder(Path(scratch or default_scratch(root)).resolve() / sweep_id)
 
 
 def open_folder(folder: Path) -> SweepRecord:
