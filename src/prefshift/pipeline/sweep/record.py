@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from prefshift.core.atomic import write_json
+from prefshift.core.locks import private_dir
 from prefshift.pipeline.sweep.commands import SweepError
 
 SCRATCH_ENV = "PREFSHIFT_SWEEP_SCRATCH"
@@ -92,10 +93,14 @@ class SweepRecord:
         write_json(self.state_file(index), entry)
 
 
-def create(scratch: Path, data: Mapping[str, Any]) -> SweepRecord:
-    """A new folder, its id sortable by start time and unique between sweeps of one second."""
+def create(scratch: Path | None, data: Mapping[str, Any], root: Path = Path(".")) -> SweepRecord:
+    """A new folder in `scratch` (by default the project's), its id sortable by start time and unique
+    between sweeps of one second."""
+    if scratch is None and not os.environ.get(SCRATCH_ENV, "").strip():
+        private_dir(root)  # .prefshift/ with its own .gitignore: the clones never show in `git status`
     sweep_id = time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
-    record = SweepRecord(Path(scratch).resolve() / sweep_id, {**data, "id": sweep_id, "jobs": []})
+    folder = Path(scratch or default_scratch(root)).resolve() / sweep_id
+    record = SweepRecord(folder, {**data, "id": sweep_id, "jobs": []})
     for sub in ("logs", "points", "clones"):
         (record.folder / sub).mkdir(parents=True, exist_ok=True)
     record.save()

@@ -8,7 +8,6 @@ only those. Nothing depends on where the sweep's output goes (commands.say).
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from collections.abc import Mapping, Sequence
@@ -17,24 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from prefshift.config.params import check_method
-from prefshift.core.locks import private_dir
 from prefshift.core.paths import Layout
 from prefshift.core.signals import Terminated, exit_code, signals_as_exceptions, signals_ignored, stop_signal
 from prefshift.pipeline.sweep import local, slurm
 from prefshift.pipeline.sweep.baseline import commit_command, snapshot, uncommitted_baseline
 from prefshift.pipeline.sweep.commands import SweepError, run_dvc, run_git, say
 from prefshift.pipeline.sweep.grid import check_distinct, experiment_name
-from prefshift.pipeline.sweep.record import (
-    FINISHED,
-    LIVE,
-    MISSING,
-    SCRATCH_ENV,
-    SweepRecord,
-    create,
-    default_scratch,
-    load,
-    point_state,
-)
+from prefshift.pipeline.sweep.record import FINISHED, LIVE, MISSING, SweepRecord, create, load, point_state
 from prefshift.pipeline.sweep.results import file_results
 from prefshift.tracking.runs import tracking_uri
 
@@ -109,12 +97,10 @@ def start(
     uri, baseline = tracking_uri(Layout(root)), run_git(root, "rev-parse", "HEAD").strip()
     cluster = executor.kind == "slurm"
     where = slurm.prepare(root, baseline, uri) if cluster else _local_baseline(root)
-    if scratch is None and not os.environ.get(SCRATCH_ENV, "").strip():
-        private_dir(root)  # .prefshift/ with its own .gitignore: the clones never show in `git status`
     data = {"root": str(root), "baseline": baseline, "points": [dict(p) for p in points]}
     data.update(names=[experiment_name(p) for p in points], methods=methods, report=report)
     data.update(tracking_uri=uri, **where, executor=asdict(executor))
-    record = create(Path(scratch or default_scratch(root)), data)
+    record = create(scratch, data, root)
     if not cluster:
         record.data["overlay_deleted"] = snapshot(root, record.folder / "overlay")
         record.save()
