@@ -23,15 +23,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+
+from prefshift.bench.common import machine, versions
+from prefshift.bench.pipeline import _environment
 
 REPO = Path(__file__).resolve().parent.parent
 OLD_COMMIT = "8e9f8ba"  # the last commit with DVC's queue (its child 552e7fd removes it)
@@ -47,17 +48,9 @@ def git(*args: str, cwd: Path = REPO) -> str:
 
 
 def environment(clone: Path) -> dict[str, str]:
-    env = {
-        **os.environ,
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        "PYTHONPATH": str(clone / "src"),
-        "HF_HUB_OFFLINE": "1",
-        "MLFLOW_TRACKING_URI": f"sqlite:///{clone.parent / 'mlflow.db'}",
-    }
-    for who in ("AUTHOR", "COMMITTER"):
-        env[f"GIT_{who}_NAME"], env[f"GIT_{who}_EMAIL"] = "prefshift bench", "bench@localhost"
-    env.pop("PREFSHIFT_PIPELINE_RUN_ID", None)
-    return env
+    """`prefshift bench --pipeline`'s environment (this venv first on PATH, offline, the clone's own
+    MLflow database beside it, a git identity), running the clone's sources."""
+    return {**_environment(clone.parent), "PYTHONPATH": str(clone / "src")}
 
 
 def timed(args: list[str], clone: Path, log_file: Path) -> dict:
@@ -113,23 +106,6 @@ def uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
-def machine() -> dict:
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-    }
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--old", default=OLD_COMMIT, help="commit with DVC's queue (executor `queue`)")
@@ -148,6 +124,7 @@ def main() -> None:
     result: dict = {
         "date": f"{started:%Y-%m-%d %H:%M} UTC",
         "machine": machine(),
+        "versions": {name: versions()[name] for name in ("dvc", "torch")},
         "uptime_start": uptime(),
         "commits": commits,
         "executors": executors,
