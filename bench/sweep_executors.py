@@ -87,6 +87,9 @@ def timed(args: list[str], clone: Path, log_file: Path) -> dict:
 
 def set_up(side: str, commit: str, tmp: Path) -> Path:
     clone = tmp / side / "project"
+    if (clone / ".git").is_dir() and git("branch", "--list", "bench", cwd=clone):
+        log(f"{side}: reusing {clone}, its baseline committed by an earlier run")
+        return clone
     clone.parent.mkdir(parents=True)
     git("clone", "-q", "--no-checkout", str(REPO), str(clone))
     git("checkout", "-q", "--detach", commit, cwd=clone)
@@ -114,6 +117,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--out", type=Path, default=REPO / "reports/results/sweep-executors")
     parser.add_argument("--keep", action="store_true", help="keep the clones (their paths are printed)")
+    parser.add_argument("--workdir", type=Path, help="where the clones go (kept); a committed one is reused")
     parser.add_argument("--note", default="", help="a line for the result, e.g. who else used the machine")
     opts = parser.parse_args()
 
@@ -132,7 +136,7 @@ def main() -> None:
         "note": opts.note,
     }
     log(f"start: {result['uptime_start']}")
-    tmp = Path(tempfile.mkdtemp(prefix="prefshift-bench-sweeps-"))
+    tmp = opts.workdir or Path(tempfile.mkdtemp(prefix="prefshift-bench-sweeps-"))
     log(f"clones under {tmp}")
     try:
         clones = {side: set_up(side, commits[side], tmp) for side in ("old", "new")}
@@ -152,7 +156,7 @@ def main() -> None:
         log(f"end: {result['uptime_end']}")
         write(result, opts.out)
     finally:
-        if opts.keep:
+        if opts.keep or opts.workdir:
             log(f"clones kept under {tmp}")
         else:
             shutil.rmtree(tmp, ignore_errors=True)
