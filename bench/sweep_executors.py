@@ -141,20 +141,22 @@ def main() -> None:
     try:
         clones = {side: set_up(side, commits[side], tmp) for side in ("old", "new")}
         runs: dict[str, dict] = {}
+        result["runs"] = runs
         for side, what in (("old", "sweep"), ("new", "sweep"), ("new", "rerun"), ("old", "rerun")):
             log(f"{side}: {what} ({executors[side]})")
             runs[f"{side}_{what}"] = timed(
                 [*sweep, "--executor", executors[side]], clones[side], tmp / side / "bench.log"
             )
             log(f"{side}: {what} took {runs[f'{side}_{what}']['wall_s']} s")
-        result["runs"] = runs
-        result["ratio_new_over_old"] = {
-            what: round(runs[f"new_{what}"]["wall_s"] / runs[f"old_{what}"]["wall_s"], 3)
-            for what in ("sweep", "rerun")
-        }
-        result["uptime_end"] = uptime()
+            result["ratio_new_over_old"] = {
+                what: round(runs[f"new_{what}"]["wall_s"] / runs[f"old_{what}"]["wall_s"], 3)
+                for what in ("sweep", "rerun")
+                if f"new_{what}" in runs and f"old_{what}" in runs
+            }
+            result["complete"] = len(runs) == 4  # written after every run: a cut-short bench keeps its part
+            result["uptime_end"] = uptime()
+            write(result, opts.out)
         log(f"end: {result['uptime_end']}")
-        write(result, opts.out)
     finally:
         if opts.keep or opts.workdir:
             log(f"clones kept under {tmp}")
@@ -167,8 +169,12 @@ def write(result: dict, out: Path) -> None:
     (out / "timings.json").write_text(json.dumps(result, indent=2) + "\n")
     runs, ratio = result["runs"], result["ratio_new_over_old"]
     commits, executors = result["commits"], result["executors"]
+
+    def cell(key: str) -> str:
+        return str(runs[key]["wall_s"]) if key in runs else "not run"
+
     rows = [
-        f"| {label} | {runs[f'old_{what}']['wall_s']} | {runs[f'new_{what}']['wall_s']} | {ratio[what]} |"
+        f"| {label} | {cell(f'old_{what}')} | {cell(f'new_{what}')} | {ratio.get(what, '—')} |"
         for what, label in (("sweep", "4-point sweep, warm cache"), ("rerun", "the same sweep again (no-op)"))
     ]
     (out / "timings.md").write_text(
@@ -187,6 +193,11 @@ def write(result: dict, out: Path) -> None:
                 "|---|---|---|---|",
                 *rows,
                 "",
+                *(
+                    []
+                    if result.get("complete")
+                    else ["**Incomplete**: the bench stopped before its four runs.", ""]
+                ),
                 "The machine is shared with other work; load at start and end (`uptime`):",
                 "",
                 f"- start: `{result['uptime_start']}`",
