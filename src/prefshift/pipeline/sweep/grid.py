@@ -73,8 +73,8 @@ def check_distinct(params_path: Path, points: Iterable[Mapping[str, str]]) -> No
     param), and by experiment name, which must be unique too. params.yaml is parsed once."""
     load_params(params_path)  # the file itself, checked once with its own errors
     raw = read_yaml(Path(params_path).read_text(encoding="utf-8"), str(params_path))
-    seen: dict[str, Mapping[str, str]] = {}  # by resolved params (JSON, "{...") and by name ("sweep-...")
-    for point in points:
+    points, seen = list(points), {}  # by resolved params (JSON, "{...") and by name ("sweep-..."): index
+    for index, point in enumerate(points):
         overrides = [f"{k}={v}" for k, v in point.items()]
         tree = apply_overrides(copy.deepcopy(raw), overrides)
         params = parse_params(tree, " -S ".join([str(params_path), *overrides]))
@@ -82,8 +82,8 @@ def check_distinct(params_path: Path, points: Iterable[Mapping[str, str]]) -> No
             (json.dumps(params.resolved(), sort_keys=True), "give the same params"),
             (experiment_name(point), "get the same experiment name"),
         ):
-            if (other := seen.setdefault(key, point)) is not point:
-                shown = [" ".join(f"{k}={v}" for k, v in p.items()) for p in (other, point)]
+            if (first := seen.setdefault(key, index)) != index:
+                shown = [" ".join(f"{k}={v}" for k, v in p.items()) for p in (points[first], point)]
                 raise SweepError(
                     f"grid points {shown[0]!r} and {shown[1]!r} {why}: list each value once "
                     "(values are compared as parsed, so 1 and 1.0 are one value); nothing was run"
