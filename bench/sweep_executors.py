@@ -2,13 +2,19 @@
 
     python bench/sweep_executors.py                      # old 8e9f8ba (queue) vs new HEAD (local)
     python bench/sweep_executors.py --new <rev> --values 0.1,0.5,2,10 --jobs 2 --keep
+    python bench/sweep_executors.py --small    # the test suite's shrunken default: executor overhead
 
 Each side gets a fresh clone of this repository at its commit, in a directory of its own under one
 temporary folder (the DVC remote in .dvc/config is `../../.prefshift-dvc-remote`, so the two sides
 never share a remote, a cache or an MLflow database). Every command in a clone runs the clone's own
 sources (PYTHONPATH=<clone>/src ahead of the editable install) with this interpreter's virtualenv.
-Set-up, untimed: `dvc repro` of the embedded default, then the baseline committed as docs/sweeps.md
-says, so the sweep starts from a warm cache and every stage the points share is restored.
+Set-up, untimed, both sides at once: `dvc repro` of the embedded default (with --small, of
+tests/e2e_project.py's shrunken one at that commit), then the baseline committed as docs/sweeps.md
+says, so the sweep starts from a warm cache and every stage the points share is restored. On a
+quiet 2-core machine a full repro takes about 9 minutes; under the load of two other engineers'
+pipelines (load average 7-10) one anchor student's training stage took over 15 minutes, so the
+embedded default needs a quiet machine. --small keeps every stage and the grid but shrinks the
+training to seconds, so what it times is mostly each executor's own cost per point.
 
 Timed, in ABBA order so that drifting load (the machine is shared) weighs on both sides alike:
 old sweep, new sweep, new no-op rerun (the same sweep again), old no-op rerun. One sweep lasts
@@ -21,6 +27,7 @@ Writes reports/results/sweep-executors/timings.json and timings.md.
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import shutil
@@ -28,8 +35,11 @@ import signal
 import subprocess
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
+
+import yaml
 
 from prefshift.bench.common import machine, versions
 from prefshift.bench.pipeline import _environment
@@ -85,21 +95,44 @@ def timed(args: list[str], clone: Path, log_file: Path) -> dict:
     }
 
 
-def set_up(side: str, commit: str, tmp: Path) -> Path:
-    clone = tmp / side / "project"
+def small_overlay(clone: Path) -> dict:
+    """The test suite's shrunken embedded default at the clone's commit (tests/e2e_project.py's SMALL:
+    the same stages, one seed, fewer pairs and steps), read from its source without importing it."""
+    tree = ast.parse((clone / "tests" / "e2e_project.py").read_text(encoding="utf-8"))
+    (value,) = [
+        node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "SMALL"
+    ]
+    return ast.literal_eval(value)
+
+
+def merged(base: dict, overlay: dict) -> dict:
+    return {k: merged(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
+            for k, v in {**base, **overlay}.items()}  # fmt: skip
+
+
+def set_up(side: str, commit: str, tmp: Path, small: bool) -> Path:
+    """The side's clone with its baseline reproduced and committed; one left by an earlier run is
+    reused, and one whose baseline was not finished is reproduced on from where it stopped."""
+    clone, log_file = tmp / side / "project", tmp / side / "bench.log"
     if (clone / ".git").is_dir() and git("branch", "--list", "bench", cwd=clone):
         log(f"{side}: reusing {clone}, its baseline committed by an earlier run")
         return clone
-    clone.parent.mkdir(parents=True)
-    git("clone", "-q", "--no-checkout", str(REPO), str(clone))
-    git("checkout", "-q", "--detach", commit, cwd=clone)
-    git("remote", "remove", "origin", cwd=clone)
-    log_file = tmp / side / "bench.log"
+    if not (clone / ".git").is_dir():
+        clone.parent.mkdir(parents=True, exist_ok=True)
+        git("clone", "-q", "--no-checkout", str(REPO), str(clone))
+        git("checkout", "-q", "--detach", commit, cwd=clone)
+        git("remote", "remove", "origin", cwd=clone)
+        if small:
+            params = merged(yaml.safe_load((clone / "params.yaml").read_text()), small_overlay(clone))
+            (clone / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     log(f"{side}: baseline dvc repro at {commit[:7]} (untimed set-up; minutes)")
     repro = timed(["dvc", "repro"], clone, log_file)
     log(f"{side}: baseline repro took {repro['wall_s']} s; committing the baseline")
     git("checkout", "-q", "-b", "bench", cwd=clone)
-    git("add", *[p for p in BASELINE_PATHS if (clone / p).exists()], cwd=clone)
+    paths = [p for p in ["params.yaml", *BASELINE_PATHS] if (clone / p).exists()]
+    git("add", *paths, cwd=clone)
     env = environment(clone)
     subprocess.run(["git", "commit", "-qm", "Baseline results for the sweep"], cwd=clone, env=env, check=True)
     return clone
@@ -118,6 +151,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=REPO / "reports/results/sweep-executors")
     parser.add_argument("--keep", action="store_true", help="keep the clones (their paths are printed)")
     parser.add_argument("--workdir", type=Path, help="where the clones go (kept); a committed one is reused")
+    parser.add_argument(
+        "--small",
+        action="store_true",
+        help="the test suite's shrunken embedded default (one seed, few steps)",
+    )
     parser.add_argument("--note", default="", help="a line for the result, e.g. who else used the machine")
     opts = parser.parse_args()
 
@@ -133,13 +171,18 @@ def main() -> None:
         "commits": commits,
         "executors": executors,
         "sweep": " ".join(sweep) + " --executor <executor>",
+        "pipeline": "tests/e2e_project.py's SMALL over params.yaml" if opts.small else "embedded default",
         "note": opts.note,
     }
     log(f"start: {result['uptime_start']}")
     tmp = opts.workdir or Path(tempfile.mkdtemp(prefix="prefshift-bench-sweeps-"))
     log(f"clones under {tmp}")
     try:
-        clones = {side: set_up(side, commits[side], tmp) for side in ("old", "new")}
+        with ThreadPoolExecutor(2) as pool:  # two untimed baselines at once: set-up only, half the wait
+            built = {
+                side: pool.submit(set_up, side, commits[side], tmp, opts.small) for side in ("old", "new")
+            }
+            clones = {side: future.result() for side, future in built.items()}
         runs: dict[str, dict] = {}
         result["runs"] = runs
         for side, what in (("old", "sweep"), ("new", "sweep"), ("new", "rerun"), ("old", "rerun")):
@@ -183,7 +226,7 @@ def write(result: dict, out: Path) -> None:
                 "# Sweep executors: DVC's queue against a clone per point (issue 46, point 5)",
                 "",
                 f"{result['date']}, {result['machine']['cpu']}, {result['machine']['cores']} cores. "
-                f"`{result['sweep']}` on the embedded default, each side in a fresh clone after its "
+                f"`{result['sweep']}` on the {result['pipeline']}, each side in a fresh clone after its "
                 "baseline `dvc repro` (warm cache); run old, new, new, old so drifting load weighs on both.",
                 "",
                 f"- old: `{commits['old'][:7]}`, executor `{executors['old']}` (DVC's queue)",
