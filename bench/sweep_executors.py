@@ -9,8 +9,9 @@ temporary folder (the DVC remote in .dvc/config is `../../.prefshift-dvc-remote`
 never share a remote, a cache or an MLflow database). Every command in a clone runs the clone's own
 sources (PYTHONPATH=<clone>/src ahead of the editable install) with this interpreter's virtualenv.
 Set-up, untimed, both sides at once: `dvc repro` of the embedded default (with --small, of
-tests/e2e_project.py's shrunken one at that commit), then the baseline committed as docs/sweeps.md
-says, so the sweep starts from a warm cache and every stage the points share is restored. On a
+tests/e2e_project.py's shrunken one at that commit), then the baseline committed (every output git
+may hold: see commit_all), so the sweep starts from a warm cache and every stage the points share
+is restored. On a
 quiet 2-core machine a full repro takes about 9 minutes; under the load of two other engineers'
 pipelines (load average 7-10) one anchor student's training stage took over 15 minutes, so the
 embedded default needs a quiet machine. --small keeps every stage and the grid but shrinks the
@@ -46,7 +47,6 @@ from prefshift.bench.pipeline import _environment
 
 REPO = Path(__file__).resolve().parent.parent
 OLD_COMMIT = "8e9f8ba"  # the last commit with DVC's queue (its child 552e7fd removes it)
-BASELINE_PATHS = ["dvc.lock", "reports/metrics", "reports/metrics.json"]  # docs/sweeps.md
 
 
 def log(message: str) -> None:
@@ -118,7 +118,7 @@ def set_up(side: str, commit: str, tmp: Path, small: bool) -> Path:
     clone, log_file = tmp / side / "project", tmp / side / "bench.log"
     if (clone / ".git").is_dir() and git("branch", "--list", "bench", cwd=clone):
         log(f"{side}: reusing {clone}, its baseline committed by an earlier run")
-        return clone
+        return commit_all(clone)
     if not (clone / ".git").is_dir():
         clone.parent.mkdir(parents=True, exist_ok=True)
         git("clone", "-q", "--no-checkout", str(REPO), str(clone))
@@ -131,10 +131,19 @@ def set_up(side: str, commit: str, tmp: Path, small: bool) -> Path:
     repro = timed(["dvc", "repro"], clone, log_file)
     log(f"{side}: baseline repro took {repro['wall_s']} s; committing the baseline")
     git("checkout", "-q", "-b", "bench", cwd=clone)
-    paths = [p for p in ["params.yaml", *BASELINE_PATHS] if (clone / p).exists()]
-    git("add", *paths, cwd=clone)
-    env = environment(clone)
-    subprocess.run(["git", "commit", "-qm", "Baseline results for the sweep"], cwd=clone, env=env, check=True)
+    return commit_all(clone)
+
+
+def commit_all(clone: Path) -> Path:
+    """Commit the baseline: every output git may hold (dvc.lock and each `cache: false` output; DVC
+    ignores the cached ones). Not docs/sweeps.md's narrower commit (dvc.lock and the metrics): on
+    the old commit that workflow stops with a StopIteration before anything is queued (issue 46),
+    and both sides must start from the same state."""
+    git("add", "-A", cwd=clone)
+    if git("status", "--porcelain", cwd=clone):
+        env = environment(clone)
+        message = "Baseline results for the sweep"
+        subprocess.run(["git", "commit", "-qm", message], cwd=clone, env=env, check=True)
     return clone
 
 
