@@ -9,11 +9,10 @@ temporary folder (the DVC remote in .dvc/config is `../../.prefshift-dvc-remote`
 never share a remote, a cache or an MLflow database). Every command in a clone runs the clone's own
 sources (PYTHONPATH=<clone>/src ahead of the editable install) with this interpreter's virtualenv.
 Set-up, untimed, both sides at once: `dvc repro` of the embedded default (with --small, of
-tests/e2e_project.py's shrunken one at that commit), then the baseline committed (every output git
-may hold: see commit_all), so the sweep starts from a warm cache and every stage the points share
-is restored. On a
-quiet 2-core machine a full repro takes about 9 minutes; under the load of two other engineers'
-pipelines (load average 7-10) one anchor student's training stage took over 15 minutes, so the
+tests/e2e_project.py's shrunken one at that commit), then params.yaml and dvc.lock committed (see
+commit_all), so the sweep starts from a warm cache and every stage the points share is
+restored. On a quiet 2-core machine a full repro takes about 9 minutes; under the load of two other
+engineers' pipelines (load average 7-10) one anchor student's training stage took over 15 minutes, so the
 embedded default needs a quiet machine. --small keeps every stage and the grid but shrinks the
 training to seconds, so what it times is mostly each executor's own cost per point.
 
@@ -135,15 +134,15 @@ def set_up(side: str, commit: str, tmp: Path, small: bool) -> Path:
 
 
 def commit_all(clone: Path) -> Path:
-    """Commit the baseline: every output git may hold (dvc.lock and each `cache: false` output; DVC
-    ignores the cached ones). Not docs/sweeps.md's narrower commit (dvc.lock and the metrics): on
-    the old commit that workflow stops with a StopIteration before anything is queued (issue 46),
-    and both sides must start from the same state."""
-    git("add", "-A", cwd=clone)
-    if git("status", "--porcelain", cwd=clone):
+    """Commit the baseline's params.yaml and dvc.lock; every other output stays as `dvc repro` left
+    it, untracked, and reaches the points as each executor carries it (`-C` for the queue, the
+    overlay for the clones). Not docs/sweeps.md's commit of the metrics too: on the old commit a
+    committed `cache: false` directory (reports/metrics/<method>) stops the sweep with a StopIteration
+    before anything is queued (the bug issue 46 names), and both sides must start from one state."""
+    git("add", "params.yaml", "dvc.lock", cwd=clone)
+    if git("diff", "--cached", "--name-only", cwd=clone):
         env = environment(clone)
-        message = "Baseline results for the sweep"
-        subprocess.run(["git", "commit", "-qm", message], cwd=clone, env=env, check=True)
+        subprocess.run(["git", "commit", "-qm", "Baseline for the sweep"], cwd=clone, env=env, check=True)
     return clone
 
 
