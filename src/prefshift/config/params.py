@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import math
 import string
 import types
 import typing
+from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
@@ -885,6 +887,22 @@ def _set_dotted(tree: dict[str, Any], keys: list[str], item: str, value: Any) ->
             raise ConfigError(f"override {item!r}: {key!r} is not a section")
         node = child
     node[keys[-1]] = value
+
+
+def get_dotted(tree: Any, dotted: str) -> Any:
+    """The value at `section.key` in a nested mapping (params, metrics); KeyError(dotted) where a part
+    is missing or a section is not a mapping."""
+    node = tree
+    for key in dotted.split("."):
+        if not isinstance(node, Mapping) or key not in node:
+            raise KeyError(dotted)
+        node = node[key]
+    return node
+
+
+def is_finite_number(value: Any) -> bool:
+    """A number a metric can hold: an int or a finite float, never a bool (YAML's and JSON's true)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _format_error(source: str, err: ValidationError) -> str:

@@ -33,11 +33,10 @@ where the seeds are compared.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
-from prefshift.config.params import Params
+from prefshift.config.params import Params, get_dotted, is_finite_number
 from prefshift.core.atomic import write_json
 from prefshift.core.errors import PrefshiftError
 from prefshift.core.paths import Layout
@@ -55,12 +54,11 @@ class PromoteError(PrefshiftError):
 
 
 def _number(metrics: dict[str, Any], dotted: str, path: Path) -> float:
-    node: Any = metrics
-    for key in dotted.split("."):
-        if not isinstance(node, dict) or key not in node:
-            raise PromoteError(f"{path}: key {dotted!r} missing; re-run `prefshift evaluate`")
-        node = node[key]
-    if isinstance(node, bool) or not isinstance(node, (int, float)) or not math.isfinite(node):
+    try:
+        node = get_dotted(metrics, dotted)
+    except KeyError:
+        raise PromoteError(f"{path}: key {dotted!r} missing; re-run `prefshift evaluate`") from None
+    if not is_finite_number(node):
         raise PromoteError(f"{path}: key {dotted!r} must be a finite number, got {node!r}")
     return float(node)
 

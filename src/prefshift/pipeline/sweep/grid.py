@@ -67,30 +67,27 @@ def grid_points(grid: Mapping[str, Sequence[str]], max_points: int = MAX_POINTS)
     return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(grid[k] for k in keys))]
 
 
-def shown(point: Mapping[str, str]) -> str:
-    return " ".join(f"{key}={value}" for key, value in point.items())
-
-
 def check_distinct(params_path: Path, points: Iterable[Mapping[str, str]]) -> None:
     """Load each point's params (a typo or a bad value fails here, before anything runs) and refuse
     two points that are one experiment: compared as parsed (`1` and `1.0`, two axes setting one
     param), and by experiment name, which must be unique too. params.yaml is parsed once."""
     load_params(params_path)  # the file itself, checked once with its own errors
     raw = read_yaml(Path(params_path).read_text(encoding="utf-8"), str(params_path))
-    seen: dict[str, dict[str, Mapping[str, str]]] = {"params": {}, "name": {}}
-    for point in points:
+    points, seen = list(points), {}  # by resolved params (JSON, "{...") and by name ("sweep-..."): index
+    for index, point in enumerate(points):
         overrides = [f"{k}={v}" for k, v in point.items()]
         tree = apply_overrides(copy.deepcopy(raw), overrides)
         params = parse_params(tree, " -S ".join([str(params_path), *overrides]))
-        keys = {"params": json.dumps(params.resolved(), sort_keys=True), "name": experiment_name(point)}
-        for kind, key in keys.items():
-            if key in seen[kind]:
-                why = "give the same params" if kind == "params" else "get the same experiment name"
+        for key, why in (
+            (json.dumps(params.resolved(), sort_keys=True), "give the same params"),
+            (experiment_name(point), "get the same experiment name"),
+        ):
+            if (first := seen.setdefault(key, index)) != index:
+                shown = [" ".join(f"{k}={v}" for k, v in p.items()) for p in (points[first], point)]
                 raise SweepError(
-                    f"grid points {shown(seen[kind][key])!r} and {shown(point)!r} {why}: list each value "
-                    "once (values are compared as parsed, so 1 and 1.0 are one value); nothing was run"
+                    f"grid points {shown[0]!r} and {shown[1]!r} {why}: list each value once "
+                    "(values are compared as parsed, so 1 and 1.0 are one value); nothing was run"
                 )
-            seen[kind][key] = point
 
 
 def experiment_name(point: Mapping[str, str]) -> str:

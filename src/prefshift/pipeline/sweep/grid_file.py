@@ -22,10 +22,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
 
 from prefshift.config.params import load_params, read_yaml
+from prefshift.core.reading import MIB, read_regular
 from prefshift.pipeline.sweep.commands import SweepError
 from prefshift.pipeline.sweep.grid import MAX_POINTS, check_size
 
-MAX_FILE_BYTES = 1 << 20  # the paper's grid is 6 KB
+MAX_FILE_BYTES = MIB  # the paper's grid is 6 KB
 
 
 class _Strict(BaseModel):
@@ -87,14 +88,8 @@ def _text(value: Any) -> str:
 
 
 def _read(path: Path) -> GridSpec:
-    if not path.is_file():
-        raise SweepError(f"--grid-file {path}: {'not a regular file' if path.exists() else 'no such file'}")
-    with path.open("rb") as handle:
-        data = handle.read(MAX_FILE_BYTES + 1)
-    if len(data) > MAX_FILE_BYTES:
-        raise SweepError(f"--grid-file {path}: larger than {MAX_FILE_BYTES:,} bytes; a grid file lists axes")
     try:
-        text = data.decode("utf-8")
+        text = read_regular(path, "grid file", MAX_FILE_BYTES).decode("utf-8")
     except UnicodeDecodeError as err:
         raise SweepError(f"--grid-file {path}: not UTF-8 text (byte {err.start}); save it as UTF-8") from None
     try:
@@ -115,12 +110,9 @@ def load_grid_file(path: Path, max_points: int = MAX_POINTS) -> GridFile:
         for axis, values in block.axes.items():
             if not values:
                 raise SweepError(f"{where}: axis {axis!r} needs a list of values")
-            unknown = [v for v in values if axis in spec.bundles and str(v) not in spec.bundles[axis]]
-            if unknown:
-                raise SweepError(
-                    f"{where}: {axis} {unknown[0]!r} is not in bundles.{axis} "
-                    f"({', '.join(spec.bundles[axis])})"
-                )
+            if unknown := [v for v in values if axis in spec.bundles and str(v) not in spec.bundles[axis]]:
+                known = ", ".join(spec.bundles[axis])
+                raise SweepError(f"{where}: {axis} {unknown[0]!r} is not in bundles.{axis} ({known})")
     check_size(sum(math.prod(len(v) for v in b.axes.values()) for b in spec.blocks), max_points, str(path))
     points, labels, seen = [], [], set()
     for block in spec.blocks:
@@ -159,12 +151,6 @@ class Estimate:
         ]
 
 
-def _methods(point: Mapping[str, str], params_path: Path) -> list[str]:
-    if "methods" in point:
-        return list(yaml.safe_load(point["methods"]))
-    return list(load_params(params_path).methods)
-
-
 def estimate(grid: GridFile, params_path: Path) -> Estimate:
     """GPU-hours to train every point's teacher and students: tokens (the data axis's train pairs,
     halved between teacher and students by the split protocol, × 2 sequences × tokens per sequence ×
@@ -182,8 +168,8 @@ def estimate(grid: GridFile, params_path: Path) -> Estimate:
             raise SweepError(f"{where}: no entry for {err.args[0]!r} (point {label})") from None
         tokens = sizes.train_pairs / 2 * 2 * sizes.tokens_per_sequence
         teacher_s += tokens * spec.epochs.teacher / rate.weak
-        trained = len(_methods(point, params_path))
-        students += trained
+        methods = yaml.safe_load(point["methods"]) if "methods" in point else load_params(params_path).methods
+        students += (trained := len(methods))
         full = point.get("student.lora.enabled") == "false" and rate.strong_full
         student_s += trained * tokens * spec.epochs.student / (rate.strong_full if full else rate.strong)
     notes = [f"data ({name}): {entry.source}" for name, entry in spec.data.items()]

@@ -73,26 +73,25 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def stop(running: dict[int, tuple[subprocess.Popen, object]], grace_s: float = STOP_GRACE_S) -> list[str]:
+def stop(running: dict[int, tuple[subprocess.Popen, object]]) -> list[str]:
     """SIGTERM to each task's process group, SIGKILL to what outlives `grace_s`; what was done."""
     for proc, _ in running.values():
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
-    deadline, lines = time.monotonic() + grace_s, []
+    deadline = time.monotonic() + STOP_GRACE_S
+    while any(_group_alive(proc.pid) for proc, _ in running.values()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    lines = []
     for index, (proc, _) in running.items():
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        while (forced := _group_alive(proc.pid)) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if forced:
+        if forced := _group_alive(proc.pid):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        proc.wait()
         lines.append(f"point {index}: ended process group {proc.pid}{' (SIGKILL)' if forced else ''}")
     return lines
 
 
-def run_points(record: SweepRecord, indices: Sequence[int], slots: Slots, poll_s: float = POLL_S) -> None:
+def run_points(record: SweepRecord, indices: Sequence[int], slots: Slots) -> None:
     """Run points `indices`, as many at once as there are slots; return when all have ended. Stopped,
     it ends the running tasks' groups, notes the stop in the record and lets the stop through."""
     pending, running = list(indices), {}
@@ -104,7 +103,7 @@ def run_points(record: SweepRecord, indices: Sequence[int], slots: Slots, poll_s
             while pending and slots.free:
                 index, slot = pending.pop(0), slots.free.pop(0)
                 running[index] = (_start(record, index, slot), slot)
-            time.sleep(poll_s)
+            time.sleep(POLL_S)
             for index, (proc, _) in list(running.items()):
                 if proc.poll() is not None:
                     slots.free.append(running.pop(index)[1])

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from prefshift.core.atomic import write_json
+from prefshift.core.locks import private_dir
 from prefshift.pipeline.sweep.commands import SweepError
 
 SCRATCH_ENV = "PREFSHIFT_SWEEP_SCRATCH"
@@ -45,17 +46,10 @@ class SweepRecord:
     folder: Path
     data: dict[str, Any]
 
-    @property
-    def id(self) -> str:
-        return self.data["id"]
-
-    @property
-    def points(self) -> list[dict[str, str]]:
-        return self.data["points"]
-
-    @property
-    def names(self) -> list[str]:
-        return self.data["names"]
+    def __post_init__(self) -> None:
+        self.id: str = self.data["id"]
+        self.points: list[dict[str, str]] = self.data["points"]
+        self.names: list[str] = self.data["names"]
 
     def log(self, index: int) -> Path:
         return self.folder / "logs" / f"{index}.log"
@@ -66,16 +60,12 @@ class SweepRecord:
     def state_file(self, index: int) -> Path:
         return self.folder / "points" / f"{index}.json"
 
-    def script(self, number: int) -> Path:
-        return self.folder / f"job-{number}.sbatch"
-
     def save(self) -> None:
         write_json(self.folder / "sweep.json", self.data)
 
     def last_attempt(self, index: int) -> str:
-        text = (
-            self.log(index).read_text(encoding="utf-8", errors="replace") if self.log(index).exists() else ""
-        )
+        log = self.log(index)
+        text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
         return text[text.rfind(TASK_HEADER) :] if TASK_HEADER in text else text
 
     def note_stop(self, signal_name: str, points: Sequence[int], lines: list[str]) -> None:
@@ -103,18 +93,23 @@ class SweepRecord:
         write_json(self.state_file(index), entry)
 
 
-def create(scratch: Path, data: Mapping[str, Any]) -> SweepRecord:
-    """A new folder, its id sortable by start time and unique between sweeps of one second."""
+def create(scratch: Path | None, data: Mapping[str, Any], root: Path = Path(".")) -> SweepRecord:
+    """A new folder in `scratch` (by default the project's), its id sortable by start time and unique
+    between sweeps of one second."""
+    if scratch is None and not os.environ.get(SCRATCH_ENV, "").strip():
+        private_dir(root)  # .prefshift/ with its own .gitignore: the clones never show in `git status`
     sweep_id = time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
-    record = SweepRecord(Path(scratch).resolve() / sweep_id, {**data, "id": sweep_id, "jobs": []})
+    folder = Path(scratch or default_scratch(root)).resolve() / sweep_id
+    record = SweepRecord(folder, {**data, "id": sweep_id, "jobs": []})
     for sub in ("logs", "points", "clones"):
         (record.folder / sub).mkdir(parents=True, exist_ok=True)
     record.save()
     return record
 
 
-def load(scratch: Path, sweep_id: str) -> SweepRecord:
-    return open_folder(Path(scratch).resolve() / sweep_id)
+def load(scratch: Path | None, sweep_id: str, root: Path = Path(".")) -> SweepRecord:
+    """Sweep `sweep_id` of `scratch`, by default the project's (default_scratch)."""
+    return open_folder(Path(scratch or default_scratch(root)).resolve() / sweep_id)
 
 
 def open_folder(folder: Path) -> SweepRecord:

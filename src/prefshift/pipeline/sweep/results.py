@@ -10,12 +10,11 @@ and mean NTS for every method.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from prefshift.config.params import load_params, read_yaml
+from prefshift.config.params import get_dotted, is_finite_number, load_params, read_yaml
 from prefshift.core.atomic import write_json
 from prefshift.core.paths import Layout
 from prefshift.pipeline.sweep.commands import SweepError, run_git
@@ -29,48 +28,37 @@ def sweep_filename(method: str, sweep: Mapping[str, Any]) -> str:
     return "__".join([method, *parts]).replace("/", "_") + ".json"
 
 
-def ran_stages(output: str) -> list[str]:
-    return [line.split("'")[1] for line in output.splitlines() if line.startswith("Running stage '")]
-
-
-def _dotted(tree: Mapping[str, Any], key: str, where: str) -> Any:
-    node: Any = tree
-    for part in key.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            raise SweepError(f"{where}: no param {key!r}")
-        node = node[part]
-    return node
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _json_at(root: Path, rev: str, rel: str) -> Any:
-    """The JSON file `rel` in commit `rev`, None if it has none or it is no JSON (then reported)."""
+def _json_at(root: Path, rev: str, rel: str) -> Mapping[str, Any]:
+    """The JSON object `rel` in commit `rev`; {} if it has none or it is no JSON object, so that
+    every headline number it should hold is reported missing."""
     try:
-        return json.loads(run_git(root, "show", f"{rev}:{rel}"))
+        data = json.loads(run_git(root, "show", f"{rev}:{rel}"))
     except (SweepError, ValueError):
-        return None
+        return {}
+    return data if isinstance(data, Mapping) else {}
+
+
+def _missing(block: Any, prefix: str) -> list[str]:
+    block = block if isinstance(block, Mapping) else {}
+    return [f"{prefix}{key}" for key in HEADLINE if not is_finite_number(block.get(key))]
 
 
 def point_results(
     root: Path, rev: str, point: Mapping[str, str], methods: Sequence[str], layout: Layout
 ) -> tuple[list[tuple[Path, dict]], list[str]]:
     """The records to file for one experiment commit, and every headline number it lacks."""
-    params = read_yaml(run_git(root, "show", f"{rev}:params.yaml"), f"{rev[:7]}:params.yaml")
-    sweep = {key: _dotted(params, key, f"{rev[:7]}:params.yaml") for key in point}
+    params = read_yaml(run_git(root, "show", f"{rev}:params.yaml"), where := f"{rev[:7]}:params.yaml")
+    try:
+        sweep = {key: get_dotted(params, key) for key in point}
+    except KeyError as err:
+        raise SweepError(f"{where}: no param {err.args[0]!r}") from None
     summary_rel = layout.metrics_summary.relative_to(layout.root).as_posix()
-    summary = _json_at(root, rev, summary_rel) or {}
-    records, missing = [], []
+    summary, records, missing = _json_at(root, rev, summary_rel), [], []
     for method in methods:
-        block = summary.get(method) if isinstance(summary, Mapping) else None
-        missing += [f"{summary_rel}:{method}.{k}" for k in HEADLINE if not _is_number((block or {}).get(k))]
+        missing += _missing(summary.get(method), f"{summary_rel}:{method}.")
         for seed in params.get("seeds") or [0]:
             rel = layout.for_seed(seed).metrics(method).relative_to(layout.root).as_posix()
-            metrics = _json_at(root, rev, rel)
-            own = metrics if isinstance(metrics, Mapping) else {}
-            missing += [f"{rel}:{k}" for k in HEADLINE if not _is_number(own.get(k))]
+            missing += _missing(own := _json_at(root, rev, rel), f"{rel}:")
             record = sweep if "seed" in sweep else {**sweep, "seed": seed}
             records.append((layout.sweeps_dir / sweep_filename(method, record), {**own, "sweep": record}))
     return records, missing
@@ -80,30 +68,27 @@ def file_results(
     root: Path,
     points: Sequence[Mapping[str, str]],
     commits: Sequence[str],
-    logs: Sequence[str],
     methods: Sequence[str],
     report: bool,
 ) -> dict[str, Any]:
     """Check every point's experiment commit, then file them all in reports/sweeps/ and rebuild the
-    report; `logs` are the points' run logs, from which the stages each one ran are read."""
+    report."""
     layout = Layout(root)
-    checked, problems = [], []
-    for point, rev in zip(points, commits, strict=True):
-        records, missing = point_results(root, rev, point, methods, layout)
-        if missing:
-            problems.append(f"{experiment_name(point)} ({rev[:7]}): no numeric {', '.join(missing)}")
-        checked.append(records)
-    if problems:
+    checked = [
+        point_results(root, rev, point, methods, layout) for point, rev in zip(points, commits, strict=True)
+    ]
+    if problems := [
+        f"{experiment_name(point)} ({rev[:7]}): no numeric {', '.join(missing)}"
+        for point, rev, (_, missing) in zip(points, commits, checked, strict=True)
+        if missing
+    ]:
         raise SweepError("experiments without results:\n  " + "\n  ".join(problems))
     experiments = []
-    for point, rev, log, records in zip(points, commits, logs, checked, strict=True):
+    for point, rev, (records, _) in zip(points, commits, checked, strict=True):
         for path, data in records:
             write_json(path, data)
         files = [str(path) for path, _ in records]
-        name = experiment_name(point)
-        experiments.append(
-            {"name": name, "rev": rev, "point": dict(point), "stages": ran_stages(log), "files": files}
-        )
+        experiments.append({"name": experiment_name(point), "rev": rev, "point": dict(point), "files": files})
     if report:
         from prefshift.pipeline.stages import report as report_stage
 

@@ -8,33 +8,21 @@ only those. Nothing depends on where the sweep's output goes (commands.say).
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from prefshift.config.params import check_method
-from prefshift.core.locks import private_dir
 from prefshift.core.paths import Layout
 from prefshift.core.signals import Terminated, exit_code, signals_as_exceptions, signals_ignored, stop_signal
 from prefshift.pipeline.sweep import local, slurm
 from prefshift.pipeline.sweep.baseline import commit_command, snapshot, uncommitted_baseline
 from prefshift.pipeline.sweep.commands import SweepError, run_dvc, run_git, say
 from prefshift.pipeline.sweep.grid import check_distinct, experiment_name
-from prefshift.pipeline.sweep.record import (
-    FINISHED,
-    LIVE,
-    MISSING,
-    SCRATCH_ENV,
-    SweepRecord,
-    create,
-    default_scratch,
-    load,
-    point_state,
-)
+from prefshift.pipeline.sweep.record import FINISHED, LIVE, MISSING, SweepRecord, create, load, point_state
 from prefshift.pipeline.sweep.results import file_results
 from prefshift.tracking.runs import tracking_uri
 
@@ -64,11 +52,12 @@ class Executor:
     def slots(self) -> local.Slots:
         return local.Slots(self.jobs, self.devices, max(1, self.resources.gpus_per_task))
 
-
-def _executor(record: SweepRecord) -> Executor:
-    saved = record.data["executor"]
-    resources = slurm.SlurmResources(**saved["resources"])
-    return Executor(saved["kind"], saved["jobs"], tuple(saved["devices"]), resources)
+    @classmethod
+    def of(cls, record: SweepRecord) -> Executor:
+        """The executor a sweep was started with, as its record keeps it (`asdict`)."""
+        saved = record.data["executor"]
+        resources = slurm.SlurmResources(**saved["resources"])
+        return cls(saved["kind"], saved["jobs"], tuple(saved["devices"]), resources)
 
 
 def checked_methods(methods: Sequence[str]) -> list[str]:
@@ -99,7 +88,6 @@ def start(
     scratch: Path | None = None,
     report: bool = True,
     wait: bool = True,
-    poll_s: float = POLL_S,
 ) -> dict[str, Any]:
     """Check everything, record the sweep in its folder, run or submit its points, then (with
     `wait`) file their results."""
@@ -109,38 +97,27 @@ def start(
     uri, baseline = tracking_uri(Layout(root)), run_git(root, "rev-parse", "HEAD").strip()
     cluster = executor.kind == "slurm"
     where = slurm.prepare(root, baseline, uri) if cluster else _local_baseline(root)
-    if scratch is None and not os.environ.get(SCRATCH_ENV, "").strip():
-        private_dir(root)  # .prefshift/ with its own .gitignore: the clones never show in `git status`
-    names = [experiment_name(p) for p in points]
-    data = {"root": str(root), "baseline": baseline, "points": [dict(p) for p in points], "names": names}
-    data.update(methods=methods, report=report, tracking_uri=uri, **where)
-    data["executor"] = {"kind": executor.kind, "jobs": executor.jobs, "devices": list(executor.devices)}
-    data["executor"]["resources"] = executor.resources.as_dict()
-    record = create(Path(scratch or default_scratch(root)), data)
+    data = {"root": str(root), "baseline": baseline, "points": [dict(p) for p in points]}
+    data.update(names=[experiment_name(p) for p in points], methods=methods, report=report)
+    data.update(tracking_uri=uri, **where, executor=asdict(executor))
+    record = create(scratch, data, root)
     if not cluster:
         record.data["overlay_deleted"] = snapshot(root, record.folder / "overlay")
         record.save()
     say(f"sweep {record.id}: {len(points)} point(s), folder {record.folder}")
-    return _launch(root, record, executor, range(len(points)), wait, poll_s)
+    return _launch(root, record, executor, range(len(points)), wait)
 
 
-def _launch(
-    root: Path, record: SweepRecord, executor: Executor, indices: Sequence[int], wait: bool, poll_s: float
-) -> dict[str, Any]:
+def _launch(root: Path, record: SweepRecord, executor: Executor, indices: Sequence[int], wait: bool) -> dict:
     """Run (local) or submit and wait for (slurm) points `indices`, then file; a stop ends them."""
     try:
         with signals_as_exceptions():
             if executor.kind != "slurm":
                 local.run_points(record, indices, executor.slots())
             elif slurm.submit(record, indices, executor.resources) and not wait:
-                return {
-                    "sweep_id": record.id,
-                    "folder": str(record.folder),
-                    "experiments": [],
-                    "report": None,
-                }
+                return _submitted(record)
             else:
-                wait_for(record, poll_s)
+                wait_for(record)
     except (Terminated, KeyboardInterrupt) as stopped:
         name = signal.Signals(signum := stop_signal(stopped)).name
         with signals_ignored():
@@ -154,12 +131,17 @@ def _launch(
     return collect(root, record)
 
 
+def _submitted(record: SweepRecord) -> dict[str, Any]:
+    """What `--no-wait` returns: the sweep's id and folder, nothing filed yet."""
+    return {"sweep_id": record.id, "folder": str(record.folder), "experiments": [], "report": None}
+
+
 def point_states(record: SweepRecord) -> dict[int, str]:
     live = (slurm if record.data["executor"]["kind"] == "slurm" else local).live(record)
     return {i: point_state(record.read_state(i), live.get(i)) for i in range(len(record.points))}
 
 
-def wait_for(record: SweepRecord, poll_s: float = POLL_S) -> None:
+def wait_for(record: SweepRecord) -> None:
     """Poll until no point is pending or running, printing each change of state."""
     shown: dict[int, str] = {}
     while True:
@@ -169,7 +151,7 @@ def wait_for(record: SweepRecord, poll_s: float = POLL_S) -> None:
         if not any(state in LIVE for state in states.values()):
             return
         shown = states
-        time.sleep(poll_s)
+        time.sleep(POLL_S)
 
 
 def status_lines(record: SweepRecord) -> list[str]:
@@ -202,49 +184,40 @@ def collect(root: Path, record: SweepRecord) -> dict[str, Any]:
         )
     if not record.data.get("dvc_cache"):
         run_dvc(root, ["exp", "pull", "--no-cache", "--force", record.data["git_remote"], *record.names])
-    indices = range(len(record.points))
-    commits, logs = (
-        [record.read_state(i)["commit"] for i in indices],
-        [record.last_attempt(i) for i in indices],
-    )
-    result = file_results(root, record.points, commits, logs, record.data["methods"], record.data["report"])
+    commits = [record.read_state(i)["commit"] for i in range(len(record.points))]
+    result = file_results(root, record.points, commits, record.data["methods"], record.data["report"])
     return {"sweep_id": record.id, "folder": str(record.folder), **result}
 
 
-def resume(
-    root: Path, sweep_id: str, scratch: Path | None = None, wait: bool = True, poll_s: float = POLL_S
-) -> dict[str, Any]:
+def resume(root: Path, sweep_id: str, scratch: Path | None = None, wait: bool = True) -> dict[str, Any]:
     """Rerun only the points that are missing, failed or stopped; finished ones never rerun, and
     ones still pending or running are left to run. A resumed point reuses its clone, so its training
     resumes from the checkpoint an earlier attempt left."""
-    record = load(Path(scratch or default_scratch(root)), sweep_id)
-    executor = _executor(record)
+    record = load(scratch, sweep_id, root)
+    executor = Executor.of(record)
     executor.check(wait)
     states = point_states(record)
     todo = [i for i, state in states.items() if state not in (FINISHED, *LIVE)]
     for index in todo:
         say(f"sweep {record.id}: rerunning point {index} ({record.names[index]}, {states[index]})")
     if todo:
-        return {**_launch(Path(root), record, executor, todo, wait, poll_s), "resubmitted": todo}
+        return {**_launch(Path(root), record, executor, todo, wait), "resubmitted": todo}
     say(f"sweep {record.id}: no point is missing, failed or stopped; nothing to rerun")
     if not wait:
-        return {"sweep_id": record.id, "folder": str(record.folder), "experiments": [], "report": None}
+        return _submitted(record)
     if executor.kind == "slurm":
-        wait_for(record, poll_s)
+        wait_for(record)
     return {**collect(root, record), "resubmitted": todo}
 
 
 def status(root: Path, sweep_id: str, scratch: Path | None = None) -> list[str]:
-    record = load(Path(scratch or default_scratch(Path(root))), sweep_id)
-    stops = [
+    record = load(scratch, sweep_id, root)
+    lines = [f"sweep {record.id} ({record.data['executor']['kind']}, folder {record.folder})"]
+    lines += [
         f"stopped by {s['signal']} at {s['time']}: points {s['points']}" for s in record.data.get("stops", [])
     ]
-    return [
-        f"sweep {record.id} ({record.data['executor']['kind']}, folder {record.folder})",
-        *stops,
-        *status_lines(record),
-    ]
+    return lines + status_lines(record)
 
 
 def collect_id(root: Path, sweep_id: str, scratch: Path | None = None) -> dict[str, Any]:
-    return collect(root, load(Path(scratch or default_scratch(Path(root).resolve())), sweep_id))
+    return collect(root, load(scratch, sweep_id, root))

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,9 +52,6 @@ class SlurmResources:
             raise SweepError(f"--time {self.time!r}: use SLURM's form, e.g. 4:00:00 or 1-12:00:00")
         if self.template is not None and not Path(self.template).is_file():
             raise SweepError(f"--sbatch-template {self.template}: no such file (extra #SBATCH lines)")
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
     def directives(self) -> list[str]:
         lines = [f"#SBATCH --gres=gpu:{self.gpus_per_task}"] if self.gpus_per_task else []
@@ -116,11 +113,7 @@ def render_script(
 ) -> str:
     """The sbatch script that runs points `indices` of the sweep, one array task each."""
     folder, python = record.folder, Path(sys.executable)
-    template = ""
-    if resources.template is not None:
-        text = Path(resources.template).read_text(encoding="utf-8").rstrip("\n")
-        template = f"# --- from {resources.template} (yours to edit) ---\n{text}\n# --- end of template ---\n"
-    header = [
+    lines = [
         "#!/bin/bash",
         f"# Sweep {record.id}: {len(record.points)} grid point(s) of `prefshift sweep --executor slurm`;",
         "# array task i runs grid point i in its own clone (see sweep.json beside this file).",
@@ -131,13 +124,13 @@ def render_script(
         "#SBATCH --open-mode=append",
         *resources.directives(),
     ]
-    exports = "".join(f"export {key}={shlex.quote(value)}\n" for key, value in env.items())
+    if resources.template is not None:
+        text = Path(resources.template).read_text(encoding="utf-8").rstrip("\n")
+        lines += [f"# --- from {resources.template} (yours to edit) ---", text, "# --- end of template ---"]
+    lines += ["set -euo pipefail", f'export PATH={shlex.quote(str(python.parent))}:"$PATH"']
+    lines += [f"export {key}={shlex.quote(value)}" for key, value in env.items()]
     task = f"{shlex.quote(str(python))} -m prefshift sweep task {shlex.quote(str(folder))}"
-    path = f'export PATH={shlex.quote(str(python.parent))}:"$PATH"\n'
-    return (
-        "\n".join(header)
-        + f'\n{template}set -euo pipefail\n{path}{exports}exec {task} "$SLURM_ARRAY_TASK_ID"\n'
-    )
+    return "\n".join([*lines, f'exec {task} "$SLURM_ARRAY_TASK_ID"', ""])
 
 
 def dry_run_script(
@@ -145,15 +138,14 @@ def dry_run_script(
 ) -> str:
     """The sbatch script a SLURM sweep of `points` would submit (nothing is written or submitted)."""
     folder = Path(scratch or default_scratch(root)).resolve() / "<sweep id>"
-    record = SweepRecord(folder, {"id": "<sweep id>", "points": list(points), "names": [], "jobs": []})
-    return render_script(
-        record, range(len(points)), resources, {"MLFLOW_TRACKING_URI": tracking_uri(Layout(root))}
-    )
+    record = SweepRecord(folder, {"id": "<sweep id>", "points": list(points), "names": []})
+    env = {"MLFLOW_TRACKING_URI": tracking_uri(Layout(root))}
+    return render_script(record, range(len(points)), resources, env)
 
 
-def _slurm(args: Sequence[str]) -> str:
+def _slurm(*args: str) -> str:
     try:
-        done = subprocess.run(list(args), capture_output=True, text=True, timeout=120)
+        done = subprocess.run(args, capture_output=True, text=True, timeout=120)
     except (FileNotFoundError, subprocess.TimeoutExpired) as err:
         raise SweepError(
             f"`{' '.join(args)}`: {err}; is SLURM installed and slurmctld up (`sinfo`)?"
@@ -165,10 +157,10 @@ def _slurm(args: Sequence[str]) -> str:
 
 def submit(record: SweepRecord, indices: Sequence[int], resources: SlurmResources) -> str:
     """Write the script into the sweep's folder, then `sbatch` it; return the job id."""
-    script = record.script(len(record.data["jobs"]) + 1)
+    script = record.folder / f"job-{len(record.data['jobs']) + 1}.sbatch"
     env = {"MLFLOW_TRACKING_URI": record.data["tracking_uri"]}
     script.write_text(render_script(record, indices, resources, env), encoding="utf-8")
-    job = _slurm(["sbatch", "--parsable", str(script)]).strip().split(";")[0]
+    job = _slurm("sbatch", "--parsable", str(script)).strip().split(";")[0]
     record.data["jobs"].append({"job": job, "indices": list(indices), "script": str(script)})
     record.save()
     say(f"sweep {record.id}: submitted job {job} ({len(indices)} array task(s)), script {script}")
@@ -187,13 +179,11 @@ def _array_indices(spec: str) -> list[int]:
 def live(record: SweepRecord) -> dict[int, str]:
     """Grid point → pending/running for every task of the sweep that squeue still lists; asked by
     job name, never by id, which squeue refuses once the controller forgot it."""
-    jobs = {entry["job"] for entry in record.data["jobs"]}
-    if not jobs:
+    if not (jobs := {entry["job"] for entry in record.data["jobs"]}):
         return {}
-    name, states = f"--name=prefshift-{record.id}", {}
-    for line in _slurm(
-        ["squeue", "-h", "--array", name, f"--states={LIVE_STATES}", "--format=%i %T"]
-    ).splitlines():
+    states: dict[int, str] = {}
+    query = ("--array", f"--name=prefshift-{record.id}", f"--states={LIVE_STATES}", "--format=%i %T")
+    for line in _slurm("squeue", "-h", *query).splitlines():
         job_task, _, state = line.strip().partition(" ")
         job, sep, task = job_task.partition("_")
         if sep and job in jobs:
@@ -201,14 +191,16 @@ def live(record: SweepRecord) -> dict[int, str]:
     return states
 
 
-def stop(record: SweepRecord, wait_s: float = CANCEL_WAIT_S) -> tuple[list[int], list[str]]:
+def stop(record: SweepRecord) -> tuple[list[int], list[str]]:
     """`scancel` the sweep's jobs and wait for squeue to let go of them: (points held, what was done)."""
     if not (held := sorted(live(record))):
         return [], ["no task of the sweep was pending or running"]
     jobs = [entry["job"] for entry in record.data["jobs"]]
-    _slurm(["scancel", *jobs])
-    deadline = time.monotonic() + wait_s
+    _slurm("scancel", *jobs)
+    deadline = time.monotonic() + CANCEL_WAIT_S
     while (left := live(record)) and time.monotonic() < deadline:
         time.sleep(1.0)
     lines = [f"scancel {' '.join(jobs)}: points {', '.join(map(str, held))}"]
-    return held, lines + ([f"still listed by squeue after {wait_s:.0f} s: {sorted(left)}"] if left else [])
+    if left:
+        lines.append(f"still listed by squeue after {CANCEL_WAIT_S:.0f} s: {sorted(left)}")
+    return held, lines

@@ -62,13 +62,8 @@ def _clone(record: SweepRecord, index: int, say) -> Path:
 def _run(record: SweepRecord, index: int, clone: Path, say) -> None:
     if experiment_ref(clone, name := record.names[index]):
         return say(f"experiment {name} was committed by an earlier attempt; pushing it")
-    args = [
-        "exp",
-        "run",
-        "--name",
-        name,
-        *(f"-S{key}={value}" for key, value in record.points[index].items()),
-    ]
+    overrides = [f"-S{key}={value}" for key, value in record.points[index].items()]
+    args = ["exp", "run", "--name", name, *overrides]
     if record.data.get("dvc_cache"):
         run_dvc(clone, ["checkout", "--allow-missing"])
     else:

@@ -1,0 +1,267 @@
+"""Time a 4-point λ sweep under the clone executor against DVC's queue (issue 46, point 5).
+
+    python bench/sweep_executors.py                      # old 8e9f8ba (queue) vs new HEAD (local)
+    python bench/sweep_executors.py --new <rev> --values 0.1,0.5,2,10 --jobs 2 --keep
+    python bench/sweep_executors.py --small    # the test suite's shrunken default: executor overhead
+
+Each side gets a fresh clone of this repository at its commit, in a directory of its own under one
+temporary folder (the DVC remote in .dvc/config is `../../.prefshift-dvc-remote`, so the two sides
+never share a remote, a cache or an MLflow database). Every command in a clone runs the clone's own
+sources (PYTHONPATH=<clone>/src ahead of the editable install) with this interpreter's virtualenv.
+Set-up, untimed, both sides at once: `dvc repro` of the embedded default (with --small, of
+tests/e2e_project.py's shrunken one at that commit), then params.yaml and dvc.lock committed (see
+commit_all), so the sweep starts from a warm cache and every stage the points share is
+restored. On a quiet 2-core machine a full repro takes about 9 minutes; under the load of two other
+engineers' pipelines (load average 7-10) one anchor student's training stage took over 15 minutes, so the
+embedded default needs a quiet machine. --small keeps every stage and the grid but shrinks the
+training to seconds, so what it times is mostly each executor's own cost per point.
+
+Timed, in ABBA order so that drifting load (the machine is shared) weighs on both sides alike:
+old sweep, new sweep, new no-op rerun (the same sweep again), old no-op rerun. One sweep lasts
+minutes, so each is run once; the ratio is new ÷ old wall time. `uptime` before and after, and
+/proc/loadavg around each timed run, go into the result: read the ratio with the load beside it.
+
+Writes reports/results/sweep-executors/timings.json and timings.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from pathlib import Path
+
+import yaml
+
+from prefshift.bench.common import machine, versions
+from prefshift.bench.pipeline import _environment
+
+REPO = Path(__file__).resolve().parent.parent
+OLD_COMMIT = "8e9f8ba"  # the last commit with DVC's queue (its child 552e7fd removes it)
+
+
+def log(message: str) -> None:
+    print(f"[{datetime.now(timezone.utc):%H:%M:%S}] {message}", flush=True)
+
+
+def git(*args: str, cwd: Path = REPO) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def environment(clone: Path) -> dict[str, str]:
+    """`prefshift bench --pipeline`'s environment (this venv first on PATH, offline, the clone's own
+    MLflow database beside it, a git identity), running the clone's sources."""
+    return {**_environment(clone.parent), "PYTHONPATH": str(clone / "src")}
+
+
+def timed(args: list[str], clone: Path, log_file: Path) -> dict:
+    """Run `args` in `clone` in a process group of its own, output to `log_file`; wall seconds."""
+    load_before = Path("/proc/loadavg").read_text().split()[:3]
+    start = time.perf_counter()
+    with log_file.open("a") as out:
+        out.write(f"\n$ {' '.join(args)}\n")
+        out.flush()
+        proc = subprocess.Popen(
+            args,
+            cwd=clone,
+            env=environment(clone),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            rc = proc.wait()
+        except BaseException:  # Ctrl-C or SIGTERM on the bench: the sweep and its tasks stop too
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait()
+            raise
+    wall = time.perf_counter() - start
+    if rc != 0:
+        tail = log_file.read_text().splitlines()[-30:]
+        raise SystemExit(f"{' '.join(args)} failed in {clone} (exit {rc}):\n" + "\n".join(tail))
+    return {
+        "wall_s": round(wall, 1),
+        "loadavg_before": load_before,
+        "loadavg_after": Path("/proc/loadavg").read_text().split()[:3],
+    }
+
+
+def small_overlay(clone: Path) -> dict:
+    """The test suite's shrunken embedded default at the clone's commit (tests/e2e_project.py's SMALL:
+    the same stages, one seed, fewer pairs and steps), read from its source without importing it."""
+    tree = ast.parse((clone / "tests" / "e2e_project.py").read_text(encoding="utf-8"))
+    (value,) = [
+        node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "SMALL"
+    ]
+    return ast.literal_eval(value)
+
+
+def merged(base: dict, overlay: dict) -> dict:
+    return {k: merged(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
+            for k, v in {**base, **overlay}.items()}  # fmt: skip
+
+
+def set_up(side: str, commit: str, tmp: Path, small: bool) -> Path:
+    """The side's clone with its baseline reproduced and committed; one left by an earlier run is
+    reused, and one whose baseline was not finished is reproduced on from where it stopped."""
+    clone, log_file = tmp / side / "project", tmp / side / "bench.log"
+    if (clone / ".git").is_dir() and git("branch", "--list", "bench", cwd=clone):
+        log(f"{side}: reusing {clone}, its baseline committed by an earlier run")
+        return commit_all(clone)
+    if not (clone / ".git").is_dir():
+        clone.parent.mkdir(parents=True, exist_ok=True)
+        git("clone", "-q", "--no-checkout", str(REPO), str(clone))
+        git("checkout", "-q", "--detach", commit, cwd=clone)
+        git("remote", "remove", "origin", cwd=clone)
+        if small:
+            params = merged(yaml.safe_load((clone / "params.yaml").read_text()), small_overlay(clone))
+            (clone / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    log(f"{side}: baseline dvc repro at {commit[:7]} (untimed set-up; minutes)")
+    repro = timed(["dvc", "repro"], clone, log_file)
+    log(f"{side}: baseline repro took {repro['wall_s']} s; committing the baseline")
+    git("checkout", "-q", "-b", "bench", cwd=clone)
+    return commit_all(clone)
+
+
+def commit_all(clone: Path) -> Path:
+    """Commit the baseline's params.yaml and dvc.lock; every other output stays as `dvc repro` left
+    it, untracked, and reaches the points as each executor carries it (`-C` for the queue, the
+    overlay for the clones). Not docs/sweeps.md's commit of the metrics too: on the old commit a
+    committed `cache: false` directory (reports/metrics/<method>) stops the sweep with a StopIteration
+    before anything is queued (the bug issue 46 names), and both sides must start from one state."""
+    git("add", "params.yaml", "dvc.lock", cwd=clone)
+    if git("diff", "--cached", "--name-only", cwd=clone):
+        env = environment(clone)
+        subprocess.run(["git", "commit", "-qm", "Baseline for the sweep"], cwd=clone, env=env, check=True)
+    return clone
+
+
+def uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--old", default=OLD_COMMIT, help="commit with DVC's queue (executor `queue`)")
+    parser.add_argument("--new", default="HEAD", help="commit with the clone executors (executor `local`)")
+    parser.add_argument("--values", default="0.1,0.5,2,10", help="the four anchor.lambda values")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=REPO / "reports/results/sweep-executors")
+    parser.add_argument("--keep", action="store_true", help="keep the clones (their paths are printed)")
+    parser.add_argument("--workdir", type=Path, help="where the clones go (kept); a committed one is reused")
+    parser.add_argument(
+        "--small",
+        action="store_true",
+        help="the test suite's shrunken embedded default (one seed, few steps)",
+    )
+    parser.add_argument("--note", default="", help="a line for the result, e.g. who else used the machine")
+    opts = parser.parse_args()
+
+    commits = {"old": git("rev-parse", opts.old), "new": git("rev-parse", opts.new)}
+    executors = {"old": "queue", "new": "local"}
+    sweep = ["prefshift", "sweep", "-S", f"anchor.lambda={opts.values}", "--jobs", str(opts.jobs)]
+    started = datetime.now(timezone.utc)
+    result: dict = {
+        "date": f"{started:%Y-%m-%d %H:%M} UTC",
+        "machine": machine(),
+        "versions": {name: versions()[name] for name in ("dvc", "torch")},
+        "uptime_start": uptime(),
+        "commits": commits,
+        "executors": executors,
+        "sweep": " ".join(sweep) + " --executor <executor>",
+        "pipeline": "tests/e2e_project.py's SMALL over params.yaml" if opts.small else "embedded default",
+        "note": opts.note,
+    }
+    log(f"start: {result['uptime_start']}")
+    tmp = opts.workdir or Path(tempfile.mkdtemp(prefix="prefshift-bench-sweeps-"))
+    log(f"clones under {tmp}")
+    try:
+        with ThreadPoolExecutor(2) as pool:  # two untimed baselines at once: set-up only, half the wait
+            built = {
+                side: pool.submit(set_up, side, commits[side], tmp, opts.small) for side in ("old", "new")
+            }
+            clones = {side: future.result() for side, future in built.items()}
+        runs: dict[str, dict] = {}
+        result["runs"] = runs
+        for side, what in (("old", "sweep"), ("new", "sweep"), ("new", "rerun"), ("old", "rerun")):
+            log(f"{side}: {what} ({executors[side]})")
+            runs[f"{side}_{what}"] = timed(
+                [*sweep, "--executor", executors[side]], clones[side], tmp / side / "bench.log"
+            )
+            log(f"{side}: {what} took {runs[f'{side}_{what}']['wall_s']} s")
+            result["ratio_new_over_old"] = {
+                what: round(runs[f"new_{what}"]["wall_s"] / runs[f"old_{what}"]["wall_s"], 3)
+                for what in ("sweep", "rerun")
+                if f"new_{what}" in runs and f"old_{what}" in runs
+            }
+            result["complete"] = len(runs) == 4  # written after every run: a cut-short bench keeps its part
+            result["uptime_end"] = uptime()
+            write(result, opts.out)
+        log(f"end: {result['uptime_end']}")
+    finally:
+        if opts.keep or opts.workdir:
+            log(f"clones kept under {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write(result: dict, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "timings.json").write_text(json.dumps(result, indent=2) + "\n")
+    runs, ratio = result["runs"], result["ratio_new_over_old"]
+    commits, executors = result["commits"], result["executors"]
+
+    def cell(key: str) -> str:
+        return str(runs[key]["wall_s"]) if key in runs else "not run"
+
+    rows = [
+        f"| {label} | {cell(f'old_{what}')} | {cell(f'new_{what}')} | {ratio.get(what, '—')} |"
+        for what, label in (("sweep", "4-point sweep, warm cache"), ("rerun", "the same sweep again (no-op)"))
+    ]
+    (out / "timings.md").write_text(
+        "\n".join(
+            [
+                "# Sweep executors: DVC's queue against a clone per point (issue 46, point 5)",
+                "",
+                f"{result['date']}, {result['machine']['cpu']}, {result['machine']['cores']} cores. "
+                f"`{result['sweep']}` on the {result['pipeline']}, each side in a fresh clone after its "
+                "baseline `dvc repro` (warm cache); run old, new, new, old so drifting load weighs on both.",
+                "",
+                f"- old: `{commits['old'][:7]}`, executor `{executors['old']}` (DVC's queue)",
+                f"- new: `{commits['new'][:7]}`, executor `{executors['new']}` (a clone per point)",
+                "",
+                "| run | old (s) | new (s) | new ÷ old |",
+                "|---|---|---|---|",
+                *rows,
+                "",
+                *(
+                    []
+                    if result.get("complete")
+                    else ["**Incomplete**: the bench stopped before its four runs.", ""]
+                ),
+                "The machine is shared with other work; load at start and end (`uptime`):",
+                "",
+                f"- start: `{result['uptime_start']}`",
+                f"- end: `{result['uptime_end']}`",
+                *([f"\n{result['note']}"] if result["note"] else []),
+                "",
+                "Each figure is one run; the load averages around each are in timings.json. "
+                "Written by `python bench/sweep_executors.py`.",
+                "",
+            ]
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
