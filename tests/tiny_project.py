@@ -51,15 +51,17 @@ def write_params(root: Path, params: Params) -> Path:
 
 
 def run_pipeline(root: Path, params: Params) -> Layout:
-    """prepare → split → backbone → teacher → label → plan → reference → targets of every
-    listed method → train and evaluate naive, in-process."""
+    """prepare → split → backbone → teacher → label → the teacher's target scores and metrics →
+    plan → reference → targets of every listed method → train, score and evaluate naive, in-process."""
     from prefshift.pipeline.stages import (
         backbone,
         evaluate,
+        evaluate_teacher,
         label,
         plan,
         prepare,
         reference,
+        score_target,
         split,
         targets,
         teacher,
@@ -73,11 +75,16 @@ def run_pipeline(root: Path, params: Params) -> Layout:
     backbone.run(params, layout)
     teacher.run(params, layout)
     label.run(params, layout)
+    for target in params.data.targets:
+        score_target.run(params, layout, "teacher", target)
+    evaluate_teacher.run(params, layout)
     plan.run(params, layout)
     reference.run(params, layout)
     for method in params.methods:
         targets.run(params, layout, method)
     train.run(params, layout, "naive")
+    for target in params.data.targets:
+        score_target.run(params, layout, "naive", target)
     evaluate.run(params, layout, "naive")
     return layout
 
