@@ -323,12 +323,12 @@ def test_adding_a_target_splits_it_alone_and_keeps_every_other_splits_bytes(smal
     assert layout.split("syn_help_chat").exists()
     for name, version in versions.items():  # a model of the first project still checks out
         check_split_version(layout, name, version, "a model trained before")
-    with pytest.raises(SplitError, match="version .* of split 'id_test'"):
+    with pytest.raises(SplitError, match=r"version .* of split 'id_test'"):
         check_split_version(layout, "id_test", "0" * 16, "a model of other splits")
 
 
 def test_a_one_dataset_run_names_what_it_accepts(small_params, tmp_layout):
-    with pytest.raises(ConfigError, match="--dataset nope: neither data.source"):
+    with pytest.raises(ConfigError, match=r"--dataset nope: neither data\.source"):
         prepare.run(small_params(), tmp_layout, "nope")
-    with pytest.raises(ConfigError, match="--dataset nope: neither data.source"):
+    with pytest.raises(ConfigError, match=r"--dataset nope: neither data\.source"):
         split.run(small_params(), tmp_layout, "nope")
