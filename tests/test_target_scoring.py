@@ -75,3 +75,14 @@ def test_a_new_target_is_scored_and_a_dropped_one_unscored_and_no_model_is_retra
     assert _models(root) == before
     metrics = json.loads((root / "reports" / "metrics" / "naive" / f"seed-{SEEDS[0]}.json").read_text())
     assert set(metrics["targets"]) == set(old["targets"])
+    # The registry re-decided on the same versions (no model changed) and says what moved.
+    again = {
+        p["method"]: p for p in json.loads((root / "reports" / "promotion.json").read_text())["promoted"]
+    }
+    first = {p["method"]: p for p in promotion["promoted"]}
+    assert again and {m: p["version"] for m, p in again.items()} == {
+        m: p["version"] for m, p in first.items()
+    }
+    for method, promoted in again.items():
+        assert promoted["changes"][f"aog.{NEW}"][1] is None, method  # the dropped target's numbers went
+        assert "mean_aog" in promoted["changes"], method
