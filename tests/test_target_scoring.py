@@ -24,7 +24,12 @@ from e2e_project import SEEDS, STUDENTS, copy_reproduced, per_method, ran_stages
 NEW = "rewardbench_chat"
 TRAINING = ("backbone", "plan", "reference", "seam_principles", "teacher@", "label@", "targets@", "train@")
 """Stages that build or train a model, or what a model trains on: none may run for a target."""
-READ_SCORES = {"evaluate_teacher", "report", "promote", *per_method(("evaluate",), STUDENTS)}
+READ_SCORES = {
+    "report",
+    "promote",
+    *per_method(("evaluate",), STUDENTS),
+    *(f"evaluate_teacher@{k}" for k in SEEDS),
+}
 DIAGNOSTICS = {"probe", "policy_samples", "judge", "gold_judge", "downstream"}
 """They read every target (probes per split, best-of-n prompts per split, the judge's accuracy on
 every test split), so a target added or dropped is theirs to run again."""
