@@ -31,7 +31,6 @@ from prefshift.core.errors import PrefshiftError
 from prefshift.core.paths import SOURCE_SPLITS, Layout
 from prefshift.data.schema import Group, Pair, content_hash, pair_content_hash
 
-TRAIN_SPLITS = ("teacher_train", "student_train")
 T = TypeVar("T", Pair, Group)
 
 

@@ -206,18 +206,15 @@ def score_hint(model: str, split: str) -> str:
 
 
 def read_heldout(
-    layout: Layout, model: str, ids: Mapping[str, set[str]], targets: Sequence[str], hint: str
+    layout: Layout, model: str, ids: Mapping[str, set[str]], targets: Sequence[str]
 ) -> dict[str, pd.DataFrame]:
     """`model`'s score frame of every split in `ids`, each directory checked as one run's output set."""
-    directories = {None: layout.scores_dir(model)} | {t: layout.target_scores_dir(model, t) for t in targets}
-    for target, directory in directories.items():
+    directories = {"id_test": layout.scores_dir(model)} | {
+        t: layout.target_scores_dir(model, t) for t in targets
+    }
+    for split, directory in directories.items():
         if directory.exists():  # one scoring run's set, not a mix
-            verify(
-                layout.root,
-                manifest_of(directory),
-                [directory],
-                hint if target is None else score_hint(model, target),
-            )
+            verify(layout.root, manifest_of(directory), [directory], score_hint(model, split))
     return {
         split: read_scores(layout.scores(model, split), layout, split, ids[split], score_hint(model, split))
         for split in ids
@@ -377,13 +374,13 @@ def run(params: Params, layout: Layout, method: str) -> dict[str, Any]:
     ids = {split: {p.pair_id for p in pairs[split]} for split in splits}
     targets = params.data.targets
     check_trained_on(layout, "teacher", read_train_log(layout.train_log("teacher")))
-    teacher = read_heldout(layout, "teacher", ids, targets, "prefshift teacher")
+    teacher = read_heldout(layout, "teacher", ids, targets)
     if not layout.student_dir(method).exists():
         raise EvaluateError(
             f"{layout.student_dir(method)}: no trained student; run `prefshift train --method {method}`"
         )
     check_trained_on(layout, method, read_train_log(layout.train_log(method)))
-    student = read_heldout(layout, method, ids, targets, f"prefshift train --method {method}")
+    student = read_heldout(layout, method, ids, targets)
 
     from prefshift.tracking import runs as tracking
 

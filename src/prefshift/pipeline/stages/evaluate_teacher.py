@@ -17,14 +17,15 @@ from prefshift.data.schema import read_pairs
 from prefshift.data.splits import load_manifest
 from prefshift.pipeline.heldout_scores import read_skips
 from prefshift.pipeline.output_set import output_set
-from prefshift.pipeline.stages.evaluate import read_heldout
+from prefshift.pipeline.stages.evaluate import check_trained_on, read_heldout, read_train_log
 from prefshift.science.metrics import ID_SPLIT, accuracy
 
 
 def run(params: Params, layout: Layout) -> dict:
     splits = [ID_SPLIT, *params.data.targets]
     ids = {split: {p.pair_id for p in read_pairs(layout.split(split))} for split in splits}
-    frames = read_heldout(layout, "teacher", ids, params.data.targets, "prefshift teacher")
+    check_trained_on(layout, "teacher", read_train_log(layout.train_log("teacher")))
+    frames = read_heldout(layout, "teacher", ids, params.data.targets)
     labels = pq.read_table(layout.weak_labels, columns=["q"]).to_pandas()
     metrics: dict = {
         "split_version": str(load_manifest(layout)["version"]),
