@@ -36,10 +36,12 @@ every test split), so a target added or dropped is theirs to run again."""
 
 
 def _models(root: Path) -> dict[str, str]:
-    """sha256 of every file under models/: the trained and pretrained models, byte for byte."""
+    """sha256 of every file of the pretrained bases, the teachers and the students, byte for byte
+    (the best-of-n judge is retrained by its stage, which also reports its accuracy on every target)."""
     return {
         p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted((root / "models").rglob("*"))
+        for kind in ("base", "teacher", "students")
+        for p in sorted((root / "models" / kind).rglob("*"))
         if p.is_file()
     }
 
