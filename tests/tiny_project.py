@@ -61,7 +61,6 @@ def run_pipeline(root: Path, params: Params) -> Layout:
         plan,
         prepare,
         reference,
-        score_target,
         split,
         targets,
         teacher,
@@ -75,18 +74,25 @@ def run_pipeline(root: Path, params: Params) -> Layout:
     backbone.run(params, layout)
     teacher.run(params, layout)
     label.run(params, layout)
-    for target in params.data.targets:
-        score_target.run(params, layout, "teacher", target)
+    score_on_targets(params, layout, "teacher")
     evaluate_teacher.run(params, layout)
     plan.run(params, layout)
     reference.run(params, layout)
     for method in params.methods:
         targets.run(params, layout, method)
     train.run(params, layout, "naive")
-    for target in params.data.targets:
-        score_target.run(params, layout, "naive", target)
+    score_on_targets(params, layout, "naive")
     evaluate.run(params, layout, "naive")
     return layout
+
+
+def score_on_targets(params: Params, layout: Layout, model: str) -> None:
+    """`model` (teacher or a method) scored on every target, as DVC's score stages do after training:
+    what evaluate reads besides the training stage's own scores."""
+    from prefshift.pipeline.stages import score_target
+
+    for target in params.data.targets:
+        score_target.run(params, layout, model, target)
 
 
 def pipeline_root(tmp_path_factory) -> Path:
