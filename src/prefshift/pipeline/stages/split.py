@@ -68,7 +68,6 @@ def _write_set(
     params: Params, layout: Layout, dataset: str, directory: Path, built: SplitSet, extra: dict[str, Any]
 ) -> dict[str, Any]:
     """One dataset's split files, its capped groups and its manifest, swapped in together."""
-    verify_pairs(layout, dataset)
     entries: dict[str, dict[str, Any]] = {}
     with (
         locks.hold(layout.root, [directory], f"prefshift split --dataset {dataset}"),
@@ -101,6 +100,7 @@ def verify_pairs(layout: Layout, dataset: str) -> None:
 
 def split_source(params: Params, layout: Layout) -> dict[str, Any]:
     data = params.data
+    verify_pairs(layout, data.source)  # before reading: a file missing from its set is named as such
     built = build_source_splits(
         _pairs(layout, data.source, "train"), _pairs(layout, data.source, "test"), data, params.seed
     )
@@ -110,6 +110,7 @@ def split_source(params: Params, layout: Layout) -> dict[str, Any]:
 
 
 def split_target(params: Params, layout: Layout, target: str) -> dict[str, Any]:
+    verify_pairs(layout, target)
     source_version = str(load_manifest(layout)["version"])
     source = {name: read_pairs(layout.split(name)) for name in SOURCE_SPLITS}
     built = build_target_split(
