@@ -120,6 +120,7 @@ def test_champion_pulls_into_plain_transformers_with_identical_rewards(pipeline,
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from prefshift.config.params import load_params
+    from prefshift.core.paths import Layout
     from prefshift.data.schema import read_pairs
     from prefshift.engine.scoring import load_for_scoring, score_pairs
 
@@ -133,7 +134,7 @@ def test_champion_pulls_into_plain_transformers_with_identical_rewards(pipeline,
 
     params = load_params(root / "params.yaml")
     params = params.model_copy(update={"encode": params.encode.model_copy(update={"max_length": 4096})})
-    pairs = read_pairs(root / "data" / "splits" / "id_test.parquet")[:8]
+    pairs = read_pairs(Layout(root).split("id_test"))[:8]
     ours = score_pairs(*load_for_scoring(out, params), pairs, params).set_index("pair_id")
     for pair in pairs:
         rewards = []
