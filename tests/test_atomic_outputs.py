@@ -107,17 +107,28 @@ def _assert_only_hidden_temporaries(root: Path) -> None:
             raise AssertionError(f"temporary output outside a hidden .tmp path: {path}")
 
 
+def _split_sets(layout: Layout) -> list[Path]:
+    """The directories split swaps in whole, each with its own manifest: the source's, each target's."""
+    ood = layout.splits_dir / "ood"
+    targets = sorted(p for p in ood.iterdir() if p.is_dir()) if ood.exists() else []
+    return [d for d in [layout.source_splits_dir, *targets] if d.exists()]
+
+
+def _manifests(layout: Layout) -> dict[Path, bytes]:
+    return {d: (d / "manifest.json").read_bytes() for d in _split_sets(layout)}
+
+
 def _assert_splits_complete_or_absent(layout: Layout) -> None:
-    if not layout.splits_dir.exists():
-        return
-    manifest = json.loads(layout.split_manifest.read_text())  # the manifest is written last, inside the swap
-    for name, entry in manifest["splits"].items():
-        path = layout.root / entry["path"]
-        assert file_sha256(path) == entry["sha256"], name
-        if not name.startswith("groups/"):
-            assert len(read_pairs(path)) == entry["count"], name
-    listed = {layout.root / e["path"] for e in manifest["splits"].values()} | {layout.split_manifest}
-    assert {p for p in layout.splits_dir.rglob("*") if p.is_file()} == listed
+    """Every split directory on disk is whole: exactly the files its manifest lists, as it lists them."""
+    for directory in _split_sets(layout):
+        manifest = json.loads((directory / "manifest.json").read_text())  # written last, inside the swap
+        for name, entry in manifest["splits"].items():
+            path = layout.root / entry["path"]
+            assert file_sha256(path) == entry["sha256"], name
+            if not name.startswith("groups/"):
+                assert len(read_pairs(path)) == entry["count"], name
+        listed = {layout.root / e["path"] for e in manifest["splits"].values()}
+        assert {p for p in directory.rglob("*") if p.is_file()} == listed | {directory / "manifest.json"}
 
 
 def _assert_model_complete_or_absent(directory: Path, log: Path) -> None:
@@ -136,14 +147,14 @@ def project(tmp_path_factory, tmp_path) -> Layout:
 @pytest.mark.slow
 def test_killed_split_leaves_old_or_new_splits_never_a_mix(project):
     layout, rng = project, random.Random(0)
-    before = layout.split_manifest.read_bytes()
+    before = _manifests(layout)
     delay = rng.uniform(1.0, 6.0)
     for due in (_mid_write(layout.root / "data"), lambda elapsed: elapsed >= delay):
         _kill(layout, ["split"], due)  # a fast split may finish first: its outputs are checked all the same
         _assert_splits_complete_or_absent(layout)
         _assert_only_hidden_temporaries(layout.root)
-        if layout.splits_dir.exists():
-            assert layout.split_manifest.read_bytes() == before  # same params: same splits, byte for byte
+        for directory, manifest in _manifests(layout).items():
+            assert manifest == before[directory]  # same params: same splits, byte for byte
     shutil.rmtree(layout.splits_dir, ignore_errors=True)
     _kill(layout, ["split"], _mid_write(layout.root / "data"))
     _assert_splits_complete_or_absent(layout)

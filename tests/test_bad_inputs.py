@@ -368,7 +368,7 @@ def test_overlap_between_source_and_target_is_removed_and_counted(tmp_path):
     params, layout = load_params(_params_file(tmp_path, raw)), Layout(tmp_path, seed=0)
     prepare.run(params, layout)
     split.run(params, layout)
-    manifest = json.loads(layout.split_manifest.read_text())
+    manifest = json.loads(layout.target_manifest("theirs").read_text())
     assert (
         manifest["removed"]["ood/theirs"]["overlap"] == 1 and manifest["splits"]["ood/theirs"]["count"] == 3
     )

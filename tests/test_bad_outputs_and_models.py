@@ -59,7 +59,9 @@ def test_a_prepare_failing_on_one_dataset_replaces_no_dataset(tmp_path):
     message = _prepare_error(tmp_path, raw)
     assert "theirs.jsonl line 2: not valid JSON" in message
     assert _tree(pairs) == before  # the source's new pairs were staged, never swapped in
-    verify(tmp_path, manifest_of(pairs), [pairs], "prefshift prepare")
+    for dataset in ("mine", "theirs"):  # each dataset's directory is still the set one run wrote
+        directory = pairs / dataset
+        verify(tmp_path, manifest_of(directory), [directory], "prefshift prepare")
     assert not [p for p in tmp_path.rglob("*.tmp")]
 
 
@@ -77,7 +79,7 @@ def test_split_refuses_pairs_that_one_prepare_run_did_not_write(tmp_path):
     params = str(_params_file(tmp_path, raw))
     message = _cli_error("split", "-p", params, "--root", str(tmp_path))
     assert f"{layout.pairs('mine', 'train')} differs from the file it recorded" in message
-    assert "run `prefshift prepare` again" in message
+    assert "run `prefshift prepare --dataset mine` again" in message
     _prepare(tmp_path, raw)  # what the message says to do: a consistent set again
     layout.pairs("theirs", "test").unlink()
     message = _cli_error("split", "-p", params, "--root", str(tmp_path))
@@ -108,8 +110,11 @@ def test_evaluate_refuses_teacher_scores_that_one_teacher_run_did_not_write(tmp_
         {"pair_id": ["p1"], "delta": [1.0], "gold": [1.0], "len_chosen": [3], "len_rejected": [4]}
     )
     with output_set(tmp_path, "prefshift teacher", directories=[layout.scores_dir("teacher")]) as out:
-        for split in ("id_test", *TARGETS):
-            write_scores(out.path(layout.scores("teacher", split)), frame, "v1")
+        write_scores(out.path(layout.scores("teacher", "id_test")), frame, "v1")
+    for target in TARGETS:  # each target's scores: one `score-target` run's set
+        command = f"prefshift score-target --model teacher --target {target}"
+        with output_set(tmp_path, command, directories=[layout.target_scores_dir("teacher", target)]) as out:
+            write_scores(out.path(layout.scores("teacher", target)), frame, "v1")
     write_scores(layout.scores("teacher", TARGETS[1]), frame.assign(delta=[2.0]), "v1")  # another run's
     with pytest.raises(OutputSetError, match=f"{layout.scores('teacher', TARGETS[1])} differs from the file"):
         evaluate.run(_params(), layout, "naive")

@@ -75,9 +75,9 @@ def worker(root: Path, batch: int, method: str) -> None:
 def _prepare(root: Path, factory) -> None:
     import tiny_models
     from mlflow_support import seed_database
-    from prefshift.core.atomic import write_json
     from prefshift.core.paths import Layout
     from prefshift.data.schema import write_pairs
+    from split_manifests import write_split_manifests
 
     root.mkdir(parents=True)
     seed_database(factory, root / "mlflow.db")
@@ -85,7 +85,7 @@ def _prepare(root: Path, factory) -> None:
     layout = Layout(root, seed=0)
     for split in ("id_test", *_params(BATCH).data.targets):  # fit scores the saved model on them
         write_pairs(layout.split(split), tiny_models.pairs(8))
-    write_json(layout.split_manifest, {"version": "v1"})
+    write_split_manifests(layout, "v1", targets=_params(BATCH).data.targets)
 
 
 def _launch(root: Path, batch: int, method: str, processes: int) -> subprocess.Popen:

@@ -34,10 +34,16 @@ PER_SEED = {name: _template(s) for name, s in STAGES.items() if s.get("foreach")
 
 
 def test_the_per_method_stages_run_every_seed():
-    assert set(ALL_SEEDS) == {"targets", "train", "evaluate"}
-    assert set(PER_SEED) == {"teacher", "label"}
-    for name in ALL_SEEDS:
+    assert set(ALL_SEEDS) == {"targets", "train", "evaluate", "score_target", "score_teacher"}
+    assert set(PER_SEED) == {"teacher", "label", "evaluate_teacher"}
+    for name in ("targets", "train", "evaluate"):
         assert STAGES[name]["foreach"] == "${methods}", name
+    # A target's scores: one stage per (method, target) and per target for the teacher.
+    assert STAGES["score_target"]["matrix"] == {"model": "${methods}", "target": "${data.targets}"}
+    assert STAGES["score_teacher"]["foreach"] == "${data.targets}"
+
+
+OWNED_END = {"score_target": "/${item.model}/${item.target}"}
 
 
 @pytest.mark.parametrize("name", sorted(ALL_SEEDS))
@@ -45,7 +51,8 @@ def test_a_stage_that_runs_every_seed_reruns_when_seeds_change(name):
     template = ALL_SEEDS[name]
     assert "seeds" in template.get("params", []), f"{name}: add `seeds` to its params"
     owned = _paths(template.get("outs", []) + template.get("metrics", []))
-    assert owned and all(path.endswith("/${item}") for path in owned), (name, owned)
+    end = OWNED_END.get(name, "/${item}")
+    assert owned and all(path.endswith(end) for path in owned), (name, owned)
 
 
 @pytest.mark.parametrize("name", sorted(PER_SEED))

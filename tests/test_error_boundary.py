@@ -45,6 +45,8 @@ COMMANDS: dict[str, list[str]] = {
     "targets": ["targets", "-m", "naive", "-p", "{p}"],
     "train": ["train", "-m", "naive", "-p", "{p}"],
     "evaluate": ["evaluate", "-m", "naive", "-p", "{p}"],
+    "score-target": ["score-target", "--model", "naive", "--target", "syn_help_chat", "-p", "{p}"],
+    "evaluate-teacher": ["evaluate-teacher", "-p", "{p}"],
     "policy-samples": ["policy-samples", "-p", "{p}"],
     "judge": ["judge", "-p", "{p}"],
     "gold-judge": ["gold-judge", "-p", "{p}"],

@@ -22,7 +22,7 @@ from prefshift.bench.pipeline import copy_project_sources
 from prefshift.cli import app
 from prefshift.core.paths import Layout
 from prefshift.pipeline.stages import inputs
-from prefshift.pipeline.stages.inputs import CONSUMERS, STAT_CACHE_NAME, inputs_file
+from prefshift.pipeline.stages.inputs import CONSUMERS, STAT_CACHE_NAME, dataset_inputs_file, inputs_file
 
 MINE = {"adapter": "local", "path": "raw/mine_{split}.jsonl", "category": "helpful"}
 
@@ -41,11 +41,20 @@ def _write_raw(root: Path) -> None:
     (root / "raw" / "mine_test.jsonl").write_text(_rows(10, "test"), encoding="utf-8")
 
 
+def _files(root: Path, consumer: str) -> list[Path]:
+    """The consumer's files: prepare's are one per dataset (each dataset's prepare stage reads its own)."""
+    if consumer == "prepare":
+        return sorted((root / "data" / "inputs" / "prepare").glob("*.json"))
+    return [inputs_file(Layout(root, seed=0), consumer)]
+
+
 def _snapshot(root: Path) -> dict[str, bytes]:
-    return {c: inputs_file(Layout(root, seed=0), c).read_bytes() for c in CONSUMERS}
+    return {c: b"".join(path.read_bytes() for path in _files(root, c)) for c in CONSUMERS}
 
 
 def _record(root: Path, consumer: str) -> dict:
+    if consumer == "prepare":
+        return {path.stem: json.loads(path.read_text(encoding="utf-8")) for path in _files(root, consumer)}
     return json.loads(inputs_file(Layout(root, seed=0), consumer).read_text(encoding="utf-8"))
 
 
@@ -155,7 +164,8 @@ def test_hub_sources_are_recorded_with_the_revision_asked_for(tmp_path, monkeypa
     inputs.run(params, Layout(tmp_path, seed=0))
     prepare = _record(tmp_path, "prepare")
     asked = {"hub": "nvidia/HelpSteer3", "config": "preference", "revision": "0123abc"}
-    assert prepare["helpsteer3"] == asked
+    assert {k: v for k, v in prepare["helpsteer3"].items() if k != "params"} == asked
+    assert prepare["helpsteer3"]["params"]["revision"] == "0123abc"  # its data.sources row, for its stage
     assert prepare["hh_helpful"]["hub"] == "Anthropic/hh-rlhf" and prepare["hh_helpful"]["revision"] is None
     captured = capsys.readouterr()
     said = " ".join((captured.err + captured.out).split())
@@ -239,6 +249,7 @@ def test_under_dvc_a_changed_row_reruns_prepare_and_what_follows_and_a_noop_only
     assert ran_stages(run(["dvc", "repro", "split"], root, env)) == {"inputs", "prepare", "split"}
     assert ran_stages(run(["dvc", "repro", "split"], root, env)) == {"inputs"}
     assert _dvc_status(root, env, "prepare", "split") == {}
+    chat_inputs = dataset_inputs_file(Layout(root, seed=0), "syn_help_chat").read_bytes()
 
     backbone_inputs = inputs_file(Layout(root, seed=0), "backbone").read_bytes()
     with (root / "raw" / "mine_train.jsonl").open("a", encoding="utf-8") as handle:
@@ -247,10 +258,12 @@ def test_under_dvc_a_changed_row_reruns_prepare_and_what_follows_and_a_noop_only
     assert _dvc_status(root, env, "inputs") == {"inputs": ["always changed"]}
     run(["prefshift", "inputs"], root, env)  # after which it names what the change re-runs
     status = _dvc_status(root, env, "prepare", "split")
-    assert status == {"prepare": [{"changed deps": {"data/inputs/prepare.json": "modified"}}]}
+    assert status == {"prepare": [{"changed deps": {"data/inputs/prepare/mine.json": "modified"}}]}
     assert (
         inputs_file(Layout(root, seed=0), "backbone").read_bytes() == backbone_inputs
     )  # backbone stays cached
+    # and so does every other dataset's prepare: the target's record kept its bytes
+    assert dataset_inputs_file(Layout(root, seed=0), "syn_help_chat").read_bytes() == chat_inputs
 
     assert ran_stages(run(["dvc", "repro", "split"], root, env)) == {"inputs", "prepare", "split"}
     assert ran_stages(run(["dvc", "repro", "split"], root, env)) == {"inputs"}

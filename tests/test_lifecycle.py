@@ -185,12 +185,13 @@ with locks.hold(Path(sys.argv[1]), [Path(sys.argv[2])], "another writer"):
 @pytest.mark.parametrize(
     ("stage", "output"),
     [
-        (["split"], lambda layout: layout.splits_dir),
+        (["split"], lambda layout: layout.source_splits_dir),
+        (["split", "--dataset", "syn_help_chat"], lambda layout: layout.target_split_dir("syn_help_chat")),
         (["plan"], lambda layout: layout.plan_dir),
         (["reference"], lambda layout: layout.reference_dir),
         (["targets", "--method", "naive"], lambda layout: layout.targets_dir("naive")),
     ],
-    ids=["split", "plan", "reference", "targets"],
+    ids=["split", "split a target", "plan", "reference", "targets"],
 )
 def test_stages_that_replace_a_directory_whole_take_its_lock(project, stage, output):
     """The stages outside output sets (one directory, one rename) are refused while another process

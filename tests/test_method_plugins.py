@@ -134,8 +134,11 @@ def test_a_method_from_an_installed_package_runs_plan_to_report(tmp_path, tmp_pa
         "toy_margin": {"margin": 0.25},
         "plugin": "toy-margin-method 0.3.0",
     }
-    for stage in ("targets", "train", "evaluate"):
-        _run(layout.root, env, stage, "--method", "toy_margin")
+    _run(layout.root, env, "targets", "--method", "toy_margin")
+    _run(layout.root, env, "train", "--method", "toy_margin")
+    for target in params["data"]["targets"]:  # scored apart from training, as DVC's score_target@ does
+        _run(layout.root, env, "score-target", "--model", "toy_margin", "--target", target)
+    _run(layout.root, env, "evaluate", "--method", "toy_margin")
     log = json.loads(Layout(layout.root, seed=0).train_log("toy_margin").read_text())
     assert log["objective"] == "toy_margin"
     assert {row["margin"] for row in log["steps"]} == {0.25}  # the plug-in's loss ran, with its settings

@@ -36,7 +36,7 @@ def test_repro_runs_every_stage_and_writes_the_report(pipeline):
     ran = _ran_stages(pipeline["first"])
     expected = {"prepare", "split", "backbone", "plan", "reference", "seam_principles", "probe", "report"}
     expected |= {"promote"}
-    expected |= {f"{stage}@{k}" for stage in ("teacher", "label") for k in SEEDS}
+    expected |= {f"{stage}@{k}" for stage in ("teacher", "label", "evaluate_teacher") for k in SEEDS}
     expected |= per_method(("targets", "train", "evaluate"), STUDENTS)
     expected |= {"policy_samples", "judge", "gold_judge", "downstream"}
     assert expected <= ran
@@ -120,6 +120,7 @@ def test_champion_pulls_into_plain_transformers_with_identical_rewards(pipeline,
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from prefshift.config.params import load_params
+    from prefshift.core.paths import Layout
     from prefshift.data.schema import read_pairs
     from prefshift.engine.scoring import load_for_scoring, score_pairs
 
@@ -133,7 +134,7 @@ def test_champion_pulls_into_plain_transformers_with_identical_rewards(pipeline,
 
     params = load_params(root / "params.yaml")
     params = params.model_copy(update={"encode": params.encode.model_copy(update={"max_length": 4096})})
-    pairs = read_pairs(root / "data" / "splits" / "id_test.parquet")[:8]
+    pairs = read_pairs(Layout(root).split("id_test"))[:8]
     ours = score_pairs(*load_for_scoring(out, params), pairs, params).set_index("pair_id")
     for pair in pairs:
         rewards = []
@@ -171,6 +172,12 @@ def test_methods_is_the_pipeline(tmp_path_factory):
         tmp_path_factory,
     )
     method_stages = per_method(("targets", "train", "evaluate"), ("naive", "anchor_last"))
+    targets = yaml.safe_load((root / "params.yaml").read_text())["data"]["targets"]
+    for target in targets:  # each target is prepared, split and scored by stages of its own
+        method_stages |= {
+            f"{stage}@{target}" for stage in ("prepare_target", "split_target", "score_teacher")
+        }
+        method_stages |= {f"score_target@{m}-{target}" for m in ("naive", "anchor_last")}
     expected = {
         "prepare",
         "split",
@@ -179,6 +186,8 @@ def test_methods_is_the_pipeline(tmp_path_factory):
         "teacher@2",
         "label@0",
         "label@2",
+        "evaluate_teacher@0",
+        "evaluate_teacher@2",
         "plan",
         "reference",
         "seam_principles",  # runs, and writes an empty cache, when seam is not listed
@@ -251,6 +260,8 @@ def test_the_documented_lambda_sweep_runs_experiments_that_carry_their_metrics(s
     # `reference`, the judge and its gold scores (they read no student) and the other four
     # students stay cached.
     anchor_stages = per_method(("train", "evaluate"), ("anchor_last", "anchor_mid"))
+    targets = yaml.safe_load(before)["data"]["targets"]
+    anchor_stages |= {f"score_target@{m}-{t}" for m in ("anchor_last", "anchor_mid") for t in targets}
     per_point = {"inputs", "plan", "downstream", "report"} | anchor_stages
     logs = output.split("--- experiment ")[1:]
     assert len(logs) == 2

@@ -20,7 +20,6 @@ from typer.testing import CliRunner
 
 from prefshift.cli import app
 from prefshift.config.params import EncodeConfig, LMSpec, Params, SeamConfig, TrainConfig
-from prefshift.core.atomic import write_json
 from prefshift.core.errors import PrefshiftError
 from prefshift.core.paths import Layout
 from prefshift.core.progress import EVERY_ENV, ProgressReporter, duration, lines_to, track
@@ -30,6 +29,7 @@ from prefshift.engine.train import train_reward_model
 from prefshift.methods import build_objective
 from prefshift.methods.base import Objective
 from prefshift.models.reward import save_reward_model
+from split_manifests import write_split_manifests
 from tiny_models import TEXTS, base_dir, install_backbones, items, pairs, reward_model, tokenizer
 
 CFG = TrainConfig(batch_size=4, epochs=2, lr=5e-3, warmup_frac=0.25, log_every=1, drift_every=2, probe_size=4)
@@ -219,7 +219,7 @@ def _teacher_project(root) -> Layout:
     write_pairs(layout.split("student_train"), data[8:12])  # the teacher scores it (its labels)
     write_pairs(layout.split("id_test"), data[8:12])
     write_pairs(layout.split("toy_ood"), data[12:])
-    write_json(layout.split_manifest, {"version": "v1"})
+    write_split_manifests(layout, "v1", targets=["toy_ood"])
     install_backbones(layout, base_dir(root), base_dir(root))
     return layout
 

@@ -261,7 +261,11 @@ def _splits(layout: Layout, sizes: dict[str, int], version: str = "v1") -> None:
             for i in range(n)
         ]
         write_pairs(layout.split(split), pairs)
-    layout.split_manifest.write_text(json.dumps({"version": version, "splits": {}}))
+    entry = {"version": version}
+    source = {s: entry for s in sizes if s == "id_test"}
+    layout.split_manifest.write_text(json.dumps({"version": version, "splits": source}))
+    for target in (s for s in sizes if s != "id_test"):  # each target's manifest: its own version
+        layout.target_manifest(target).write_text(json.dumps({"splits": {f"ood/{target}": entry}}))
 
 
 def test_evaluate_without_teacher_scores_says_run_teacher(tmp_path: Path):
@@ -292,5 +296,7 @@ def test_evaluate_refuses_scores_of_another_split_version(tmp_path: Path):
     )
     with output_set(layout.root, "prefshift teacher", directories=[layout.scores_dir("teacher")]) as out:
         write_scores(out.path(layout.scores("teacher", "id_test")), frame, "old")
-    with pytest.raises(PrefshiftError, match="split version old"):
+    with pytest.raises(
+        PrefshiftError, match="made from version old of split 'id_test', which is now version new"
+    ):
         evaluate.run(_params(), layout, "naive")

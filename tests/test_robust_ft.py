@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from dataclasses import replace
 
 import pytest
@@ -17,7 +18,7 @@ from prefshift.methods.base import BatchOut
 from prefshift.methods.builtin.wise_ft import WiseFTSettings, choose_alpha, one_standard_error
 from prefshift.methods.registry import ID_VALIDATION
 from prefshift.methods.weights import L2SPObjective, freeze_all_but, interpolate, squared_distance
-from tiny_project import copy_project, pipeline_root, tiny_params, write_params
+from tiny_project import copy_project, pipeline_root, score_on_targets, tiny_params, write_params
 
 
 class TwoPart(torch.nn.Module):
@@ -158,6 +159,7 @@ def robust_project(tmp_path_factory):
     for method in ROBUST[1:]:
         targets.run(params, layout, method)
         train.run(params, layout, method)
+        score_on_targets(params, layout, method)
         evaluate.run(params, layout, method)
     return layout, params
 
@@ -239,13 +241,13 @@ def test_l2_sp_logs_its_distance(robust_project):
 
 @pytest.mark.slow
 def test_wise_ft_records_its_alpha_curve_and_keeps_the_chosen_alpha(robust_project):
-    layout, params = robust_project
+    layout, _ = robust_project
     record = _log(layout, "wise_ft")["after_training"]
     assert record["hook"] == "prefshift.methods.builtin.wise_ft.interpolate_back"
     assert record["alphas"] == [0.0, 0.5, 1.0]
     assert record["chosen_on"] == ID_VALIDATION
     curve = record["accuracy"]
-    assert set(curve) == {ID_VALIDATION, "id_test", *params.data.targets}
+    assert set(curve) == {ID_VALIDATION, "id_test"}  # training reads no OOD target
     assert record["rule"] == "one standard error"
     assert record["validation_pairs"] == len(read_pairs(layout.split("teacher_train")))
     assert record["chosen_alpha"] == choose_alpha(
@@ -257,20 +259,21 @@ def test_wise_ft_records_its_alpha_curve_and_keeps_the_chosen_alpha(robust_proje
 
 
 @pytest.mark.slow
-def test_wise_ft_alpha_does_not_change_when_an_ood_split_does(robust_project, tmp_path):
-    """Reverse every pair of one OOD target (its accuracies flip) and retrain: the OOD curve
-    changes, the ID validation curve and the chosen α do not."""
+def test_wise_ft_alpha_does_not_change_when_the_recorded_split_does(robust_project, tmp_path):
+    """Reverse every pair of id_test (its accuracies flip) and retrain with no OOD split on disk:
+    the recorded id_test curve changes, the ID validation curve and the chosen α do not, and
+    training needs no target (a target is scored after training, by `score-target`)."""
     from prefshift.pipeline.stages import train
 
     layout, params = robust_project
     before = _log(layout, "wise_ft")["after_training"]
     copy = copy_project(layout.root, tmp_path / "project")
-    target = params.data.targets[0]
-    path = copy.split(target)
+    shutil.rmtree(copy.splits_dir / "ood")
+    path = copy.split("id_test")
     write_pairs(path, [replace(p, chosen=p.rejected, rejected=p.chosen) for p in read_pairs(path)])
     train.run(params, copy, "wise_ft")
     after = json.loads(copy.train_log("wise_ft").read_text())["after_training"]
-    assert after["accuracy"][target] != before["accuracy"][target]
+    assert after["accuracy"]["id_test"] != before["accuracy"]["id_test"]
     assert after["accuracy"][ID_VALIDATION] == before["accuracy"][ID_VALIDATION]
     assert after["chosen_alpha"] == before["chosen_alpha"]
 

@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from prefshift.config.params import Params, SeamConfig
-from prefshift.core.atomic import write_json
 from prefshift.core.paths import Layout
 from prefshift.data.schema import make_pair, read_pairs, write_pairs
 from prefshift.engine.scoring import score_pairs
@@ -32,6 +31,7 @@ from prefshift.engine.seam import (
 from prefshift.models.reward import load_reward_model, save_reward_model
 from prefshift.pipeline.stages import seam_label, seam_principles
 from prefshift.pipeline.stages.label import read_labels
+from split_manifests import write_split_manifests
 from tiny_models import base_dir, install_backbones, reward_model, tokenizer
 
 WELL_FORMED = """Sure! Here are the questions:
@@ -145,13 +145,11 @@ def _pairs():
 
 
 def _project(root) -> Layout:
-    """student_train, the held-out splits, a manifest, a tiny strong LM and a tiny, decisive teacher."""
+    """student_train, id_test, the split manifests, a tiny strong LM and a tiny, decisive teacher."""
     layout = Layout(root, seed=0)
     write_pairs(layout.split("student_train"), _pairs())
-    write_pairs(layout.split("id_test"), _pairs()[:2])  # train scores the held-out splits
-    for target in Params().data.targets:
-        write_pairs(layout.split(target), _pairs()[2:4])
-    write_json(layout.split_manifest, {"version": "v1"})
+    write_pairs(layout.split("id_test"), _pairs()[:2])  # train scores id_test (targets: score-target)
+    write_split_manifests(layout)
     install_backbones(layout, base_dir(root), base_dir(root))
     teacher = reward_model(seed=3)
     with torch.no_grad():

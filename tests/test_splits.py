@@ -12,11 +12,16 @@ from prefshift.data.splits import (
     SplitError,
     assert_disjoint,
     build_splits,
+    build_target_split,
+    check_split_version,
     check_version,
+    current_version,
     file_sha256,
     load_manifest,
     noisy_pairs,
     seeded_order,
+    split_entries,
+    split_version,
 )
 from prefshift.pipeline.stages import prepare, split
 
@@ -152,7 +157,8 @@ def test_prepare_and_split_on_the_synthetic_suite(small_params, tmp_layout):
     assert not tmp_layout.pairs("syn_help_chat", "train").exists()
     split.run(params, tmp_layout)
     manifest = load_manifest(tmp_layout)
-    counts = {name: entry["count"] for name, entry in manifest["splits"].items()}
+    entries = split_entries(tmp_layout, params.data.targets)
+    counts = {name: entry["count"] for name, entry in entries.items()}
     assert counts == {
         "teacher_train": 25,
         "student_train": 25,
@@ -163,16 +169,16 @@ def test_prepare_and_split_on_the_synthetic_suite(small_params, tmp_layout):
         "groups/syn_help_instruct": 4,
         "groups/syn_help_chat": 4,
     }
-    for name, entry in manifest["splits"].items():
+    for name, entry in entries.items():
         path = tmp_layout.root / entry["path"]
         assert file_sha256(path) == entry["sha256"], name
+        assert entry["version"] == split_version(entry["sha256"]) == current_version(tmp_layout, name)
+    assert set(manifest["splits"]) == {"teacher_train", "student_train", "id_test", "groups/syn_help_forum"}
     assert len(read_pairs(tmp_layout.split("syn_help_chat"))) == 12
-    assert len(read_groups(tmp_layout.split_groups("syn_help_forum"))) == 4
+    assert len(read_groups(tmp_layout.split_groups("syn_help_forum", "syn_help_forum"))) == 4
     assert manifest["params"]["teacher_fraction"] == 0.5
     everything = {
-        name: read_pairs(tmp_layout.root / e["path"])
-        for name, e in manifest["splits"].items()
-        if "groups" not in name
+        name: read_pairs(tmp_layout.root / e["path"]) for name, e in entries.items() if "groups" not in name
     }
     assert_disjoint(everything)
     assert len({pair_content_hash(p) for ps in everything.values() for p in ps}) == 25 + 25 + 15 + 12 + 12
@@ -201,7 +207,7 @@ def test_split_is_reproducible_and_seeded(small_params, tmp_path):
 
 
 def test_split_without_prepare_says_what_to_run(small_params, tmp_layout):
-    with pytest.raises(SplitError, match="run `prefshift prepare`"):
+    with pytest.raises(SplitError, match="run `prefshift prepare --dataset syn_help_forum`"):
         split.run(small_params(), tmp_layout)
     with pytest.raises(SplitError, match="run `prefshift split`"):
         load_manifest(tmp_layout)
@@ -232,7 +238,7 @@ def test_prepare_on_real_format_fixtures(make_params, fixtures_dir, tmp_layout):
     assert len(read_groups(tmp_layout.pair_groups("ultrafeedback_full"))) == 1
     assert not tmp_layout.pair_groups("helpsteer3").exists()
     split.run(params, tmp_layout)
-    counts = {name: e["count"] for name, e in load_manifest(tmp_layout)["splits"].items()}
+    counts = {name: e["count"] for name, e in split_entries(tmp_layout, params.data.targets).items()}
     assert counts == {
         "teacher_train": 1,
         "student_train": 1,
@@ -274,3 +280,55 @@ def test_annotator_noise_reverses_exactly_the_picked_judgements():
     assert sorted(noisy[["reward_chosen", "reward_rejected"]].to_numpy().ravel()) == sorted(
         frame[["reward_chosen", "reward_rejected"]].to_numpy().ravel()
     )
+
+
+def test_a_target_split_depends_on_the_source_alone_never_on_another_target():
+    data = data_config()
+    source = build_splits(pairs("src", 0, 10), pairs("src", 10, 14), {}, data, 0).splits
+    shared = pairs("both", 50, 54)  # the same content in two targets: each is its own benchmark
+    alone = build_target_split("a", [*pairs("a", 20, 24), *shared], source, None, 0)
+    together = build_splits(
+        pairs("src", 0, 10), pairs("src", 10, 14), {"b": shared, "a": [*pairs("a", 20, 24), *shared]}, data, 0
+    )
+    assert together.splits["ood/a"] == alone.splits["ood/a"]  # b, listed first, took nothing from a
+    assert together.removed["ood/a"] == {"overlap": 0, "duplicate": 0}
+    copy = build_target_split("c", [*pairs("c", 30, 32), *pairs("src", 10, 11)], source, None, 0)
+    assert copy.removed["ood/c"] == {"overlap": 1, "duplicate": 0}  # id_test's content still blocked
+
+
+def _project(small_params, root, targets):
+    from prefshift.core.paths import Layout
+
+    layout = Layout(root, seed=0)
+    params = small_params().model_copy(deep=True)
+    params.data.targets = list(targets)
+    prepare.run(params, layout)
+    split.run(params, layout)
+    return params, layout
+
+
+def test_adding_a_target_splits_it_alone_and_keeps_every_other_splits_bytes(small_params, tmp_path):
+    params, layout = _project(small_params, tmp_path, ["syn_help_instruct"])
+    before = {p: p.read_bytes() for p in (tmp_path / "data").rglob("*") if p.is_file()}
+    versions = {
+        name: current_version(layout, name) for name in ("id_test", "student_train", "syn_help_instruct")
+    }
+    params.data.targets = ["syn_help_instruct", "syn_help_chat"]
+    prepare.run(params, layout, "syn_help_chat")
+    split.run(params, layout, "syn_help_chat")
+    after = {p: p.read_bytes() for p in (tmp_path / "data").rglob("*") if p.is_file()}
+    assert {p: b for p, b in after.items() if p in before} == before  # nothing else rewritten
+    new = {p.relative_to(tmp_path).as_posix() for p in set(after) - set(before)}
+    assert {p.split("/")[2] for p in new} <= {"syn_help_chat", "ood"}
+    assert layout.split("syn_help_chat").exists()
+    for name, version in versions.items():  # a model of the first project still checks out
+        check_split_version(layout, name, version, "a model trained before")
+    with pytest.raises(SplitError, match=r"version .* of split 'id_test'"):
+        check_split_version(layout, "id_test", "0" * 16, "a model of other splits")
+
+
+def test_a_one_dataset_run_names_what_it_accepts(small_params, tmp_layout):
+    with pytest.raises(ConfigError, match=r"--dataset nope: neither data\.source"):
+        prepare.run(small_params(), tmp_layout, "nope")
+    with pytest.raises(ConfigError, match=r"--dataset nope: neither data\.source"):
+        split.run(small_params(), tmp_layout, "nope")

@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from prefshift.config.params import LoraConfig, Params, TrainConfig
-from prefshift.core.atomic import write_json
 from prefshift.data.encode import length_grouped_batches
 from prefshift.data.schema import Group, read_pairs, write_groups, write_pairs
 from prefshift.engine.scoring import reward_stats
@@ -19,6 +18,7 @@ from prefshift.engine.train import TrainingError, train_reward_model
 from prefshift.methods import build_objective
 from prefshift.methods.base import Objective
 from prefshift.models.reward import load_reward_model
+from split_manifests import write_split_manifests
 from tiny_models import base_dir, install_backbones, items, pairs, reward_model, tokenizer
 
 CFG = TrainConfig(batch_size=4, epochs=2, lr=5e-3, warmup_frac=0.25, log_every=1, drift_every=2, probe_size=4)
@@ -125,18 +125,27 @@ def _tiny_project(root):
     write_pairs(layout.split("student_train"), data[8:])
     write_pairs(layout.split("id_test"), data[:4])
     write_pairs(layout.split("toy_ood"), data[4:8])
-    write_json(layout.split_manifest, {"version": "v1"})
+    write_split_manifests(layout, "v1", targets=["toy_ood"], groups=["toy"])
     group = Group(
         "g1", "toy", "helpful", data[0].prompt, [data[0].chosen, data[0].rejected, "maybe"], [2.0, 0.0, 1.0]
     )
-    write_groups(layout.split_groups("toy"), [group])
+    write_groups(layout.split_groups("toy", "toy"), [group])
     install_backbones(layout, base_dir(root), base_dir(root))
     return layout
 
 
 @pytest.mark.slow
 def test_stages_teacher_label_train_end_to_end(tmp_path):
-    from prefshift.pipeline.stages import label, plan, reference, targets, teacher, train
+    from prefshift.pipeline.stages import (
+        evaluate_teacher,
+        label,
+        plan,
+        reference,
+        score_target,
+        targets,
+        teacher,
+        train,
+    )
 
     layout = _tiny_project(tmp_path)
     params = Params.model_validate(
@@ -147,8 +156,12 @@ def test_stages_teacher_label_train_end_to_end(tmp_path):
         }
     )
     teacher.run(params, layout)
-    metrics = label.run(params, layout)
+    label.run(params, layout)
+    score_target.run(params, layout, "teacher", "toy_ood")  # a target is scored apart from training
+    metrics = evaluate_teacher.run(params, layout)
     assert set(metrics["accuracy_pp"]) == {"id_test", "toy_ood"}
+    trained_on = json.loads(layout.train_log("teacher").read_text())["split_versions"]
+    assert trained_on == {"teacher_train": "v1", "id_test": "v1"}  # no target: none is trained on
     labels = pq.read_table(layout.weak_labels)
     assert labels.schema.metadata[b"split_version"] == b"v1"
     assert labels.column_names == ["pair_id", "q", "teacher_delta"]
@@ -161,7 +174,7 @@ def test_stages_teacher_label_train_end_to_end(tmp_path):
     margins = scores["reward_chosen"] - scores["reward_rejected"]
     assert margins.tolist() == pytest.approx(scores["delta"].tolist())
     assert scores["pair_id"].tolist() == [p.pair_id for p in pairs(16)[4:8]]  # input order, not length order
-    groups = pd.read_parquet(layout.group_scores("teacher", "toy"))
+    groups = pd.read_parquet(layout.group_scores("teacher", "toy", "toy"))
     assert groups["group_id"].tolist() == ["g1"] and len(groups["rewards"][0]) == 3
     plan.run(params, layout)
     reference.run(params, layout)
@@ -176,6 +189,6 @@ def test_stages_teacher_label_train_end_to_end(tmp_path):
         assert (saved["mean"], saved["std"]) == pytest.approx((stats["mean"], stats["std"]), abs=1e-5)
         assert log["reward_stats"] == pytest.approx(stats, abs=1e-5)
     assert not layout.checkpoint_dir("naive").exists()
-    write_json(layout.split_manifest, {"version": "v2"})
+    write_split_manifests(layout, "v2", targets=["toy_ood"], groups=["toy"])
     with pytest.raises(Exception, match="split version"):
         train.run(params, layout, "naive")

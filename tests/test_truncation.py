@@ -114,13 +114,15 @@ def test_the_pipeline_counts_shows_and_warns(tmp_path_factory, tmp_path, capsys)
     and the report all say so, and the training stage warns once."""
     layout = copy_project(pipeline_root(tmp_path_factory), tmp_path / "project")
     params = tiny_params()
-    student = read_truncation(layout, "naive")
+    student = read_truncation(layout, "naive", params.data.targets)
     splits = ["id_test", *params.data.targets]
     assert set(splits) <= set(student) and all(student[s]["items"] > 0 for s in splits)
     assert student["id_test"]["share"] > params.evaluate.warn_truncated_share
     metrics = json.loads(layout.metrics("naive").read_text())
     assert metrics["truncation"]["student"]["id_test"]["truncated"] == student["id_test"]["truncated"]
-    assert metrics["truncation"]["teacher"] == json.loads(truncation_path(layout, "teacher").read_text())
+    assert metrics["truncation"]["teacher"] == read_truncation(layout, "teacher", params.data.targets)
+    target = params.data.targets[0]  # a target's counts live with its scores, written by score-target
+    assert student[target] == json.loads(truncation_path(layout, "naive", target).read_text())[target]
 
     capsys.readouterr()
     teacher.run(params, layout)

@@ -51,11 +51,12 @@ def write_params(root: Path, params: Params) -> Path:
 
 
 def run_pipeline(root: Path, params: Params) -> Layout:
-    """prepare → split → backbone → teacher → label → plan → reference → targets of every
-    listed method → train and evaluate naive, in-process."""
+    """prepare → split → backbone → teacher → label → the teacher's target scores and metrics →
+    plan → reference → targets of every listed method → train, score and evaluate naive, in-process."""
     from prefshift.pipeline.stages import (
         backbone,
         evaluate,
+        evaluate_teacher,
         label,
         plan,
         prepare,
@@ -73,13 +74,25 @@ def run_pipeline(root: Path, params: Params) -> Layout:
     backbone.run(params, layout)
     teacher.run(params, layout)
     label.run(params, layout)
+    score_on_targets(params, layout, "teacher")
+    evaluate_teacher.run(params, layout)
     plan.run(params, layout)
     reference.run(params, layout)
     for method in params.methods:
         targets.run(params, layout, method)
     train.run(params, layout, "naive")
+    score_on_targets(params, layout, "naive")
     evaluate.run(params, layout, "naive")
     return layout
+
+
+def score_on_targets(params: Params, layout: Layout, model: str) -> None:
+    """`model` (teacher or a method) scored on every target, as DVC's score stages do after training:
+    what evaluate reads besides the training stage's own scores."""
+    from prefshift.pipeline.stages import score_target
+
+    for target in params.data.targets:
+        score_target.run(params, layout, model, target)
 
 
 def pipeline_root(tmp_path_factory) -> Path:

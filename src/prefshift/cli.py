@@ -138,16 +138,32 @@ def inputs(params: ParamsOption = Path("params.yaml"), set_: SetOption = None, r
     _call(_stage("pipeline.stages.inputs"), _params(params, set_), Layout(root))
 
 
-@app.command()
-def prepare(params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")):
-    """Normalise the source and target datasets to the pair schema (data/pairs/)."""
-    _call(_stage("pipeline.stages.prepare"), _params(params, set_), Layout(root))
+DatasetOption = Annotated[
+    str | None,
+    typer.Option("--dataset", help="data.source or one of data.targets (default: every one of them)."),
+]
 
 
 @app.command()
-def split(params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")):
-    """Build teacher_train / student_train / id_test / ood splits (data/splits/)."""
-    _call(_stage("pipeline.stages.split"), _params(params, set_), Layout(root))
+def prepare(
+    params: ParamsOption = Path("params.yaml"),
+    set_: SetOption = None,
+    dataset: DatasetOption = None,
+    root: RootOption = Path("."),
+):
+    """Normalise the source and target datasets to the pair schema (data/pairs/<dataset>/)."""
+    _call(_stage("pipeline.stages.prepare"), _params(params, set_), Layout(root), dataset)
+
+
+@app.command()
+def split(
+    params: ParamsOption = Path("params.yaml"),
+    set_: SetOption = None,
+    dataset: DatasetOption = None,
+    root: RootOption = Path("."),
+):
+    """Build teacher_train / student_train / id_test and each target's ood split (data/splits/)."""
+    _call(_stage("pipeline.stages.split"), _params(params, set_), Layout(root), dataset)
 
 
 @app.command()
@@ -182,7 +198,7 @@ def label(
     seed: SeedOption = None,
     root: RootOption = Path("."),
 ):
-    """One seed's soft labels q_i for student_train (data/weak_labels/seed-<k>/) and the teacher's metrics."""
+    """One seed's soft labels q_i for student_train (data/weak_labels/seed-<k>/)."""
     _call(_stage("pipeline.stages.label"), *_seeded(params, set_, seed, root))
 
 
@@ -271,6 +287,36 @@ def evaluate(
     for loaded, layout in _each_seed(params, set_, seed, all_seeds, root):
         _call(check_listed, loaded, method)
         _call(_stage("pipeline.stages.evaluate"), loaded, layout, method)
+
+
+@app.command("score-target")
+def score_target(
+    model: Annotated[str, typer.Option("--model", help="teacher, or a method: naive, anchor_last, ...")],
+    target: Annotated[str, typer.Option("--target", help="One of data.targets.")],
+    params: ParamsOption = Path("params.yaml"),
+    set_: SetOption = None,
+    seed: SeedOption = None,
+    all_seeds: AllSeedsOption = False,
+    root: RootOption = Path("."),
+):
+    """Score a trained model on one target, per seed (data/target_scores/<model>/<target>/seed-<k>/)."""
+    for loaded, layout in _each_seed(params, set_, seed, all_seeds, root):
+        if model != "teacher":
+            _call(check_listed, loaded, model)
+        _call(_stage("pipeline.stages.score_target"), loaded, layout, model, target)
+
+
+@app.command("evaluate-teacher")
+def evaluate_teacher(
+    params: ParamsOption = Path("params.yaml"),
+    set_: SetOption = None,
+    seed: SeedOption = None,
+    all_seeds: AllSeedsOption = False,
+    root: RootOption = Path("."),
+):
+    """The teacher's accuracy on id_test and every target, per seed: reports/metrics/teacher/seed-<k>.json."""
+    for loaded, layout in _each_seed(params, set_, seed, all_seeds, root):
+        _call(_stage("pipeline.stages.evaluate_teacher"), loaded, layout)
 
 
 @app.command("policy-samples")

@@ -20,6 +20,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 SEED_DIR_PREFIX = "seed-"
+SOURCE_SPLITS = ("teacher_train", "student_train", "id_test")
+"""The splits cut from the source dataset; every other split is a target's OOD split."""
 
 
 def seed_dir_name(seed: int) -> str:
@@ -58,22 +60,42 @@ class Layout:
     def skips(self, dataset: str) -> Path:
         return self.root / "data" / "pairs" / dataset / "skips.json"
 
+    def dataset_pairs_dir(self, dataset: str) -> Path:
+        """One dataset's prepared pairs: the output of that dataset's own prepare stage."""
+        return self.pairs_dir / dataset
+
     @property
     def splits_dir(self) -> Path:
         return self.root / "data" / "splits"
 
+    @property
+    def source_splits_dir(self) -> Path:
+        """teacher_train, student_train, id_test and the source's groups: what `split` writes."""
+        return self.splits_dir / "source"
+
+    def target_split_dir(self, target: str) -> Path:
+        """One target's OOD split and groups: what `split --dataset <target>` writes, apart from
+        every other split, so adding or dropping a target leaves the others' bytes alone."""
+        return self.splits_dir / "ood" / target
+
     def split(self, name: str) -> Path:
         """teacher_train, student_train, id_test, or a target dataset's OOD split."""
-        if name in ("teacher_train", "student_train", "id_test"):
-            return self.splits_dir / f"{name}.parquet"
-        return self.splits_dir / "ood" / f"{name}.parquet"
+        if name in SOURCE_SPLITS:
+            return self.source_splits_dir / f"{name}.parquet"
+        return self.target_split_dir(name) / "pairs.parquet"
 
-    def split_groups(self, dataset: str) -> Path:
-        return self.splits_dir / "groups" / f"{dataset}.parquet"
+    def split_groups(self, dataset: str, source: str) -> Path:
+        """The best-of-n groups of `dataset`, the source (`source`) or a target."""
+        where = self.source_splits_dir if dataset == source else self.target_split_dir(dataset)
+        return where / "groups.parquet"
 
     @property
     def split_manifest(self) -> Path:
-        return self.splits_dir / "manifest.json"
+        """The source splits' manifest; its `version` is what every model is trained and ID-tested on."""
+        return self.source_splits_dir / "manifest.json"
+
+    def target_manifest(self, target: str) -> Path:
+        return self.target_split_dir(target) / "manifest.json"
 
     @property
     def base_dir(self) -> Path:
@@ -152,14 +174,25 @@ class Layout:
         return self.seam_dir / "counts.json"
 
     def scores_dir(self, model: str) -> Path:
-        """Reward margins on the held-out splits: `teacher` (written by label) or a method (by train)."""
+        """Reward margins on the source's splits (id_test, the teacher's student_train, the source's
+        groups): `teacher` or a method, written by the stage that trains it."""
         return self._seeded("data", "scores", model)
 
-    def scores(self, model: str, split: str) -> Path:
-        return self.scores_dir(model) / f"{split}.parquet"
+    def target_scores_dir(self, model: str, target: str) -> Path:
+        """A model's margins on one target (pairs and groups), written by `score-target`: a target's
+        scores are work of their own, so a new target adds scoring and retrains nothing."""
+        return self._seeded("data", "target_scores", model, target)
 
-    def group_scores(self, model: str, dataset: str) -> Path:
-        return self.scores_dir(model) / "groups" / f"{dataset}.parquet"
+    def scores(self, model: str, split: str) -> Path:
+        if split in SOURCE_SPLITS:
+            return self.scores_dir(model) / f"{split}.parquet"
+        return self.target_scores_dir(model, split) / "pairs.parquet"
+
+    def group_scores(self, model: str, dataset: str, source: str) -> Path:
+        """`model`'s rewards of `dataset`'s best-of-n groups (`source` names the source dataset)."""
+        if dataset == source:
+            return self.scores_dir(model) / "groups" / f"{dataset}.parquet"
+        return self.target_scores_dir(model, dataset) / "groups.parquet"
 
     def train_log(self, name: str) -> Path:
         return self._seeded_file("reports", "train", name)

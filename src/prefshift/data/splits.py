@@ -3,10 +3,18 @@
 Every ordering is by sha256(seed, id), so a split depends only on the seed and the
 pairs, never on file order or the platform. The source's train pairs are ordered and
 cut into teacher_train (the first `teacher_fraction`) and student_train (the rest),
-each then capped. Test splits (id_test, then each target's ood split, in params order)
-are ordered, stripped of any pair whose content (prompt + unordered responses) a
-training split or an earlier test split already holds, then capped. The result is
+each then capped. id_test is ordered, stripped of any pair whose content (prompt +
+unordered responses) a training split holds, then capped. Each target's ood split is
+built the same way against the source's three splits alone, never against another
+target: targets are benchmarks no model trains on, so a target may be added or dropped
+without changing a byte of any other split (`build_target_split`). The result is
 checked for overlap by pair_id and by content hash before anything is written.
+
+Versions. Every split file carries its own content version (`split_version`, from its
+sha256). The source's three splits (and its groups) are written together and their
+manifest's `version` covers them: what every model is trained and ID-tested on. A target's
+split has its own manifest and version, so a model can be scored on a target that did not
+exist when it was trained.
 """
 
 from __future__ import annotations
@@ -20,10 +28,9 @@ from typing import Any, TypeVar
 
 from prefshift.config.params import DataConfig
 from prefshift.core.errors import PrefshiftError
-from prefshift.core.paths import Layout
+from prefshift.core.paths import SOURCE_SPLITS, Layout
 from prefshift.data.schema import Group, Pair, content_hash, pair_content_hash
 
-TRAIN_SPLITS = ("teacher_train", "student_train")
 T = TypeVar("T", Pair, Group)
 
 
@@ -76,13 +83,10 @@ def _require(name: str, pairs: list[Pair], why: str) -> None:
         raise SplitError(f"split {name} is empty: {why}")
 
 
-def build_splits(
-    source_train: list[Pair],
-    source_test: list[Pair],
-    targets: dict[str, list[Pair]],
-    data: DataConfig,
-    seed: int,
+def build_source_splits(
+    source_train: list[Pair], source_test: list[Pair], data: DataConfig, seed: int
 ) -> SplitSet:
+    """teacher_train, student_train and id_test from the source's pairs."""
     result = SplitSet()
     _require("teacher_train", source_train, f"no pairs in the train split of {data.source}")
     train, counts = _unique(seeded_order(source_train, seed), set())
@@ -96,21 +100,58 @@ def build_splits(
         )
         result.splits[name] = capped(pairs, getattr(data.caps, name))
     result.removed["source_train"] = counts
-    blocked = {pair_content_hash(p) for name in TRAIN_SPLITS for p in result.splits[name]}
-    tests = [("id_test", data.source, source_test, data.caps.id_test)]
-    tests += [(f"ood/{name}", name, pairs, data.caps.ood) for name, pairs in targets.items()]
-    for split, dataset, pairs, cap in tests:
-        _require(split, pairs, f"no pairs in the test split of {dataset}")
-        kept, counts = _unique(seeded_order(pairs, seed), blocked)
-        _require(
-            split,
-            kept,
-            f"all {len(pairs)} test pairs of {dataset} repeat content of training or earlier test splits",
-        )
-        result.splits[split] = capped(kept, cap)
-        result.removed[split] = counts
-        blocked |= {pair_content_hash(p) for p in result.splits[split]}
+    _add_test(
+        result, "id_test", data.source, source_test, data.caps.id_test, blocked_content(result.splits), seed
+    )
     assert_disjoint(result.splits)
+    return result
+
+
+def blocked_content(source: dict[str, list[Pair]]) -> set[str]:
+    """Content hashes no test split may repeat: those of the source's splits given."""
+    return {pair_content_hash(p) for pairs in source.values() for p in pairs}
+
+
+def build_target_split(
+    target: str, pairs: list[Pair], source: dict[str, list[Pair]], cap: int | None, seed: int
+) -> SplitSet:
+    """One target's ood split, from its test pairs and the source's splits alone (see module doc)."""
+    result = SplitSet()
+    _add_test(result, f"ood/{target}", target, pairs, cap, blocked_content(source), seed)
+    assert_disjoint({**source, **result.splits})
+    return result
+
+
+def _add_test(
+    result: SplitSet,
+    split: str,
+    dataset: str,
+    pairs: list[Pair],
+    cap: int | None,
+    blocked: set[str],
+    seed: int,
+) -> None:
+    _require(split, pairs, f"no pairs in the test split of {dataset}")
+    kept, counts = _unique(seeded_order(pairs, seed), blocked)
+    _require(split, kept, f"all {len(pairs)} test pairs of {dataset} repeat content of the source's splits")
+    result.splits[split] = capped(kept, cap)
+    result.removed[split] = counts
+
+
+def build_splits(
+    source_train: list[Pair],
+    source_test: list[Pair],
+    targets: dict[str, list[Pair]],
+    data: DataConfig,
+    seed: int,
+) -> SplitSet:
+    """The whole protocol in one call: the source's splits, then each target's against them."""
+    result = build_source_splits(source_train, source_test, data, seed)
+    source = dict(result.splits)
+    for name, pairs in targets.items():
+        one = build_target_split(name, pairs, source, data.caps.ood, seed)
+        result.splits.update(one.splits)
+        result.removed.update(one.removed)
     return result
 
 
@@ -143,8 +184,13 @@ def cap_groups(groups: list[Group], cap: int | None, seed: int) -> list[Group]:
 
 
 def manifest_version(entries: dict[str, dict[str, Any]]) -> str:
-    """One hash over every split file's hash: the id downstream stages pin to."""
+    """One hash over the hashes of the split files a manifest lists: the id stages pin to."""
     return content_hash({name: entry["sha256"] for name, entry in sorted(entries.items())})
+
+
+def split_version(sha256: str) -> str:
+    """One split file's own version (recorded in its manifest entry)."""
+    return sha256[:16]
 
 
 def file_sha256(path: Path) -> str:
@@ -155,15 +201,59 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def load_manifest(layout: Layout) -> dict[str, Any]:
-    path = layout.split_manifest
+def _read_manifest(path: Path, what_to_run: str) -> dict[str, Any]:
     if not path.exists():
-        raise SplitError(f"{path} not found: run `prefshift split` first")
+        raise SplitError(f"{path} not found: run `{what_to_run}` first")
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+def load_manifest(layout: Layout) -> dict[str, Any]:
+    """The source splits' manifest: `version` is what every model is trained and ID-tested on."""
+    return _read_manifest(layout.split_manifest, "prefshift split")
+
+
+def load_target_manifest(layout: Layout, target: str) -> dict[str, Any]:
+    return _read_manifest(layout.target_manifest(target), f"prefshift split --dataset {target}")
+
+
+def split_entries(layout: Layout, targets: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Every split's manifest entry (path, count, sha256, version): the source's and each target's.
+    Only the targets asked for: a dropped target's files may linger, and are no part of the data."""
+    entries = dict(load_manifest(layout)["splits"])
+    for target in targets:
+        entries.update(load_target_manifest(layout, target)["splits"])
+    return entries
+
+
+def entry_key(split: str) -> str:
+    """A split's name in its manifest: `id_test`, `ood/<target>`; `groups/<dataset>` as given."""
+    return split if split in SOURCE_SPLITS or split.startswith(("ood/", "groups/")) else f"ood/{split}"
+
+
+def current_version(layout: Layout, split: str) -> str:
+    """The content version of one split (`id_test`, a target, `groups/<dataset>`) as its manifest
+    records it now: the source's manifest, or the target's own."""
+    key = entry_key(split)
+    entries = load_manifest(layout)["splits"]
+    if key not in entries and key not in SOURCE_SPLITS:
+        entries = load_target_manifest(layout, key.split("/", 1)[1])["splits"]
+    if key not in entries:
+        raise SplitError(f"split {key!r} is not in its manifest; run `dvc repro` (or `prefshift split`)")
+    return str(entries[key]["version"])
+
+
+def check_split_version(layout: Layout, split: str, version: str, what: str) -> None:
+    """Refuse `what` (made from one split) when that split has changed since; no other split counts."""
+    current = current_version(layout, split)
+    if version != current:
+        raise SplitError(
+            f"{what} was made from version {version} of split {split!r}, which is now version {current}: "
+            f"rerun the stages after `split` (dvc repro does this)"
+        )
+
+
 def check_version(layout: Layout, version: str, what: str) -> None:
-    """Refuse `what` (a file made from the splits) when the splits have changed since."""
+    """Refuse `what` (a file made from the source's splits) when they have changed since."""
     current = load_manifest(layout)["version"]
     if version != current:
         raise SplitError(

@@ -69,7 +69,8 @@ class Tools(Protocol):
         """How many pairs `split` holds (ID_VALIDATION: the validation pairs), e.g. for a binomial SE."""
 
     def heldout_splits(self) -> tuple[str, ...]:
-        """id_test and the OOD targets, for recording (never for choosing)."""
+        """The source's held-out split (id_test), for recording (never for choosing). No OOD target:
+        training is zero-shot and never reads one; targets are scored after training, apart."""
 
 
 @dataclass(frozen=True)

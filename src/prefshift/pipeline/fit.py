@@ -21,6 +21,7 @@ from prefshift.core.host import process_state
 from prefshift.core.paths import Layout
 from prefshift.data.encode import EncodedPair, Encoder
 from prefshift.data.schema import Pair, SkipCounter, read_pairs
+from prefshift.data.splits import current_version
 from prefshift.engine.drift import READ_PAIRS, mean_cosine, reading_rows
 from prefshift.engine.reference_manifest import (
     FINGERPRINT,
@@ -44,13 +45,18 @@ from prefshift.tracking import runs as tracking
 def _save(
     model, tokenizer, log: dict, params: Params, layout: Layout, *, name: str, method: str, out_dir: Path
 ):
-    """Model, training log and its scores (held-out splits; the teacher's also student_train, its
-    labels), replaced together or not at all. The reward mean/std of id_test go into the saved
-    config. A kill while scoring leaves the previous set whole and the checkpoint in place, so the
-    rerun resumes instead of starting over.
+    """Model, training log and its scores (id_test and the source's groups; the teacher's also
+    student_train, its labels), replaced together or not at all. The log records the versions of
+    the splits the model was made from (its training split; id_test, its reward normalisation). The
+    reward mean/std of id_test go into the saved config. A kill while scoring leaves the previous
+    set whole and the checkpoint in place, so the rerun resumes instead of starting over.
     """
     teacher = method == "teacher"
     command = "prefshift teacher" if teacher else f"prefshift train --method {method}"
+    # What the model was made from, and nothing else: evaluation checks these versions alone, so
+    # the model is scored on a target that did not exist when it was trained.
+    trained_on = ("teacher_train" if teacher else "student_train", "id_test")
+    log["split_versions"] = {split: current_version(layout, split) for split in trained_on}
     with output_set(
         layout.root,
         command,

@@ -85,9 +85,10 @@ class StageTools:
         return len(read_pairs(self.layout.split(ID_VALIDATION_SPLIT if split == ID_VALIDATION else split)))
 
     def heldout_splits(self) -> tuple[str, ...]:
-        """id_test and every target with a pairs split (benchmark sections scored as groups are not)."""
-        targets = [t for t in self.params.data.targets if self.layout.split(t).exists()]
-        return ("id_test", *targets)
+        """id_test alone: training reads no target (a target is scored by `score-target`, and the
+        train stage does not depend on it, so reading one here would make the log depend on whether
+        that target's split happened to exist)."""
+        return ("id_test",)
 
     def remove_checkpoints(self) -> None:
         for checkpoint in self.checkpoints:

@@ -3,8 +3,10 @@
 models"). No second training run: one pass over an α grid on the CPU's copy of both.
 
 α is chosen on ID validation data only (`registry.ID_VALIDATION`: teacher_train with its gold
-labels), never on an OOD target; the accuracy of every held-out split at every α is recorded
-for the report's α curve, and read by nothing that chooses.
+labels), never on an OOD target; id_test's accuracy at every α is recorded for the report's α
+curve, and read by nothing that chooses. No OOD target is read at all: training is zero-shot, its
+stage does not depend on the targets, and a target added later is scored without retraining
+(so the α curve has no OOD rows; the chosen model's OOD accuracy is in its evaluation).
 
 The rule, set before any result was read (DESIGN §11), is the one-standard-error rule: the
 smallest α whose ID-validation accuracy is within one binomial standard error,
@@ -76,7 +78,7 @@ def full_weights_only(model, objective, build: Build) -> None:
 
 
 def interpolate_back(model, build: Build) -> dict:
-    """Score every α on ID validation (and, for the record, on each held-out split); keep the chosen α."""
+    """Score every α on ID validation (and, for the record, on id_test); keep the chosen α."""
     from prefshift.methods.weights import interpolate
     from prefshift.models.reward import head_parameter_names, load_reward_model
 

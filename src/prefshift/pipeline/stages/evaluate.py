@@ -1,11 +1,12 @@
 """`prefshift evaluate --method M`: compare a student's held-out scores with the teacher's and the ceiling's.
 
-No model is loaded here: `prefshift train` writes each student's reward margins per split
-(`prefshift.pipeline.heldout_scores`), as `prefshift teacher` writes the teacher's, and everything is
-computed by `compute_metrics` from plain score frames, so the metrics are testable and
-re-computable from files alone. Scores carry the split version in their parquet metadata,
-and every comparison is made on identical pair sets, so numbers from different splits are
-never mixed.
+No model is loaded here: the training stages write each model's margins on the source's splits,
+`prefshift score-target` its margins on each target (`prefshift.pipeline.heldout_scores`), and
+everything is computed by `compute_metrics` from plain score frames, so the metrics are testable
+and re-computable from files alone. Every score file carries the version of the split it scored,
+and a model's train log the versions of the splits it was trained on; evaluation checks those and
+nothing else, so a model is evaluated on a target that did not exist when it was trained. Every
+comparison is made on identical pair sets, so numbers from different splits are never mixed.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ from prefshift.config.params import LMSpec, Params
 from prefshift.core.atomic import write_json
 from prefshift.core.console import messages
 from prefshift.core.errors import PrefshiftError
-from prefshift.core.paths import Layout
+from prefshift.core.paths import SOURCE_SPLITS, Layout
 from prefshift.data.schema import Group, Pair, read_groups, read_pairs
-from prefshift.data.splits import check_version, load_manifest
+from prefshift.data.splits import check_split_version, load_manifest, split_entries
 from prefshift.data.synthetic import CUE_META, CUES
 from prefshift.pipeline.frames import VERSION_KEY
 from prefshift.pipeline.heldout_scores import read_skips, read_truncation
@@ -173,10 +174,12 @@ def data_hashes(manifest: Mapping[str, Any]) -> dict[str, str]:
     return {name: entry["sha256"] for name, entry in sorted(manifest.get("splits", {}).items())}
 
 
-def read_scores(path: Path, layout: Layout, split_ids: set[str], missing_hint: str) -> pd.DataFrame:
-    """Read a score file, refusing one from another split version.
+def read_scores(
+    path: Path, layout: Layout, split: str, split_ids: set[str], missing_hint: str
+) -> pd.DataFrame:
+    """Read a score file of `split`, refusing one made from another version of that split.
 
-    A file stamped with a split version must match the manifest; any file must
+    A file stamped with a version must match the split's manifest entry; any file must
     only name pairs of the current split (an unstamped file is checked that way only).
     """
     if not path.exists():
@@ -184,7 +187,7 @@ def read_scores(path: Path, layout: Layout, split_ids: set[str], missing_hint: s
     table = pq.read_table(path)
     stamped = (table.schema.metadata or {}).get(VERSION_KEY)
     if stamped is not None:
-        check_version(layout, stamped.decode(), str(path))
+        check_split_version(layout, split, stamped.decode(), str(path))
     frame = check_scores(table.to_pandas(), str(path))
     stale = set(frame["pair_id"]) - split_ids
     if stale:
@@ -195,11 +198,33 @@ def read_scores(path: Path, layout: Layout, split_ids: set[str], missing_hint: s
     return frame
 
 
-def _read_all(layout: Layout, model: str, ids: Mapping[str, set[str]], hint: str) -> dict[str, pd.DataFrame]:
-    paths = {split: layout.scores(model, split) for split in ids}
-    if layout.scores_dir(model).exists():  # one label / evaluate run's set, not a mix
-        verify(layout.root, manifest_of(layout.scores_dir(model)), [layout.scores_dir(model)], hint)
-    return {split: read_scores(path, layout, ids[split], hint) for split, path in paths.items()}
+def score_hint(model: str, split: str) -> str:
+    """The command that writes `model`'s scores of `split`."""
+    if split in SOURCE_SPLITS:
+        return "prefshift teacher" if model == "teacher" else f"prefshift train --method {model}"
+    return f"prefshift score-target --model {model} --target {split}"
+
+
+def read_heldout(
+    layout: Layout, model: str, ids: Mapping[str, set[str]], targets: Sequence[str]
+) -> dict[str, pd.DataFrame]:
+    """`model`'s score frame of every split in `ids`, each directory checked as one run's output set."""
+    directories = {"id_test": layout.scores_dir(model)} | {
+        t: layout.target_scores_dir(model, t) for t in targets
+    }
+    for split, directory in directories.items():
+        if directory.exists():  # one scoring run's set, not a mix
+            verify(layout.root, manifest_of(directory), [directory], score_hint(model, split))
+    return {
+        split: read_scores(layout.scores(model, split), layout, split, ids[split], score_hint(model, split))
+        for split in ids
+    }
+
+
+def check_trained_on(layout: Layout, model: str, log: Mapping[str, Any] | None) -> None:
+    """Refuse a model trained on splits that have changed since: the versions its train log records."""
+    for split, version in ((log or {}).get("split_versions") or {}).items():
+        check_split_version(layout, split, version, f"{model}'s training ({layout.train_log(model)})")
 
 
 def read_train_log(path: Path) -> dict[str, Any] | None:
@@ -347,12 +372,15 @@ def run(params: Params, layout: Layout, method: str) -> dict[str, Any]:
         if not pairs[split]:
             raise EvaluateError(f"{layout.split(split)}: split {split!r} has zero pairs; nothing to evaluate")
     ids = {split: {p.pair_id for p in pairs[split]} for split in splits}
-    teacher = _read_all(layout, "teacher", ids, "prefshift teacher")
+    targets = params.data.targets
+    check_trained_on(layout, "teacher", read_train_log(layout.train_log("teacher")))
+    teacher = read_heldout(layout, "teacher", ids, targets)
     if not layout.student_dir(method).exists():
         raise EvaluateError(
             f"{layout.student_dir(method)}: no trained student; run `prefshift train --method {method}`"
         )
-    student = _read_all(layout, method, ids, f"prefshift train --method {method}")
+    check_trained_on(layout, method, read_train_log(layout.train_log(method)))
+    student = read_heldout(layout, method, ids, targets)
 
     from prefshift.tracking import runs as tracking
 
@@ -384,12 +412,11 @@ def _signed(value: float | None) -> str:
     return "—" if value is None else f"{value:+.1f}"
 
 
-def _group_scores(layout: Layout, model: str, datasets: Sequence[str]) -> dict[str, pd.DataFrame]:
-    return {
-        ds: pq.read_table(layout.group_scores(model, ds)).to_pandas()
-        for ds in datasets
-        if layout.group_scores(model, ds).exists()
-    }
+def _group_scores(
+    layout: Layout, model: str, datasets: Sequence[str], source: str
+) -> dict[str, pd.DataFrame]:
+    paths = {ds: layout.group_scores(model, ds, source) for ds in datasets}
+    return {ds: pq.read_table(path).to_pandas() for ds, path in paths.items() if path.exists()}
 
 
 def _compare(
@@ -404,10 +431,11 @@ def _compare(
     """The metrics document of one student from its and the teacher's score files."""
     splits = list(pairs)
     datasets = [params.data.source, *params.data.targets]
-    group_files = {ds: layout.split_groups(ds) for ds in datasets if layout.split_groups(ds).exists()}
-    gold_groups = {ds: read_groups(path) for ds, path in group_files.items()}
-    group_scores = _group_scores(layout, method, group_files)
-    teacher_groups = _group_scores(layout, "teacher", group_files)
+    source = params.data.source
+    group_files = {ds: layout.split_groups(ds, source) for ds in datasets}
+    gold_groups = {ds: read_groups(path) for ds, path in group_files.items() if path.exists()}
+    group_scores = _group_scores(layout, method, list(gold_groups), source)
+    teacher_groups = _group_scores(layout, "teacher", list(gold_groups), source)
     # Students are compared with the ceiling in the report (metrics.with_ceiling): the pipeline
     # has a ceiling stage only when `methods` lists it, so no student's evaluation waits on one.
     ceiling = student if method == "ceiling" else None
@@ -426,18 +454,19 @@ def _compare(
     )
     if official is not None:
         result["benchmarks"], result["teacher"]["benchmarks"] = official
-    skips = read_skips(layout, method)
+    targets = params.data.targets
+    skips = read_skips(layout, method, targets)
     result["pairs"] = {
         s: {**result["pairs"][s], "skipped_by_scoring": skips.get(s, {}).get("skipped", {})} for s in splits
     }
     result["truncation"] = {
-        "student": read_truncation(layout, method),
-        "teacher": read_truncation(layout, "teacher"),
+        "student": read_truncation(layout, method, targets),
+        "teacher": read_truncation(layout, "teacher", targets),
     }
     return metrics_document(
         result,
         method=method,
-        manifest=manifest,
+        manifest={**manifest, "splits": split_entries(layout, targets)},
         params=params,
         sizes={s: len(pairs[s]) for s in splits},
         training_log=read_train_log(layout.train_log(method)),

@@ -8,16 +8,17 @@ repro` (`always_changed: true`), resolves those names and writes, per consuming 
 file under data/inputs/: every local file with its MD5, and every hub id with the revision asked
 for. The consuming stage depends on its file:
 
-    data/inputs/prepare.json   the datasets prepare reads (source: train and test; targets: test)
+    data/inputs/prepare/<dataset>.json  one dataset prepare reads (source: train and test; a
+                                        target: test), so a new target leaves the others' files alone
     data/inputs/backbone.json  backbone.weak and backbone.strong
     data/inputs/policy.json    downstream.policy
     data/inputs/judge.json     downstream.judge
 
 The files hold no time, absolute path or machine detail, so when nothing changed they are
 byte-identical and DVC keeps everything downstream cached: a no-op `dvc repro` runs this stage
-only. One changed row changes prepare.json alone, so prepare and what follows re-run and no
-model is rebuilt. To see what a change would re-run without running it: `prefshift inputs`, then
-`dvc status`.
+only. One changed row changes its dataset's file alone, so that dataset's prepare and what
+follows re-run and no model is rebuilt. To see what a change would re-run without running it:
+`prefshift inputs`, then `dvc status`.
 
 Hashing is streamed (constant memory), and a file whose size, mtime and inode are those recorded
 at its last hashing is not read again (DVC keeps the same kind of cache of its own): the stat
@@ -50,6 +51,11 @@ CHUNK = 1 << 20
 
 def inputs_file(layout: Layout, consumer: str) -> Path:
     return layout.root / "data" / "inputs" / f"{consumer}.json"
+
+
+def dataset_inputs_file(layout: Layout, dataset: str) -> Path:
+    """What `prepare --dataset <dataset>` reads: one file per dataset, the dep of its own stage."""
+    return layout.root / "data" / "inputs" / "prepare" / f"{dataset}.json"
 
 
 class FileHashes:
@@ -116,7 +122,14 @@ def local_record(path: Path, hashes: FileHashes, shown: str | None = None) -> di
 
 
 def dataset_record(name: str, splits: Iterable[str], params: Params, hashes: FileHashes) -> dict[str, Any]:
-    """One dataset prepare reads: its local files per split, or its hub id and revision."""
+    """One dataset prepare reads: its local files per split, or its hub id and revision, and its
+    `data.sources` row (its stage depends on this file, not on data.sources as a whole)."""
+    source = params.data.sources.get(name)
+    files = _dataset_files(name, splits, params, hashes)
+    return files if source is None else {"params": source.model_dump(mode="json"), **files}
+
+
+def _dataset_files(name: str, splits: Iterable[str], params: Params, hashes: FileHashes) -> dict[str, Any]:
     from prefshift.data.adapters import get_adapter
 
     adapter = get_adapter(name, params)
@@ -174,7 +187,11 @@ def run(params: Params, layout: Layout) -> dict[str, dict[str, Any]]:
     hashes = FileHashes(layout.root)
     found = records(params, hashes)
     for consumer in CONSUMERS:
-        write_json(inputs_file(layout, consumer), found[consumer])
+        if consumer == "prepare":
+            for dataset, record in found[consumer].items():
+                write_json(dataset_inputs_file(layout, dataset), record)
+        else:
+            write_json(inputs_file(layout, consumer), found[consumer])
     hashes.save()
     _report(found)
     return found

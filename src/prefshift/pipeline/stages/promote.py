@@ -25,6 +25,12 @@ promoted.
 reports/promotion.json records every decision and reason, which version each model
 has, and the aliases as read back from the registry.
 
+Re-deciding. A model that did not change keeps its registry version, but its numbers may have:
+a target added after it was trained is scored and evaluated without retraining it. Its version's
+tags are brought up to date, and what changed is said: each tag that moved (`changes` per
+promoted model, e.g. a new target's `aog.<target>`) and each alias that moved to another version
+(`alias_changes`).
+
 Seeds: the first seed of params `seeds` is the one gated and registered (a registry version is
 one model, and picking the best seed would promote the luckiest draw); the report's verdicts are
 where the seeds are compared.
@@ -46,6 +52,8 @@ from prefshift.pipeline.output_set import verify_file
 CHAMPION = "champion"
 CHANCE = 50.0
 """Pairwise accuracy of a coin: a student below it on a target ranks that target backwards."""
+TARGET_TAGS = ("aog.", "nts.")
+"""Version tags of one target's numbers (`version_tags`): a target dropped since takes its own along."""
 PASS, FAIL, NOT_TRAINED, REFERENCE = "PASS", "FAIL", "not trained", "reference"
 
 
@@ -201,6 +209,7 @@ def run(params: Params, layout: Layout) -> dict[str, Any]:
 
     with tracking.stage_run(params, layout, "promote") as logger:
         registry.ensure_registered_model(logger.client, name, params.tracking.experiment)
+        aliases_before = dict(logger.client.get_registered_model(name).aliases)
         git = tracking.git_state(layout.root)
         encode = params.encode.model_dump(mode="json")
         for rank, decision in enumerate(passing):
@@ -208,6 +217,7 @@ def run(params: Params, layout: Layout) -> dict[str, Any]:
             version, created = registry.register(
                 logger, name, seeded.student_dir(decision["method"]), tags, encode
             )
+            changes = {} if created else _retag(logger.client, name, version, tags, set(git))
             alias = CHAMPION if rank == 0 else f"candidate-{decision['method']}"
             holder = registry.set_alias(logger.client, name, alias, version.version)
             result["promoted"].append(
@@ -219,6 +229,7 @@ def run(params: Params, layout: Layout) -> dict[str, Any]:
                     "alias": alias,
                     "alias_holder": holder,
                     "mean_nts": decision["mean_nts"],
+                    "changes": changes,
                 }
             )
             if holder != version.version:
@@ -226,6 +237,7 @@ def run(params: Params, layout: Layout) -> dict[str, Any]:
         kept = {p["alias"] for p in result["promoted"]}
         result["removed_aliases"] = _drop_failed_aliases(logger.client, name, decisions, kept)
         result["aliases"] = dict(sorted(logger.client.get_registered_model(name).aliases.items()))
+        result["alias_changes"] = _alias_changes(aliases_before, result["aliases"])
         champion = result["promoted"][0]
         result["summary"] = f"champion: {champion['method']} (version {champion['alias_holder']})"
         logger.log_dict(result, "promotion.json")
@@ -233,6 +245,46 @@ def run(params: Params, layout: Layout) -> dict[str, Any]:
     print(f"promote: {result['summary']}")
     write_json(layout.promotion, result)
     return result
+
+
+def _retag(client: Any, name: str, version: Any, tags: dict[str, str], git: set[str]) -> dict[str, list]:
+    """Bring an unchanged model's version tags up to date with this run's numbers; {tag: [was, now]}
+    for each that changed (git state and the run id are where it was registered, and stay)."""
+    fixed = git | {"prefshift.pipeline_run_id"}
+    changed = {
+        k: [version.tags.get(k), v] for k, v in tags.items() if k not in fixed and version.tags.get(k) != v
+    }
+    gone = [k for k in version.tags if k.startswith(TARGET_TAGS) and k not in tags]  # a dropped target's
+    changed |= {k: [version.tags[k], None] for k in gone}
+    for key, (_, value) in changed.items():
+        if value is None:
+            client.delete_model_version_tag(name, version.version, key)
+        else:
+            client.set_model_version_tag(name, version.version, key, value)
+    if changed:
+        listed = ", ".join(
+            f"{k} {was if was is not None else 'new'} -> {now if now is not None else 'gone'}"
+            for k, (was, now) in changed.items()
+        )
+        print(
+            f"promote: {tags['method']} (version {version.version}) re-decided on changed numbers: {listed}"
+        )
+    return changed
+
+
+def _alias_changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list]:
+    """{alias: [version before, version now]} for each alias that moved, appeared or went."""
+    changed = {
+        alias: [
+            None if before.get(alias) is None else str(before.get(alias)),
+            None if after.get(alias) is None else str(after.get(alias)),
+        ]
+        for alias in sorted(set(before) | set(after))
+        if str(before.get(alias)) != str(after.get(alias))
+    }
+    for alias, (was, now) in changed.items():
+        print(f"promote: alias {alias!r}: version {was or '(none)'} -> {now or '(none)'}")
+    return changed
 
 
 def _unpromote(params: Params, layout: Layout, decisions: list[dict[str, Any]]) -> list:

@@ -4,8 +4,8 @@ way of staying close buys most?
 One point per method and seed: its drift from the start (the cosine between its and the start's
 final-layer states at the reward position on id_test, `prefshift.engine.drift`, copied into each
 metrics file's `training` block) against its mean OOD accuracy; a table with the same numbers.
-For WiSE-FT, the α curve its training log records: every split's accuracy at every α, and the α
-chosen on ID validation data.
+For WiSE-FT, the α curve its training log records: ID validation's and id_test's accuracy at
+every α (training reads no OOD target), and the α chosen on ID validation data.
 """
 
 from __future__ import annotations

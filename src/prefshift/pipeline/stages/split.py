@@ -1,10 +1,15 @@
-"""`prefshift split`: data/pairs → data/splits (teacher/student train, id_test, ood, groups).
+"""`prefshift split`: data/pairs → data/splits, one dataset at a time.
 
-The whole data/splits directory is written in one atomic swap, so a stale ood file of a
-former target can never sit next to a fresh manifest. The manifest records each file's
-sha256 and a `version` over them; later stages store that version with their outputs
-and refuse to mix outputs of different split versions (`splits.check_version`). Split
-itself refuses a data/pairs tree that one `prepare` run did not write (`output_set.verify`).
+`prefshift split --dataset <source>` cuts the source's pairs into teacher_train, student_train and
+id_test (data/splits/source/); `prefshift split --dataset <target>` builds that target's ood split
+against them (data/splits/ood/<target>/). DVC runs each as its own stage, so adding or dropping a
+target splits that target alone and every other split keeps its bytes. Without `--dataset`, the
+source and then every target (a convenience outside DVC).
+
+Each directory is written in one atomic swap with its manifest: every file's sha256 and its own
+version (`splits.split_version`), and a `version` over them. Later stages record the versions of
+the splits they read and refuse a split that changed since (`splits.check_split_version`). Split
+refuses a dataset's pairs that one `prepare` run did not write (`output_set.verify`).
 """
 
 from __future__ import annotations
@@ -16,84 +21,134 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from prefshift.config.params import Params
+from prefshift.config.params import ConfigError, Params
 from prefshift.core import locks
 from prefshift.core.atomic import atomic_path, write_json
-from prefshift.core.paths import Layout
+from prefshift.core.paths import SOURCE_SPLITS, Layout
 from prefshift.data.schema import Pair, read_groups, read_pairs, write_groups, write_pairs
-from prefshift.data.splits import SplitError, build_splits, cap_groups, file_sha256, manifest_version
+from prefshift.data.splits import (
+    SplitError,
+    SplitSet,
+    build_source_splits,
+    build_target_split,
+    cap_groups,
+    file_sha256,
+    load_manifest,
+    manifest_version,
+    split_version,
+)
 from prefshift.pipeline.output_set import manifest_of, verify
 
 
 def _pairs(layout: Layout, dataset: str, split: str) -> list[Pair]:
     path = layout.pairs(dataset, split)
     if not path.exists():
-        raise SplitError(f"{path} not found: run `prefshift prepare` with the same data params first")
+        raise SplitError(
+            f"{path} not found: run `prefshift prepare --dataset {dataset}` with the same data params first"
+        )
     return read_pairs(path)
 
 
-def _split_path(layout: Layout, name: str) -> Path:
-    return layout.split(name.removeprefix("ood/"))
-
-
 def _write(
-    layout: Layout, tmp: Path, target: Path, items: list[Any], writer: Callable[..., None]
-) -> dict[str, Any]:
-    """Write into the temporary twin of data/splits; the entry names the final path."""
-    staged = tmp / target.relative_to(layout.splits_dir)
+    directory: Path, tmp: Path, target: Path, items: list[Any], writer: Callable[..., None], root: Path
+):
+    """Write into the temporary twin of `directory`; the entry names the final path."""
+    staged = tmp / target.relative_to(directory)
     writer(staged, items)
-    path = target.relative_to(layout.root).as_posix()
-    return {"path": path, "count": len(items), "sha256": file_sha256(staged)}
+    sha = file_sha256(staged)
+    return {
+        "path": target.relative_to(root).as_posix(),
+        "count": len(items),
+        "sha256": sha,
+        "version": split_version(sha),
+    }
 
 
-def run(params: Params, layout: Layout) -> None:
-    data = params.data
-    if layout.pairs_dir.exists():
-        verify(layout.root, manifest_of(layout.pairs_dir), [layout.pairs_dir], "prefshift prepare")
-    built = build_splits(
-        _pairs(layout, data.source, "train"),
-        _pairs(layout, data.source, "test"),
-        {target: _pairs(layout, target, "test") for target in data.targets},
-        data,
-        params.seed,
-    )
+def _write_set(
+    params: Params, layout: Layout, dataset: str, directory: Path, built: SplitSet, extra: dict[str, Any]
+) -> dict[str, Any]:
+    """One dataset's split files, its capped groups and its manifest, swapped in together."""
     entries: dict[str, dict[str, Any]] = {}
     with (
-        locks.hold(layout.root, [layout.splits_dir], "prefshift split"),
-        atomic_path(layout.splits_dir, directory=True) as tmp,
+        locks.hold(layout.root, [directory], f"prefshift split --dataset {dataset}"),
+        atomic_path(directory, directory=True) as tmp,
     ):
         for name, pairs in built.splits.items():
-            entries[name] = _write(layout, tmp, _split_path(layout, name), pairs, write_pairs)
-        for dataset in (data.source, *data.targets):
-            source = layout.pair_groups(dataset)
-            if source.exists():
-                groups = cap_groups(read_groups(source), data.caps.groups, params.seed)
-                target = layout.split_groups(dataset)
-                entries[f"groups/{dataset}"] = _write(layout, tmp, target, groups, write_groups)
+            path = layout.split(name.removeprefix("ood/"))
+            entries[name] = _write(directory, tmp, path, pairs, write_pairs, layout.root)
+        groups_path = layout.pair_groups(dataset)
+        if groups_path.exists():
+            groups = cap_groups(read_groups(groups_path), params.data.caps.groups, params.seed)
+            target = layout.split_groups(dataset, params.data.source)
+            entries[f"groups/{dataset}"] = _write(directory, tmp, target, groups, write_groups, layout.root)
         manifest = {
             "version": manifest_version(entries),
             "splits": entries,
             "removed": built.removed,
-            "params": {
-                "seed": params.seed,
-                "source": data.source,
-                "targets": list(data.targets),
-                "teacher_fraction": data.teacher_fraction,
-                "caps": data.caps.model_dump(),
-            },
+            "params": {"seed": params.seed, "caps_groups": params.data.caps.groups, **extra},
         }
-        write_json(tmp / layout.split_manifest.relative_to(layout.splits_dir), manifest)
-    _summary(manifest)
+        write_json(tmp / "manifest.json", manifest)
+    _summary(dataset, manifest)
+    return manifest
 
 
-def _summary(manifest: dict[str, Any]) -> None:
-    table = Table(title=f"splits (version {manifest['version']})")
-    for column in ("split", "pairs / groups", "removed as overlap", "removed as duplicate"):
+def verify_pairs(layout: Layout, dataset: str) -> None:
+    directory = layout.dataset_pairs_dir(dataset)
+    if directory.exists():
+        verify(layout.root, manifest_of(directory), [directory], f"prefshift prepare --dataset {dataset}")
+
+
+def split_source(params: Params, layout: Layout) -> dict[str, Any]:
+    data = params.data
+    verify_pairs(layout, data.source)  # before reading: a file missing from its set is named as such
+    built = build_source_splits(
+        _pairs(layout, data.source, "train"), _pairs(layout, data.source, "test"), data, params.seed
+    )
+    caps = {name: getattr(data.caps, name) for name in SOURCE_SPLITS}
+    extra = {"source": data.source, "teacher_fraction": data.teacher_fraction, "caps": caps}
+    return _write_set(params, layout, data.source, layout.source_splits_dir, built, extra)
+
+
+def split_target(params: Params, layout: Layout, target: str) -> dict[str, Any]:
+    verify_pairs(layout, target)
+    source_version = str(load_manifest(layout)["version"])
+    source = {name: read_pairs(layout.split(name)) for name in SOURCE_SPLITS}
+    built = build_target_split(
+        target, _pairs(layout, target, "test"), source, params.data.caps.ood, params.seed
+    )
+    extra = {"target": target, "cap": params.data.caps.ood, "source_version": source_version}
+    return _write_set(params, layout, target, layout.target_split_dir(target), built, extra)
+
+
+def run(params: Params, layout: Layout, dataset: str | None = None) -> dict[str, Any]:
+    """Split `dataset` (the source or a listed target), or the source and then every target."""
+    data = params.data
+    if dataset is None:
+        manifests = {data.source: split_source(params, layout)}
+        return manifests | {t: split_target(params, layout, t) for t in data.targets}
+    if dataset == data.source:
+        return {dataset: split_source(params, layout)}
+    if dataset in data.targets:
+        return {dataset: split_target(params, layout, dataset)}
+    raise ConfigError(
+        f"--dataset {dataset}: neither data.source ({data.source}) nor one of data.targets "
+        f"({', '.join(data.targets)})"
+    )
+
+
+def _summary(dataset: str, manifest: dict[str, Any]) -> None:
+    table = Table(title=f"{dataset} splits (version {manifest['version']})")
+    for column in ("split", "pairs / groups", "version", "removed as overlap", "removed as duplicate"):
         table.add_column(column)
     for name, entry in manifest["splits"].items():
         removed = manifest["removed"].get(name, {})
         table.add_row(
-            name, str(entry["count"]), str(removed.get("overlap", "")), str(removed.get("duplicate", ""))
+            name,
+            str(entry["count"]),
+            entry["version"],
+            str(removed.get("overlap", "")),
+            str(removed.get("duplicate", "")),
         )
-    table.caption = f"source train duplicates dropped: {manifest['removed']['source_train']['duplicate']}"
+    if "source_train" in manifest["removed"]:
+        table.caption = f"source train duplicates dropped: {manifest['removed']['source_train']['duplicate']}"
     Console().print(table)
