@@ -3,9 +3,7 @@
 A paper's grid is not one cross product (every method at its defaults, λ and layers for ANCHOR
 alone), so a grid file lists blocks, each a cross product of axes, and the sweep runs the union of
 their points (configs/paper-grid.yaml). An axis named in `bundles` takes bundle names (a bundle sets
-several params at once); any other axis is a dotted param; `set` gives a whole block the same
-values. The file is checked as a whole, types included, and its size in points is known before one
-is built.
+several params at once); `set` gives a whole block the same values.
 """
 
 from __future__ import annotations
@@ -16,7 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
@@ -35,7 +33,7 @@ class _Strict(BaseModel):
 
 class Block(_Strict):
     name: str = "unnamed"
-    axes: dict[str, list[Any]] = Field(min_length=1)
+    axes: dict[str, Annotated[list[Any], Field(min_length=1)]] = Field(min_length=1)
     set: dict[str, Any] = {}
 
 
@@ -108,8 +106,6 @@ def load_grid_file(path: Path, max_points: int = MAX_POINTS) -> GridFile:
     for number, block in enumerate(spec.blocks, 1):
         where = f"{path}: block {number} ({block.name})"
         for axis, values in block.axes.items():
-            if not values:
-                raise SweepError(f"{where}: axis {axis!r} needs a list of values")
             if unknown := [v for v in values if axis in spec.bundles and str(v) not in spec.bundles[axis]]:
                 known = ", ".join(spec.bundles[axis])
                 raise SweepError(f"{where}: {axis} {unknown[0]!r} is not in bundles.{axis} ({known})")
