@@ -67,11 +67,3 @@ def snapshot(root: Path, overlay: Path) -> list[str]:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target, follow_symlinks=False)
     return [rel for rel in changed if not (root / rel).exists()]
-
-
-def lay_overlay(overlay: Path, deleted: Sequence[str], clone: Path) -> None:
-    """The workspace's state, snapshot at the sweep's start, over a clone of HEAD."""
-    if overlay.is_dir():
-        shutil.copytree(overlay, clone, symlinks=True, dirs_exist_ok=True)
-    for rel in deleted:
-        (clone / rel).unlink(missing_ok=True)

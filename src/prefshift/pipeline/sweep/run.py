@@ -54,9 +54,8 @@ class Executor:
     @classmethod
     def of(cls, record: SweepRecord) -> Executor:
         """The executor a sweep was started with, as its record keeps it (`asdict`)."""
-        saved = record.data["executor"]
-        resources = slurm.SlurmResources(**saved["resources"])
-        return cls(saved["kind"], saved["jobs"], tuple(saved["devices"]), resources)
+        saved = {**record.data["executor"], "devices": tuple(record.data["executor"]["devices"])}
+        return cls(**{**saved, "resources": slurm.SlurmResources(**saved["resources"])})
 
 
 def start(

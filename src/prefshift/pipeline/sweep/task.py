@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 from prefshift.core.signals import Terminated, exit_code, signals_as_exceptions
-from prefshift.pipeline.sweep.baseline import lay_overlay
 from prefshift.pipeline.sweep.commands import SweepError, run_dvc, run_git
 from prefshift.pipeline.sweep.record import FINISHED, STOPPED, TASK_HEADER, SweepRecord, open_folder
 
@@ -48,7 +47,10 @@ def _clone(record: SweepRecord, index: int, say) -> Path:
         if cache := record.data.get("dvc_cache"):  # one machine: what `dvc cache dir --local` writes
             (staging / ".dvc" / "config.local").write_text(f"[cache]\n    dir = {cache}\n", encoding="utf-8")
         os.replace(staging, clone)
-    lay_overlay(record.folder / "overlay", record.data.get("overlay_deleted", []), clone)
+    if (overlay := record.folder / "overlay").is_dir():  # the workspace's state at the sweep's start
+        shutil.copytree(overlay, clone, symlinks=True, dirs_exist_ok=True)
+    for rel in record.data.get("overlay_deleted", []):
+        (clone / rel).unlink(missing_ok=True)
     return clone
 
 
