@@ -64,7 +64,7 @@ def test_blocks_expand_bundles_and_the_estimate_adds_up_by_hand(tmp_path):
         ({"blocks": []}, "blocks: List should have at least 1 item"),
         ({"grid": 1}, "grid: unknown key"),
         ({"blocks": [{"axes": {"seed": 3}}]}, r"blocks\.0\.axes\.seed: Input should be a valid list"),
-        ({"blocks": [{"axes": {"seed": []}}]}, "axis 'seed' needs a list of values"),
+        ({"blocks": [{"axes": {"seed": []}}]}, r"blocks\.0\.axes\.seed: List should have at least 1 item"),
         ({"blocks": ["lambda"]}, r"blocks\.0: Input should be a valid dictionary"),
         ({"bundles": {"setting": ["a"]}}, r"bundles\.setting: Input should be a valid dictionary"),
         (

@@ -1,11 +1,9 @@
 """The baseline a sweep's tasks start from: HEAD, plus what the workspace holds that HEAD does not.
 
-On one machine the workspace's uncommitted state comes along, copied once into the sweep's folder
-when it starts (`snapshot`) and laid over each clone: tracked files changed since HEAD, dvc.lock and
-every `cache: false` output (metrics, plots), which no cache restores. With dvc.lock and the shared
-cache, a task's `dvc checkout` restores the rest, and only what a point changes reruns: a fresh
-clone after `make repro` sweeps as a committed one does. A cluster's tasks clone from a remote, so
-there the baseline must be committed (`check_committed`).
+On one machine the workspace's uncommitted state (tracked files changed since HEAD, dvc.lock and
+every `cache: false` output, which no cache restores) is copied into the sweep's folder and laid
+over each clone; the shared cache restores the rest, so a fresh clone after `make repro` sweeps as a
+committed one does. A cluster's tasks clone from a remote: there the baseline must be committed.
 """
 
 from __future__ import annotations
@@ -41,9 +39,7 @@ def uncommitted_baseline(root: Path) -> list[str]:
 
 
 def commit_command(paths: Sequence[str]) -> str:
-    return (
-        f'git add {" ".join(shlex.quote(p) for p in paths)} && git commit -m "Baseline results for the sweep"'
-    )
+    return f'git add {shlex.join(paths)} && git commit -m "Baseline results for the sweep"'
 
 
 def _changed_tracked(root: Path) -> list[str]:
@@ -71,11 +67,3 @@ def snapshot(root: Path, overlay: Path) -> list[str]:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target, follow_symlinks=False)
     return [rel for rel in changed if not (root / rel).exists()]
-
-
-def lay_overlay(overlay: Path, deleted: Sequence[str], clone: Path) -> None:
-    """The workspace's state, snapshot at the sweep's start, over a clone of HEAD."""
-    if overlay.is_dir():
-        shutil.copytree(overlay, clone, symlinks=True, dirs_exist_ok=True)
-    for rel in deleted:
-        (clone / rel).unlink(missing_ok=True)

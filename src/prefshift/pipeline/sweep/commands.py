@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -34,11 +35,20 @@ def silence() -> None:
     os.close(null)
 
 
-def run_git(root: Path, *args: str) -> str:
-    done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+def run(*command: str, cwd: Path | None = None, timeout: float | None = None, hint: str = "") -> str:
+    """`command`'s output; a failure, a missing command or a timeout is a SweepError naming it."""
+    shown = f"`{shlex.join(command)}`" + (f" (in {cwd})" if cwd else "")
+    try:
+        done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    except (FileNotFoundError, subprocess.TimeoutExpired) as err:
+        raise SweepError(f"{shown}: {err}{hint}") from None
     if done.returncode != 0:
-        raise SweepError(f"git {' '.join(args)} (in {root}) failed: {done.stderr.strip()}")
+        raise SweepError(f"{shown} failed (exit {done.returncode}): {done.stderr.strip()}")
     return done.stdout
+
+
+def run_git(root: Path, *args: str) -> str:
+    return run("git", *args, cwd=root)
 
 
 def run_dvc(root: Path, args: Sequence[str], echo: bool = True) -> str:

@@ -23,16 +23,14 @@ _REF_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 def split_values(text: str) -> list[str]:
     """Split `a,b,[c,d]` on top-level commas, so list values like `[0.25,0.5]` stay whole."""
-    values, depth, current = [], 0, ""
+    values, depth = [""], 0
     for char in text:
         depth += {"[": 1, "{": 1, "]": -1, "}": -1}.get(char, 0)
         if char == "," and depth == 0:
-            values.append(current.strip())
-            current = ""
+            values.append("")
         else:
-            current += char
-    values.append(current.strip())
-    return values
+            values[-1] += char
+    return [value.strip() for value in values]
 
 
 def parse_grid(specs: Sequence[str]) -> dict[str, list[str]]:
@@ -42,13 +40,11 @@ def parse_grid(specs: Sequence[str]) -> dict[str, list[str]]:
     grid: dict[str, list[str]] = {}
     for spec in specs:
         keys, values = split_override(spec)
-        key = ".".join(keys)
-        if key in grid:
+        if (key := ".".join(keys)) in grid:
             raise SweepError(f"-S {key}: given twice; list every value in one -S")
-        points = split_values(values)
-        if any(not v for v in points):
+        grid[key] = split_values(values)
+        if not all(grid[key]):
             raise SweepError(f"-S {spec!r}: empty value in the list")
-        grid[key] = points
     return grid
 
 

@@ -3,9 +3,7 @@
 A paper's grid is not one cross product (every method at its defaults, λ and layers for ANCHOR
 alone), so a grid file lists blocks, each a cross product of axes, and the sweep runs the union of
 their points (configs/paper-grid.yaml). An axis named in `bundles` takes bundle names (a bundle sets
-several params at once); any other axis is a dotted param; `set` gives a whole block the same
-values. The file is checked as a whole, types included, and its size in points is known before one
-is built.
+several params at once); `set` gives a whole block the same values.
 """
 
 from __future__ import annotations
@@ -16,7 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
@@ -35,7 +33,7 @@ class _Strict(BaseModel):
 
 class Block(_Strict):
     name: str = "unnamed"
-    axes: dict[str, list[Any]] = Field(min_length=1)
+    axes: dict[str, Annotated[list[Any], Field(min_length=1)]] = Field(min_length=1)
     set: dict[str, Any] = {}
 
 
@@ -108,28 +106,26 @@ def load_grid_file(path: Path, max_points: int = MAX_POINTS) -> GridFile:
     for number, block in enumerate(spec.blocks, 1):
         where = f"{path}: block {number} ({block.name})"
         for axis, values in block.axes.items():
-            if not values:
-                raise SweepError(f"{where}: axis {axis!r} needs a list of values")
             if unknown := [v for v in values if axis in spec.bundles and str(v) not in spec.bundles[axis]]:
                 known = ", ".join(spec.bundles[axis])
                 raise SweepError(f"{where}: {axis} {unknown[0]!r} is not in bundles.{axis} ({known})")
     check_size(sum(math.prod(len(v) for v in b.axes.values()) for b in spec.blocks), max_points, str(path))
-    points, labels, seen = [], [], set()
+    found: dict[str, tuple[dict[str, str], dict[str, str]]] = {}  # blocks may overlap; a point runs once
     for block in spec.blocks:
         fixed = {key: _text(value) for key, value in block.set.items()}
         for combo in itertools.product(*block.axes.values()):
-            point: dict[str, str] = {}
+            point, label = {}, {axis: _text(value) for axis, value in zip(block.axes, combo, strict=True)}
             for axis, value in zip(block.axes, combo, strict=True):
                 bundle = spec.bundles.get(axis, {}).get(str(value))
                 point.update({k: _text(v) for k, v in bundle.items()} if bundle else {axis: _text(value)})
             point.update(fixed)
-            key = json.dumps(point, sort_keys=True)
-            if key not in seen:  # blocks may overlap; a point runs once
-                seen.add(key)
-                points.append(point)
-                label = {axis: _text(value) for axis, value in zip(block.axes, combo, strict=True)}
-                labels.append({**label, **{k: v for k, v in fixed.items() if k not in label}})
-    return GridFile(path, spec, points, labels)
+            found.setdefault(
+                json.dumps(point, sort_keys=True),
+                (point, {**label, **{k: v for k, v in fixed.items() if k not in label}}),
+            )
+    return GridFile(
+        path, spec, [point for point, _ in found.values()], [label for _, label in found.values()]
+    )
 
 
 @dataclass
@@ -157,8 +153,7 @@ def estimate(grid: GridFile, params_path: Path) -> Estimate:
     epochs) over the rate axis's tokens/s/GPU (`strong_full` for a student whose point turns LoRA
     off). Scoring, labelling, generation and best-of-n are forward passes, not counted."""
     spec, where = grid.spec.estimate, f"{grid.path}: estimate"
-    if spec is None:
-        raise SweepError(f"{where}: none; the dry run's estimate needs data sizes and rates")
+    assert spec is not None, "the dry run estimates a grid file with an estimate block"
     teacher_s = student_s = 0.0
     students = 0
     for point, label in zip(grid.points, grid.labels, strict=True):

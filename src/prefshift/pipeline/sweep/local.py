@@ -1,10 +1,8 @@
 """`--executor local` and `local-gpus`: a pool of tasks on this machine.
 
-`local` runs `--jobs` tasks at once; `local-gpus --gpus 0,1,2,3` one per device set
-(`--gpus-per-task` devices), given to the task as its CUDA_VISIBLE_DEVICES, so two points never
-share a device. Each task has a process group of its own: a stop reaches everything it started
-(dvc, the stage, its workers) and nothing else, and Ctrl-C at the terminal reaches the sweep alone,
-which then ends the groups.
+Each task has a process group of its own: a stop reaches everything it started (dvc, the stage,
+its workers) and nothing else, and Ctrl-C at the terminal reaches the sweep alone, which then
+ends the groups.
 """
 
 from __future__ import annotations
@@ -19,7 +17,6 @@ import sys
 import time
 from collections.abc import Sequence
 
-from prefshift.core.signals import signals_ignored, stop_signal
 from prefshift.pipeline.sweep.commands import SweepError, say
 from prefshift.pipeline.sweep.record import SweepRecord
 
@@ -50,17 +47,6 @@ class Slots:
         self.free: list[tuple[str, ...] | None] = sets if devices else [None] * jobs
 
 
-def _start(record: SweepRecord, index: int, slot: tuple[str, ...] | None) -> subprocess.Popen:
-    env = {**os.environ, "MLFLOW_TRACKING_URI": record.data["tracking_uri"]}
-    if slot is not None:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(slot)
-        say(f"sweep {record.id}: point {index} on CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']}")
-    command = [sys.executable, "-m", "prefshift", "sweep", "task", str(record.folder), str(index)]
-    with open(record.log(index), "a", encoding="utf-8") as log:  # the child keeps its own handle
-        return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
-
-
 def _group_alive(pgid: int) -> bool:
     """Whether a process of the group still runs, once its zombies adopted by this one are reaped."""
     with contextlib.suppress(ChildProcessError):
@@ -73,48 +59,65 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def stop(running: dict[int, tuple[subprocess.Popen, object]]) -> list[str]:
-    """SIGTERM to each task's process group, SIGKILL to what outlives `grace_s`; what was done."""
-    for proc, _ in running.values():
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_GRACE_S
-    while any(_group_alive(proc.pid) for proc, _ in running.values()) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    lines = []
-    for index, (proc, _) in running.items():
-        if forced := _group_alive(proc.pid):
+class Pool:
+    """The tasks this command runs, as many at once as there are slots, started as slots free up."""
+
+    def __init__(self, record: SweepRecord, slots: Slots):
+        self.record, self.free, self.queued = record, slots.free, []
+        self.running: dict[int, tuple[subprocess.Popen, tuple[str, ...] | None]] = {}
+        with contextlib.suppress(OSError, AttributeError):  # a container's init may never reap orphans,
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # this process does
+
+    def launch(self, indices: Sequence[int]) -> None:
+        self.queued += indices
+        say(f"sweep {self.record.id}: {len(self.free)} point(s) at a time")
+
+    def _start(self, index: int, slot: tuple[str, ...] | None) -> subprocess.Popen:
+        env = {**os.environ, "MLFLOW_TRACKING_URI": self.record.data["tracking_uri"]}
+        if slot is not None:
+            env["CUDA_VISIBLE_DEVICES"] = devices = ",".join(slot)
+            say(f"sweep {self.record.id}: point {index} on CUDA_VISIBLE_DEVICES={devices}")
+        command = [sys.executable, "-m", "prefshift", "sweep", "task", str(self.record.folder), str(index)]
+        with open(self.record.log(index), "a", encoding="utf-8") as log:  # the child keeps its own handle
+            return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+
+    def live(self) -> dict[int, str]:
+        """Reap the tasks that ended (printing their log), start queued points on the free slots;
+        point → pending/running, this pool's and any other live task's on this machine."""
+        for index, (proc, slot) in list(self.running.items()):
+            if proc.poll() is not None:
+                del self.running[index]
+                self.free.append(slot)
+                head = f"--- experiment {self.record.names[index]}: exit {proc.returncode} ---"
+                say(f"{head}\n{self.record.last_attempt(index)}")
+        while self.queued and self.free:
+            index, slot = self.queued.pop(0), self.free.pop(0)
+            self.running[index] = (self._start(index, slot), slot)
+        return {
+            **live(self.record),
+            **dict.fromkeys(self.queued, "pending"),
+            **dict.fromkeys(self.running, "running"),
+        }
+
+    def stop(self) -> tuple[list[int], list[str]]:
+        """SIGTERM to each running task's process group, SIGKILL to what outlives the grace period:
+        (the points it ended, what was done)."""
+        groups = {index: proc.pid for index, (proc, _) in self.running.items()}
+        for pgid in groups.values():
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        lines.append(f"point {index}: ended process group {proc.pid}{' (SIGKILL)' if forced else ''}")
-    return lines
-
-
-def run_points(record: SweepRecord, indices: Sequence[int], slots: Slots) -> None:
-    """Run points `indices`, as many at once as there are slots; return when all have ended. Stopped,
-    it ends the running tasks' groups, notes the stop in the record and lets the stop through."""
-    pending, running = list(indices), {}
-    with contextlib.suppress(OSError, AttributeError):  # a container's init may never reap orphans,
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # this process does
-    say(f"sweep {record.id}: {len(slots.free)} point(s) at a time")
-    try:
-        while pending or running:
-            while pending and slots.free:
-                index, slot = pending.pop(0), slots.free.pop(0)
-                running[index] = (_start(record, index, slot), slot)
-            time.sleep(POLL_S)
-            for index, (proc, _) in list(running.items()):
-                if proc.poll() is not None:
-                    slots.free.append(running.pop(index)[1])
-                    head = f"--- experiment {record.names[index]}: exit {proc.returncode} ---"
-                    say(f"{head}\n{record.last_attempt(index)}")
-    except BaseException as stopped:
-        with signals_ignored():
-            signum = stop_signal(stopped)
-            name = signal.Signals(signum).name if signum else type(stopped).__name__
-            record.note_stop(name, list(running), stop(running))
-        raise
+                os.killpg(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        while any(map(_group_alive, groups.values())) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        lines = []
+        for index, pgid in groups.items():
+            if forced := _group_alive(pgid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pgid, signal.SIGKILL)
+            self.running[index][0].wait()
+            lines.append(f"point {index}: ended process group {pgid}{' (SIGKILL)' if forced else ''}")
+        return list(groups), lines
 
 
 def live(record: SweepRecord) -> dict[int, str]:

@@ -128,7 +128,6 @@ def point_state(entry: Mapping[str, Any], live: str | None) -> str:
     """One point's state from its task's own entry and what the executor still runs (`live`).
     Finished stays finished (a requeued task exits at once); a task that said `running` and is gone
     was stopped from outside before it could say more."""
-    own = entry.get("state")
-    if own == FINISHED or live:
-        return FINISHED if own == FINISHED else live
-    return STOPPED if own == "running" else own or MISSING
+    if (own := entry.get("state")) == FINISHED:
+        return own
+    return live or (STOPPED if own == "running" else own or MISSING)

@@ -1,10 +1,8 @@
 """A finished sweep's results: each point's numbers checked in its experiment commit, then filed.
 
-Each method's metrics for each seed the experiment lists are read from its commit and written to
-reports/sweeps/ as the report reads them: the full JSON (with the confidence intervals `dvc exp show`
-drops) plus {"sweep": {<dotted key>: <value in the experiment's params.yaml>, "seed": <seed>}}.
-These copies outlive `dvc exp gc`. Nothing is filed unless every point has a finite WRG, mean AOG
-and mean NTS for every method.
+Each method's per-seed metrics are copied from the commit into reports/sweeps/ as the report reads
+them: the full JSON (with the confidence intervals `dvc exp show` drops) plus {"sweep": {<dotted
+key>: <value in the experiment's params.yaml>, "seed": <seed>}}. These copies outlive `dvc exp gc`.
 """
 
 from __future__ import annotations
@@ -71,24 +69,19 @@ def file_results(
     methods: Sequence[str],
     report: bool,
 ) -> dict[str, Any]:
-    """Check every point's experiment commit, then file them all in reports/sweeps/ and rebuild the
-    report."""
-    layout = Layout(root)
-    checked = [
-        point_results(root, rev, point, methods, layout) for point, rev in zip(points, commits, strict=True)
-    ]
-    if problems := [
-        f"{experiment_name(point)} ({rev[:7]}): no numeric {', '.join(missing)}"
-        for point, rev, (_, missing) in zip(points, commits, checked, strict=True)
-        if missing
-    ]:
+    """File every point's records in reports/sweeps/ and rebuild the report; nothing unless every
+    point has a finite WRG, mean AOG and mean NTS for every method."""
+    layout, experiments, filed, problems = Layout(root), [], [], []
+    for point, rev in zip(points, commits, strict=True):
+        records, missing = point_results(root, rev, point, methods, layout)
+        name, files = experiment_name(point), [str(path) for path, _ in records]
+        problems += [f"{name} ({rev[:7]}): no numeric {', '.join(missing)}"] if missing else []
+        experiments.append({"name": name, "rev": rev, "point": dict(point), "files": files})
+        filed += records
+    if problems:
         raise SweepError("experiments without results:\n  " + "\n  ".join(problems))
-    experiments = []
-    for point, rev, (records, _) in zip(points, commits, checked, strict=True):
-        for path, data in records:
-            write_json(path, data)
-        files = [str(path) for path, _ in records]
-        experiments.append({"name": experiment_name(point), "rev": rev, "point": dict(point), "files": files})
+    for path, data in filed:
+        write_json(path, data)
     if report:
         from prefshift.pipeline.stages import report as report_stage
 

@@ -1,9 +1,8 @@
 """A sweep from start to report: checks, the record, launching, waiting, stopping, resuming, filing.
 
-Stopping is the executor's job and the same for all: SIGINT, SIGTERM or SIGHUP ends the sweep's
-tasks' process groups (local) or `scancel`s them (slurm), notes in the record which points it left
-without a result, and exits with 128 + the signal's number; `prefshift sweep resume <id>` reruns
-only those. Nothing depends on where the sweep's output goes (commands.say).
+Every executor stops the same way: SIGINT, SIGTERM or SIGHUP ends the sweep's tasks (their process
+groups, or `scancel`), the record notes the points left without a result, and the sweep exits with
+128 + the signal's number; `prefshift sweep resume <id>` reruns only those.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from typing import Any
 
 from prefshift.config.params import check_method
 from prefshift.core.paths import Layout
-from prefshift.core.signals import Terminated, exit_code, signals_as_exceptions, signals_ignored, stop_signal
+from prefshift.core.signals import exit_code, signals_as_exceptions, signals_ignored, stop_signal
 from prefshift.pipeline.sweep import local, slurm
 from prefshift.pipeline.sweep.baseline import commit_command, snapshot, uncommitted_baseline
 from prefshift.pipeline.sweep.commands import SweepError, run_dvc, run_git, say
@@ -55,29 +54,8 @@ class Executor:
     @classmethod
     def of(cls, record: SweepRecord) -> Executor:
         """The executor a sweep was started with, as its record keeps it (`asdict`)."""
-        saved = record.data["executor"]
-        resources = slurm.SlurmResources(**saved["resources"])
-        return cls(saved["kind"], saved["jobs"], tuple(saved["devices"]), resources)
-
-
-def checked_methods(methods: Sequence[str]) -> list[str]:
-    methods = [check_method(m) for m in methods]
-    if not methods or len(set(methods)) != len(methods):
-        raise SweepError(f"--methods {','.join(methods)!r}: name each method to collect once, e.g. naive")
-    return methods
-
-
-def _local_baseline(root: Path) -> dict[str, Any]:
-    """On one machine the tasks clone the project itself and share its DVC cache; say what
-    `dvc exp show` and `dvc exp diff` miss while the baseline's results are not committed."""
-    if uncommitted := uncommitted_baseline(root):
-        say(
-            f"note: HEAD does not hold these as they are in the workspace: {', '.join(uncommitted)}. "
-            "The points start from the workspace all the same, but `dvc exp show` shows the baseline "
-            "row without them and `dvc exp diff` has nothing to compare with until you commit it:\n"
-            f"  {commit_command(uncommitted)}"
-        )
-    return {"git_remote": str(root), "dvc_cache": run_dvc(root, ["cache", "dir"], echo=False).split()[-1]}
+        saved = {**record.data["executor"], "devices": tuple(record.data["executor"]["devices"])}
+        return cls(**{**saved, "resources": slurm.SlurmResources(**saved["resources"])})
 
 
 def start(
@@ -91,16 +69,25 @@ def start(
 ) -> dict[str, Any]:
     """Check everything, record the sweep in its folder, run or submit its points, then (with
     `wait`) file their results."""
-    root, methods = Path(root).resolve(), checked_methods(methods)
+    root, methods = Path(root).resolve(), [check_method(m) for m in methods]
+    if not methods or len(set(methods)) != len(methods):
+        raise SweepError(f"--methods {','.join(methods)!r}: name each method to collect once, e.g. naive")
     executor.check(wait)
     check_distinct(root / "params.yaml", points)
     uri, baseline = tracking_uri(Layout(root)), run_git(root, "rev-parse", "HEAD").strip()
-    cluster = executor.kind == "slurm"
-    where = slurm.prepare(root, baseline, uri) if cluster else _local_baseline(root)
+    if not (cluster := executor.kind == "slurm") and (uncommitted := uncommitted_baseline(root)):
+        say(
+            f"note: HEAD does not hold these as they are in the workspace: {', '.join(uncommitted)}. "
+            "The points start from the workspace all the same, but `dvc exp show` shows the baseline "
+            "row without them and `dvc exp diff` has nothing to compare with until you commit it:\n"
+            f"  {commit_command(uncommitted)}"
+        )
+    # One machine: the tasks clone this project and share its DVC cache; a cluster's, the remotes.
+    cache = None if cluster else run_dvc(root, ["cache", "dir"], echo=False).split()[-1]
+    where = slurm.prepare(root, baseline, uri) if cluster else {"git_remote": str(root), "dvc_cache": cache}
     data = {"root": str(root), "baseline": baseline, "points": [dict(p) for p in points]}
     data.update(names=[experiment_name(p) for p in points], methods=methods, report=report)
-    data.update(tracking_uri=uri, **where, executor=asdict(executor))
-    record = create(scratch, data, root)
+    record = create(scratch, {**data, "tracking_uri": uri, **where, "executor": asdict(executor)}, root)
     if not cluster:
         record.data["overlay_deleted"] = snapshot(root, record.folder / "overlay")
         record.save()
@@ -109,49 +96,54 @@ def start(
 
 
 def _launch(root: Path, record: SweepRecord, executor: Executor, indices: Sequence[int], wait: bool) -> dict:
-    """Run (local) or submit and wait for (slurm) points `indices`, then file; a stop ends them."""
+    """Start (local) or submit (slurm) points `indices`, wait for every point, then file. A stop (or,
+    on one machine, any error) ends the tasks; a cluster's tasks outlive an error of this command."""
+    pool = None if executor.kind == "slurm" else local.Pool(record, executor.slots())
     try:
         with signals_as_exceptions():
-            if executor.kind != "slurm":
-                local.run_points(record, indices, executor.slots())
-            elif slurm.submit(record, indices, executor.resources) and not wait:
-                return _submitted(record)
-            else:
-                wait_for(record)
-    except (Terminated, KeyboardInterrupt) as stopped:
-        name = signal.Signals(signum := stop_signal(stopped)).name
+            if pool:
+                pool.launch(indices)
+            elif indices:
+                slurm.submit(record, indices, executor.resources)
+            if not wait:
+                return dict(sweep_id=record.id, folder=str(record.folder), experiments=[], report=None)
+            wait_for(record, pool)
+    except BaseException as stopped:
+        if (signum := stop_signal(stopped)) is None and pool is None:
+            raise
         with signals_ignored():
-            if executor.kind == "slurm":
-                record.note_stop(name, *slurm.stop(record))
-            for line in record.data.get("stops", [{}])[-1].get("done", []):
+            name = signal.Signals(signum).name if signum else type(stopped).__name__
+            record.note_stop(name, *(pool.stop() if pool else slurm.stop(record)))
+            for line in record.data["stops"][-1]["done"]:
                 say(f"  {line}")
-            say(f"sweep {record.id}: stopped by {name}; `prefshift sweep resume {record.id}` reruns "
-                "the points without a result, finished ones are kept")  # fmt: skip
+        if signum is None:
+            raise
+        say(f"sweep {record.id}: stopped by {name}; `prefshift sweep resume {record.id}` reruns "
+            "the points without a result, finished ones are kept")  # fmt: skip
         raise SystemExit(exit_code(signum)) from None
     return collect(root, record)
 
 
-def _submitted(record: SweepRecord) -> dict[str, Any]:
-    """What `--no-wait` returns: the sweep's id and folder, nothing filed yet."""
-    return {"sweep_id": record.id, "folder": str(record.folder), "experiments": [], "report": None}
-
-
-def point_states(record: SweepRecord) -> dict[int, str]:
-    live = (slurm if record.data["executor"]["kind"] == "slurm" else local).live(record)
+def point_states(record: SweepRecord, live: Mapping[int, str] | None = None) -> dict[int, str]:
+    """Each point's state from its task's own word and what is pending or running: by default as any
+    process sees it (squeue, or a live task's pid on this machine)."""
+    if live is None:
+        live = (slurm if record.data["executor"]["kind"] == "slurm" else local).live(record)
     return {i: point_state(record.read_state(i), live.get(i)) for i in range(len(record.points))}
 
 
-def wait_for(record: SweepRecord) -> None:
-    """Poll until no point is pending or running, printing each change of state."""
+def wait_for(record: SweepRecord, pool: local.Pool | None = None) -> None:
+    """Poll until no point is pending or running, printing each change of state; a local pool starts
+    its queued points as slots free up."""
     shown: dict[int, str] = {}
     while True:
-        for index, state in (states := point_states(record)).items():
+        for index, state in (states := point_states(record, pool.live() if pool else None)).items():
             if shown.get(index) != state:
                 say(f"sweep {record.id}: point {index} ({record.names[index]}): {state}")
         if not any(state in LIVE for state in states.values()):
             return
         shown = states
-        time.sleep(POLL_S)
+        time.sleep(local.POLL_S if pool else POLL_S)
 
 
 def status_lines(record: SweepRecord) -> list[str]:
@@ -191,7 +183,7 @@ def collect(root: Path, record: SweepRecord) -> dict[str, Any]:
 
 def resume(root: Path, sweep_id: str, scratch: Path | None = None, wait: bool = True) -> dict[str, Any]:
     """Rerun only the points that are missing, failed or stopped; finished ones never rerun, and
-    ones still pending or running are left to run. A resumed point reuses its clone, so its training
+    ones still pending or running are waited for. A resumed point reuses its clone, so its training
     resumes from the checkpoint an earlier attempt left."""
     record = load(scratch, sweep_id, root)
     executor = Executor.of(record)
@@ -200,14 +192,9 @@ def resume(root: Path, sweep_id: str, scratch: Path | None = None, wait: bool = 
     todo = [i for i, state in states.items() if state not in (FINISHED, *LIVE)]
     for index in todo:
         say(f"sweep {record.id}: rerunning point {index} ({record.names[index]}, {states[index]})")
-    if todo:
-        return {**_launch(Path(root), record, executor, todo, wait), "resubmitted": todo}
-    say(f"sweep {record.id}: no point is missing, failed or stopped; nothing to rerun")
-    if not wait:
-        return _submitted(record)
-    if executor.kind == "slurm":
-        wait_for(record)
-    return {**collect(root, record), "resubmitted": todo}
+    if not todo:
+        say(f"sweep {record.id}: no point is missing, failed or stopped; nothing to rerun")
+    return {**_launch(Path(root), record, executor, todo, wait), "resubmitted": todo}
 
 
 def status(root: Path, sweep_id: str, scratch: Path | None = None) -> list[str]:

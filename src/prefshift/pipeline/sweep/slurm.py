@@ -1,11 +1,9 @@
 """`--executor slurm`: the sweep's points as one SLURM job array, through a generated sbatch script.
 
 The script is written into the sweep's folder before `sbatch` reads it, so what ran is there to
-read. Its `#SBATCH` lines come from the sweep's options, then verbatim from the user's template
-(`--sbatch-template`: more `#SBATCH` lines, then set-up such as `module load`). Array task `i` runs
-point `i`, appending to `logs/<i>.log`. While a task waits or runs `squeue` lists it; afterwards only
-its own state file tells (many clusters keep `sacct` to admins). The tasks reach the project through
-remotes: `origin` for git, the default DVC remote, an MLflow server.
+read; the user's `--sbatch-template` goes in verbatim after the sweep's own `#SBATCH` lines. While
+a task waits or runs `squeue` lists it; afterwards only its own state file tells (many clusters keep
+`sacct` to admins). The tasks reach the project through remotes: git, DVC and an MLflow server.
 """
 
 from __future__ import annotations
@@ -13,7 +11,6 @@ from __future__ import annotations
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -23,7 +20,7 @@ from typing import Any
 
 from prefshift.core.paths import Layout
 from prefshift.pipeline.sweep.baseline import check_committed
-from prefshift.pipeline.sweep.commands import SweepError, run_dvc, run_git, say
+from prefshift.pipeline.sweep.commands import SweepError, run, run_dvc, run_git, say
 from prefshift.pipeline.sweep.record import SweepRecord, default_scratch
 from prefshift.tracking.runs import tracking_uri
 
@@ -54,10 +51,10 @@ class SlurmResources:
             raise SweepError(f"--sbatch-template {self.template}: no such file (extra #SBATCH lines)")
 
     def directives(self) -> list[str]:
-        lines = [f"#SBATCH --gres=gpu:{self.gpus_per_task}"] if self.gpus_per_task else []
-        options = {"partition": self.partition, "time": self.time, "account": self.account}
+        options = {"gres": f"gpu:{self.gpus_per_task}" if self.gpus_per_task else None}
+        options.update(partition=self.partition, time=self.time, account=self.account)
         options["cpus-per-task"] = self.cpus_per_task
-        return lines + [f"#SBATCH --{flag}={value}" for flag, value in options.items() if value is not None]
+        return [f"#SBATCH --{flag}={value}" for flag, value in options.items() if value is not None]
 
 
 def check_tracking(uri: str) -> None:
@@ -144,19 +141,11 @@ def dry_run_script(
 
 
 def _slurm(*args: str) -> str:
-    try:
-        done = subprocess.run(args, capture_output=True, text=True, timeout=120)
-    except (FileNotFoundError, subprocess.TimeoutExpired) as err:
-        raise SweepError(
-            f"`{' '.join(args)}`: {err}; is SLURM installed and slurmctld up (`sinfo`)?"
-        ) from None
-    if done.returncode != 0:
-        raise SweepError(f"`{' '.join(args)}` failed (exit {done.returncode}): {done.stderr.strip()}")
-    return done.stdout
+    return run(*args, timeout=120, hint="; is SLURM installed and slurmctld up (`sinfo`)?")
 
 
-def submit(record: SweepRecord, indices: Sequence[int], resources: SlurmResources) -> str:
-    """Write the script into the sweep's folder, then `sbatch` it; return the job id."""
+def submit(record: SweepRecord, indices: Sequence[int], resources: SlurmResources) -> None:
+    """Write the script into the sweep's folder, then `sbatch` it."""
     script = record.folder / f"job-{len(record.data['jobs']) + 1}.sbatch"
     env = {"MLFLOW_TRACKING_URI": record.data["tracking_uri"]}
     script.write_text(render_script(record, indices, resources, env), encoding="utf-8")
@@ -164,30 +153,21 @@ def submit(record: SweepRecord, indices: Sequence[int], resources: SlurmResource
     record.data["jobs"].append({"job": job, "indices": list(indices), "script": str(script)})
     record.save()
     say(f"sweep {record.id}: submitted job {job} ({len(indices)} array task(s)), script {script}")
-    return job
-
-
-def _array_indices(spec: str) -> list[int]:
-    """`3`, or squeue's compressed pending form `[0-2,5%4]`, as the indices it names."""
-    indices: list[int] = []
-    for part in filter(None, spec.strip("[]").split("%")[0].split(",")):
-        low, _, high = part.partition("-")
-        indices += range(int(low), int(high or low) + 1)
-    return indices
 
 
 def live(record: SweepRecord) -> dict[int, str]:
-    """Grid point → pending/running for every task of the sweep that squeue still lists; asked by
-    job name, never by id, which squeue refuses once the controller forgot it."""
+    """Grid point → pending/running for every task of the sweep that squeue still lists (one line
+    per array task, `--array`); asked by job name, never by id, which squeue refuses once the
+    controller forgot it."""
     if not (jobs := {entry["job"] for entry in record.data["jobs"]}):
         return {}
     states: dict[int, str] = {}
     query = ("--array", f"--name=prefshift-{record.id}", f"--states={LIVE_STATES}", "--format=%i %T")
     for line in _slurm("squeue", "-h", *query).splitlines():
-        job_task, _, state = line.strip().partition(" ")
-        job, sep, task = job_task.partition("_")
-        if sep and job in jobs:
-            states.update(dict.fromkeys(_array_indices(task), SQUEUE_STATES.get(state.strip(), "running")))
+        job, _, rest = line.strip().partition("_")
+        task, _, state = rest.partition(" ")
+        if job in jobs and task.isdigit():
+            states[int(task)] = SQUEUE_STATES.get(state.strip(), "running")
     return states
 
 

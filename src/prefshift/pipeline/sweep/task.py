@@ -1,16 +1,8 @@
-"""One grid point, run by its own task in its own clone: what every executor launches.
+"""One grid point in its own clone (`prefshift sweep task <folder> <index>`): what every executor runs.
 
-`prefshift sweep task <folder> <index>` is a slot of the local pool or a SLURM array task. Tasks
-sharing one workspace would block each other on DVC's lock (treeverse/dvc#7419), so each one:
-1. clones the sweep's git remote at the baseline (a later attempt reuses the clone, where the
-   training checkpoint, no DVC output, waits) and lays the workspace's overlay on it (baseline.py);
-2. runs `dvc exp run --name <name> -S ... report`, the shared stages restored first: `dvc checkout`
-   from the project's own cache on one machine, `--pull` from the DVC remote on a cluster;
-3. pushes the experiment's git ref into the user's repository (`dvc exp push`; on a cluster also
-   `dvc push` of its outputs), and removes the clone.
-The stages log to MLFLOW_TRACKING_URI. The task writes where it stands (`points/<i>.json`) before
-each step and at its end; stopped by SIGTERM it writes `stopped` (record.point_state reads silence
-after `running` the same way).
+Each task has its own clone because tasks sharing one workspace would block each other on DVC's
+lock (treeverse/dvc#7419). It clones, runs `dvc exp run`, pushes the experiment back, and writes
+where it stands (`points/<i>.json`) before each step and at its end (docs/cluster.md).
 """
 
 from __future__ import annotations
@@ -22,7 +14,6 @@ import time
 from pathlib import Path
 
 from prefshift.core.signals import Terminated, exit_code, signals_as_exceptions
-from prefshift.pipeline.sweep.baseline import lay_overlay
 from prefshift.pipeline.sweep.commands import SweepError, run_dvc, run_git
 from prefshift.pipeline.sweep.record import FINISHED, STOPPED, TASK_HEADER, SweepRecord, open_folder
 
@@ -32,11 +23,12 @@ and DVC commits every `cache: false` output of the target's pipeline. `promote` 
 DVC_LOCKS = ("lock", "rwlock", "rwlock.lock")
 
 
-def experiment_ref(root: Path, name: str) -> str | None:
-    """The ref of experiment `name` on the current HEAD (refs/exps/<sha[:2]>/<sha[2:]>/<name>)."""
+def experiment_commit(root: Path, name: str) -> str:
+    """The commit of experiment `name` on the current HEAD (refs/exps/<sha[:2]>/<sha[2:]>/<name>), or ''."""
     head = run_git(root, "rev-parse", "HEAD").strip()
-    ref = f"refs/exps/{head[:2]}/{head[2:]}/{name}"
-    return ref if run_git(root, "for-each-ref", ref).strip() else None
+    return run_git(
+        root, "for-each-ref", "--format=%(objectname)", f"refs/exps/{head[:2]}/{head[2:]}/{name}"
+    ).strip()
 
 
 def _clone(record: SweepRecord, index: int, say) -> Path:
@@ -55,12 +47,15 @@ def _clone(record: SweepRecord, index: int, say) -> Path:
         if cache := record.data.get("dvc_cache"):  # one machine: what `dvc cache dir --local` writes
             (staging / ".dvc" / "config.local").write_text(f"[cache]\n    dir = {cache}\n", encoding="utf-8")
         os.replace(staging, clone)
-    lay_overlay(record.folder / "overlay", record.data.get("overlay_deleted", []), clone)
+    if (overlay := record.folder / "overlay").is_dir():  # the workspace's state at the sweep's start
+        shutil.copytree(overlay, clone, symlinks=True, dirs_exist_ok=True)
+    for rel in record.data.get("overlay_deleted", []):
+        (clone / rel).unlink(missing_ok=True)
     return clone
 
 
 def _run(record: SweepRecord, index: int, clone: Path, say) -> None:
-    if experiment_ref(clone, name := record.names[index]):
+    if experiment_commit(clone, name := record.names[index]):
         return say(f"experiment {name} was committed by an earlier attempt; pushing it")
     overrides = [f"-S{key}={value}" for key, value in record.points[index].items()]
     args = ["exp", "run", "--name", name, *overrides]
@@ -73,21 +68,19 @@ def _run(record: SweepRecord, index: int, clone: Path, say) -> None:
 
 
 def _push(record: SweepRecord, index: int, clone: Path, say) -> str:
-    if (ref := experiment_ref(clone, name := record.names[index])) is None:
+    if not (commit := experiment_commit(clone, name := record.names[index])):
         raise SweepError(f"{clone}: `dvc exp run` left no experiment named {name}")
     say(f"dvc exp push origin {name}")
     run_dvc(clone, ["exp", "push", "--force", "--no-cache", "origin", name])
     if not record.data.get("dvc_cache"):
         say("dvc push (the experiment's outputs, to the project's DVC remote)")
         run_dvc(clone, ["push"])
-    return run_git(clone, "rev-parse", ref).strip()
+    return commit
 
 
 def run_point(folder: Path, index: int) -> int:
     """Run grid point `index` of the sweep in `folder`; return the task's exit status."""
     record = open_folder(folder)
-    if not 0 <= index < len(record.points):
-        raise SweepError(f"{folder}: no grid point {index} (the sweep has {len(record.points)})")
     name, before = record.names[index], record.read_state(index)
 
     def say(message: str) -> None:
