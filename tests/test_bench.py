@@ -398,3 +398,68 @@ def test_pipeline_only_times_the_pipeline_alone(tmp_path, monkeypatch):
     assert "Regenerate: `prefshift bench --pipeline-only`" in markdown and "## Training" not in markdown
     with pytest.raises(BenchError, match="--pipeline-only"):
         run.run_bench(tmp_path, pipeline_only=True, readme=tmp_path / "README.md", log=lambda line: None)
+
+
+def _hh_file(path: Path, n: int) -> list[str]:
+    """`n` helpful-style rows in Anthropic HH's `.jsonl.gz` form (whole transcripts); their texts."""
+    import gzip
+
+    rows = []
+    for i in range(n):
+        prompt = f"\n\nHuman: how do I bake bread number {i} at home?\n\nAssistant:"
+        reply = " first mix flour , water and salt , then let it rise and bake it" + " slowly" * (i % 5)
+        rows.append({"chosen": prompt + reply, "rejected": prompt + " i do not know"})
+    with gzip.open(path, "wt") as handle:
+        handle.writelines(json.dumps(row) + "\n" for row in rows)
+    return [text for row in rows for text in row.values()]
+
+
+def test_the_bench_runs_on_a_local_model_directory_and_a_pairs_file(tmp_path):
+    """`--model-dir`/`--pairs`/`--max-length`: a pretrained encoder's own tokenizer, real-format
+    pairs, ours ÷ TRL and anchor_shared ÷ naive rows, the regenerating command with the options."""
+    from transformers import BertConfig, BertModel
+
+    from prefshift.bench.run import run_bench
+    from rlhf_families import bert_tokenizer
+
+    pairs = tmp_path / "test.jsonl.gz"
+    tokenizer = bert_tokenizer(_hh_file(pairs, 20))
+    model_dir = tmp_path / "tiny-bert"
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=128, pad_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+    BertModel(config).save_pretrained(model_dir)  # a backbone without a reward head, as MiniLM ships
+    tokenizer.save_pretrained(model_dir)
+    out = tmp_path / "out"
+    result = run_bench(out, quick=True, model_dir=model_dir, pairs=pairs, max_length=48, log=lambda _: None)
+    assert set(result) >= {"training", "anchor"} and "evaluation" not in result
+    assert result["settings"]["max_length"] == 48 and result["settings"]["model_dir"] == str(model_dir)
+    entry = result["training"]["models"]["tiny-bert"]
+    work = entry["workload"]
+    assert work["source"] == str(pairs) and work["max_length"] == 48 and work["pairs"] == 16
+    assert work["work"]["pairs"] == 16 and entry["settings"]["ours"]["precision"] == "float32"
+    expected = {"ours"} | ({"trl"} if result["training"]["trl_skipped"] is None else set())
+    assert set(entry["pairs_per_s"]) - {"trl_group_by_length", "bare_torch_loop"} == expected
+    if "trl" in expected:
+        assert entry["vs_ours"]["trl"]["ratio"] > 0 and "met" in entry["target"]
+        steps_only = entry["vs_ours_without_side_work"]["trl"]  # our drift probes' time taken out
+        assert steps_only["ratio"] > entry["vs_ours"]["trl"]["ratio"]
+    anchor = result["anchor"]["tiny-bert"]
+    assert set(anchor["wall_s"]) == {"naive", "anchor_shared"} and set(anchor["ratios"]) == {"anchor_shared"}
+    assert "met" in anchor["ratios"]["anchor_shared"]["target"]
+    assert anchor["reference_read_s"]["anchor_shared"]["min"] > 0
+    markdown = (out / "bench.md").read_text()
+    command = f"prefshift bench --out {out} --model-dir {model_dir} --pairs {pairs} --max-length 48 --quick"
+    assert f"Regenerate: `{command}`" in markdown
+    assert "### tiny-bert" in markdown and "| anchor_shared ÷ naive |" in markdown
+
+
+def test_the_real_model_options_name_a_model(tmp_path):
+    from prefshift.bench.run import run_bench
+
+    with pytest.raises(BenchError, match="name the model"):
+        run_bench(tmp_path, max_length=64, log=lambda _: None)
+    with pytest.raises(BenchError, match="belong to the default bench"):
+        run_bench(tmp_path, model_dir=tmp_path, pipeline=True, log=lambda _: None)

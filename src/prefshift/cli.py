@@ -534,6 +534,29 @@ def bench(
             "--pipeline-only", help="Time the pipeline alone (no training, ANCHOR or scoring benchmarks)."
         ),
     ] = False,
+    model_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--model-dir",
+            exists=True,
+            file_okay=False,
+            help="Time training (ours vs TRL) and ANCHOR (shared reference vs naive) on this local HF "
+            "model directory instead (its own tokenizer, a fresh reward head).",
+        ),
+    ] = None,
+    pairs: Annotated[
+        Path | None,
+        typer.Option(
+            "--pairs",
+            exists=True,
+            dir_okay=False,
+            help="With --model-dir: HH-style pairs (.jsonl or .jsonl.gz, chosen/rejected transcripts); "
+            "synthetic pairs without it.",
+        ),
+    ] = None,
+    max_length: Annotated[
+        int | None, typer.Option("--max-length", min=8, help="With --model-dir: the token cut (192).")
+    ] = None,
 ):
     """Training vs TRL, ANCHOR overhead, scoring throughput (and the pipeline): reports/bench.{json,md}."""
     for output in [out / "bench.json", out / "bench.md", *([readme] if readme else [])]:
@@ -554,6 +577,9 @@ def bench(
         readme=readme,
         pipeline_params=pipeline_params,
         pipeline_only=pipeline_only,
+        model_dir=model_dir,
+        pairs=pairs,
+        max_length=max_length,
     )
 
 

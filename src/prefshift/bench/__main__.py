@@ -32,6 +32,13 @@ def main(argv: list[str] | None = None) -> None:
         help="Number the timed rounds from here (set by --invocations; decides the variants' order).",
     )
     parser.add_argument("--readme", type=Path, default=None, help="Rewrite this README's numbers block.")
+    parser.add_argument(
+        "--model-dir", type=Path, default=None, help="Training and ANCHOR rows on this local HF model."
+    )
+    parser.add_argument(
+        "--pairs", type=Path, default=None, help="HH-style .jsonl(.gz) pairs for --model-dir."
+    )
+    parser.add_argument("--max-length", type=int, default=None, help="Token cut for --model-dir (192).")
     args = parser.parse_args(argv)
     from prefshift.bench.run import run_bench
 
@@ -47,6 +54,9 @@ def main(argv: list[str] | None = None) -> None:
         trl_as_shipped=args.trl_as_shipped,
         readme=args.readme,
         first_round=args.first_round,
+        model_dir=args.model_dir,
+        pairs=args.pairs,
+        max_length=args.max_length,
     )
 
 

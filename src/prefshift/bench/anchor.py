@@ -14,19 +14,20 @@ The LoRA variant anchors to the same model with its adapters disabled: no copy.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
 from prefshift.bench.common import (
-    MODELS,
     Workload,
     encoded_items,
-    hf_reward_model,
     interleave,
     isolated,
     load_tokenizer,
+    model_label,
     ratio,
+    reward_classifier,
     summary,
 )
 from prefshift.bench.training import measured, train_config
@@ -63,7 +64,7 @@ def fill_reference(spec_name: str, work: Workload, tok_dir: Path, items, directo
     from prefshift.pipeline.stages.reference import compute_reference
 
     tokenizer = load_tokenizer(tok_dir)
-    model = RewardModel(hf_reward_model(MODELS[spec_name], tokenizer, work.max_length, work.seed)).eval()
+    model = RewardModel(reward_classifier(spec_name, tokenizer, work.max_length, work.seed)).eval()
     start = time.perf_counter()
     layers = (model.num_layers,)
     compute_reference(model, items, layers, Path(directory), 16, tokenizer.pad_token_id).finish()
@@ -86,7 +87,7 @@ def run_variant(
     cfg = train_config(work, 1, lora=LoraConfig(enabled=lora))
 
     def prepared(data, n_epochs: int) -> Callable[[], dict]:
-        model = RewardModel(hf_reward_model(MODELS[spec_name], tokenizer, work.max_length, work.seed))
+        model = RewardModel(reward_classifier(spec_name, tokenizer, work.max_length, work.seed))
         objective = build_objective(method, params, model.num_layers)
         stored = StoredReference(Path(shared), objective.layers) if variant == "anchor_shared" else None
         return partial(
@@ -113,6 +114,8 @@ def run_variant(
 def set_targets(ratios: dict) -> None:
     """Judge each target on the quoted median ratios (again after invocations are merged)."""
     for name, target in TARGETS.items():
+        if name not in ratios:  # not run (`bench_anchor`'s `only`)
+            continue
         ratios[name]["target"] = {
             **target,
             "met": all(ratios[name][key]["ratio"] <= limit for key, limit in target.items()),
@@ -120,20 +123,30 @@ def set_targets(ratios: dict) -> None:
 
 
 def bench_anchor(
-    tok_dir: Path, spec_name: str, pairs: int, epochs: int, reps: int, log: Callable[[str], None]
+    tok_dir: Path,
+    spec_name: str,
+    pairs: int,
+    epochs: int,
+    reps: int,
+    log: Callable[[str], None],
+    workload: Workload | None = None,
+    only: Collection[str] | None = None,
 ) -> dict:
+    """Wall time and peak RSS of each variant (`only`: those, naive always) and each anchor
+    variant ÷ its baseline; `spec_name` and `workload` as in `training.bench_training`."""
     import tempfile
 
-    work = Workload(pairs=pairs)
+    work = replace(workload, pairs=pairs) if workload else Workload(pairs=pairs)
     items = encoded_items(load_tokenizer(tok_dir), work)
-    log(f"ANCHOR overhead, {spec_name}")
+    names = [name for name in VARIANTS if only is None or name == "naive" or name in only]
+    log(f"ANCHOR overhead, {model_label(spec_name)}")
     with tempfile.TemporaryDirectory(prefix="prefshift-reference-") as shared:
         fill = isolated(fill_reference, spec_name, work, tok_dir, items, shared, label="reference fill")
         variants = {
             name: partial(
                 isolated, run_variant, spec_name, work, tok_dir, items, epochs, name, shared, label=name
             )
-            for name in VARIANTS
+            for name in names
         }
         runs = interleave(variants, reps, warmup=0, log=log)
     walls = {name: [r["wall_s"] for r in rs] for name, rs in runs.items()}
@@ -151,16 +164,20 @@ def bench_anchor(
             "peak_increment": ratio(increments[name], increments[base], higher_is_better=False),
         }
         for name, base in COMPARED.items()
+        if name in walls and base in walls
     }
-    amortised = [w + fill["fill_s"] / SWEEP_RUNS for w in walls["anchor_shared"]]
-    ratios["anchor_shared"]["wall_with_fill_amortised"] = ratio(
-        amortised, walls["naive"], higher_is_better=False
-    )
+    if "anchor_shared" in walls:
+        amortised = [w + fill["fill_s"] / SWEEP_RUNS for w in walls["anchor_shared"]]
+        ratios["anchor_shared"]["wall_with_fill_amortised"] = ratio(
+            amortised, walls["naive"], higher_is_better=False
+        )
     set_targets(ratios)
     return {
         "workload": {
-            "model": spec_name,
+            "model": model_label(spec_name),
             "pairs": len(items),
+            **({"source": str(work.source)} if work.source else {}),
+            "max_length": work.max_length,
             "epochs": epochs,
             "batch_size": work.batch_size,
         },

@@ -49,6 +49,8 @@ class Workload:
     batch_size: int = 8
     vocab_size: int = 600
     seed: int = 0
+    source: Path | None = None
+    """A file of HH-style pairs (`chosen`/`rejected` transcripts, `file_pairs`); None: synthetic pairs."""
 
 
 def versions() -> dict[str, str | None]:
@@ -89,7 +91,29 @@ def tokenizer_dir(root: Path, vocab_size: int) -> Path:
     return out
 
 
+def is_model_dir(model: str | Path) -> bool:
+    """Whether a benchmark's model is a local Hugging Face directory rather than a `MODELS` name."""
+    return str(model) not in MODELS and (Path(model) / "config.json").is_file()
+
+
+def model_label(model: str | Path) -> str:
+    """The name a model's rows carry: a `MODELS` name, or a model directory's own name."""
+    return Path(model).name if is_model_dir(model) else str(model)
+
+
 def load_tokenizer(path: Path):
+    """The bench's trained tokenizer, or a model directory's own (as `load_reward_model` loads it)."""
+    if is_model_dir(path):
+        from transformers import AutoTokenizer
+
+        from prefshift.data.encode import clear_backend_limits
+        from prefshift.models.reward import ensure_pad_token, quiet_transformers
+
+        quiet_transformers()
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+        clear_backend_limits(tokenizer)  # MiniLM's tokenizer.json cuts at 128; the Encoder cuts
+        ensure_pad_token(tokenizer)
+        return tokenizer
     from transformers import PreTrainedTokenizerFast
 
     return PreTrainedTokenizerFast.from_pretrained(str(path))
@@ -116,12 +140,31 @@ def synthetic_pairs(n: int, split: str = "train"):
     ]
 
 
+def file_pairs(path: Path, n: int):
+    """The first `n` pairs of a file of HH-style rows (`chosen` and `rejected` whole transcripts,
+    as Anthropic HH-RLHF's `.jsonl.gz`); rows that make no pair (differing prompts) are passed over."""
+    from prefshift.data.adapters.base import read_records
+    from prefshift.data.adapters.hh_rlhf import transcripts_to_pair
+    from prefshift.data.schema import RowError
+
+    out = []
+    for where, row in read_records(path, ("chosen", "rejected")):
+        if len(out) == n:
+            break
+        try:
+            out.append(transcripts_to_pair(path.name, "helpful", row["chosen"], row["rejected"], where))
+        except RowError:
+            continue
+    if len(out) < n:
+        raise BenchError(f"{path}: {len(out)} usable pairs, the benchmark asks for {n}")
+    return out
+
+
 def encoded_items(tokenizer, work: Workload, split: str = "train"):
     from prefshift.data.encode import Encoder
 
-    return Encoder(tokenizer, EncodeConfig(max_length=work.max_length)).encode_pairs(
-        synthetic_pairs(work.pairs, split)
-    )
+    pairs = file_pairs(work.source, work.pairs) if work.source else synthetic_pairs(work.pairs, split)
+    return Encoder(tokenizer, EncodeConfig(max_length=work.max_length)).encode_pairs(pairs)
 
 
 def hf_reward_model(spec: LMSpec, tokenizer, max_length: int, seed: int):
@@ -139,6 +182,19 @@ def hf_reward_model(spec: LMSpec, tokenizer, max_length: int, seed: int):
     disable_dropout(model)
     ensure_pad_token(tokenizer, model)
     return model
+
+
+def reward_classifier(model: str, tokenizer, max_length: int, seed: int):
+    """The classifier a benchmark trains: a fresh Llama-style one for a `MODELS` name, else the
+    pretrained local directory `model` with a fresh head seeded by `seed` (`load_reward_model`:
+    dropout off, the tokenizer's pad id set), as a real run's train stage loads it."""
+    if not is_model_dir(model):
+        return hf_reward_model(MODELS[model], tokenizer, max_length, seed)
+    from prefshift.models.reward import ensure_pad_token, load_reward_model
+
+    hf = load_reward_model(model, seed=seed)[0].hf
+    ensure_pad_token(tokenizer, hf)
+    return hf
 
 
 def padding_efficiency(batches: Sequence[Sequence[int]], lengths: Sequence[int], width: int | None) -> float:

@@ -53,6 +53,28 @@ QUICK = Plan(
 )
 
 
+@dataclass(frozen=True)
+class ModelPlan:
+    """The training and ANCHOR rows on a real local model directory (`--model-dir`), on the
+    pairs of `--pairs` (synthetic ones without it), cut to the study's `max_length`.
+
+    A pretrained model makes every run tens of seconds on one thread, so fewer variants run:
+    ours against TRL and the bare loop, ANCHOR on the shared reference against naive."""
+
+    pairs: int = 64
+    epochs: int = 1
+    max_length: int = 192
+    training: tuple[str, ...] = ("trl", "trl_group_by_length", "bare_torch_loop")
+    """Training variants besides ours (`training.bench_training`'s `only`): TRL aligned to fp32 with
+    its random batches (the target's) and length-grouped, and the bare PyTorch loop."""
+    anchor: tuple[str, ...] = ("anchor_shared",)
+    """ANCHOR variants besides naive (`anchor.bench_anchor`'s `only`)."""
+    reps: int = 3
+
+
+QUICK_MODEL = ModelPlan(pairs=16, reps=1)
+
+
 def _previous_pipeline(json_path: Path) -> dict | None:
     """A pipeline measurement from an earlier run is kept (with its date) until it is re-measured."""
     if not json_path.exists():
@@ -101,6 +123,38 @@ def _one_invocation(plan: Plan, reps: int, trl_as_shipped: bool, log: Callable[[
     return result
 
 
+def _model_invocation(
+    model_dir: Path,
+    pairs: Path | None,
+    max_length: int,
+    plan: ModelPlan,
+    reps: int,
+    trl_as_shipped: bool,
+    log: Callable[[str], None],
+) -> dict:
+    """The training and ANCHOR benchmarks of `ModelPlan` on `model_dir` (its own tokenizer)."""
+    from prefshift.bench.anchor import bench_anchor
+    from prefshift.bench.common import Workload, model_label
+    from prefshift.bench.training import bench_training
+
+    work = Workload(pairs=plan.pairs, max_length=max_length, source=pairs)
+    shipped = ("trl_group_by_length_as_shipped", "ours_bf16") if trl_as_shipped else ()
+    model, size = str(model_dir), (plan.pairs, plan.epochs)
+    training = bench_training(
+        model_dir, {model: size}, reps, log, trl_as_shipped, work, (*plan.training, *shipped)
+    )
+    anchor = bench_anchor(model_dir, model, *size, reps, log, work, plan.anchor)
+    return {"training": training, "anchor": {model_label(model_dir): anchor}}
+
+
+def _model_flags(model_dir: Path | None, pairs: Path | None, max_length: int | None) -> list[str]:
+    return [
+        *(["--model-dir", str(model_dir)] if model_dir else []),
+        *(["--pairs", str(pairs)] if pairs else []),
+        *(["--max-length", str(max_length)] if max_length else []),
+    ]
+
+
 def _command(
     quick: bool,
     pipeline: bool,
@@ -109,8 +163,12 @@ def _command(
     readme: Path | None,
     pipeline_params: Path | None = None,
     pipeline_only: bool = False,
+    out_dir: Path = Path("reports"),
+    model: list[str] | None = None,
 ) -> str:
     flags = [
+        f"--out {out_dir}" if model and out_dir != Path("reports") else "",  # results beside reports/
+        *(model or []),
         "--pipeline-only" if pipeline_only else "",
         "--quick" if quick else "",
         f"--invocations {invocations}" if invocations > 1 else "",
@@ -139,6 +197,9 @@ def run_bench(
     pipeline_params: Path | None = None,
     pipeline_only: bool = False,
     first_round: int = 0,
+    model_dir: Path | None = None,
+    pairs: Path | None = None,
+    max_length: int | None = None,
     log: Callable[[str], None] = print,
 ) -> dict:
     """Run the benchmarks, write `out_dir`/bench.json and bench.md, return the result.
@@ -147,6 +208,8 @@ def run_bench(
     each as its own process, and are merged (`bench.invocations`); the pipeline runs once.
     With `readme`, that file's numbers block is rewritten from the result (`bench.readme`).
     `pipeline_only` times the pipeline alone, e.g. each method's cost in another params file.
+    `model_dir` runs the training and ANCHOR rows of `ModelPlan` on that local model instead,
+    on the HH-style pairs file `pairs` (synthetic pairs without it) cut to `max_length`.
     """
     from prefshift.bench.invocations import aggregate, run_invocations
     from prefshift.bench.pipeline import bench_pipeline
@@ -155,14 +218,25 @@ def run_bench(
 
     if pipeline_only and (readme is not None or invocations > 1):
         raise BenchError("--pipeline-only times one pipeline: it writes no README block and runs once")
+    if model_dir is None and (pairs is not None or max_length is not None):
+        raise BenchError("--pairs and --max-length set the workload of --model-dir; name the model")
+    if model_dir is not None and (pipeline or pipeline_only or pipeline_params or readme):
+        raise BenchError(
+            "--model-dir times training and ANCHOR on that model; the pipeline and the README block"
+            " belong to the default bench"
+        )
     plan = QUICK if quick else Plan()
-    reps = reps or plan.reps
+    model_plan = QUICK_MODEL if quick else ModelPlan()
+    max_length = (max_length or model_plan.max_length) if model_dir else None
+    model_flags = _model_flags(model_dir, pairs, max_length)
+    reps = reps or (model_plan.reps if model_dir else plan.reps)
     set_threads(threads)
     number_rounds_from(first_round)
     if invocations > 1:
         argv = ["--reps", str(reps), "--threads", str(threads)]
         argv += (["--quick"] if quick else []) + (["--trl-as-shipped"] if trl_as_shipped else [])
         argv += ["--note", note] if note else []
+        argv += model_flags
         result = aggregate(run_invocations(invocations, argv, reps, log))
     else:
         result = {
@@ -173,10 +247,23 @@ def run_bench(
             "note": note,
             "gpu": NO_GPU,
         }
-        if not pipeline_only:
+        if model_dir is not None:
+            result["settings"] |= {"model_dir": str(model_dir), "pairs": str(pairs) if pairs else None}
+            result["settings"]["max_length"] = max_length
+            result |= _model_invocation(model_dir, pairs, max_length, model_plan, reps, trl_as_shipped, log)
+            result["machine"]["load_avg_at_end"] = machine()["load_avg_1_5_15"]  # minutes of other load
+        elif not pipeline_only:
             result |= _one_invocation(plan, reps, trl_as_shipped, log)
     result["settings"]["command"] = _command(
-        quick, pipeline, invocations, trl_as_shipped, readme, pipeline_params, pipeline_only
+        quick,
+        pipeline,
+        invocations,
+        trl_as_shipped,
+        readme,
+        pipeline_params,
+        pipeline_only,
+        out_dir,
+        model_flags,
     )
     json_path = out_dir / "bench.json"
     measure = pipeline or pipeline_only or pipeline_params is not None

@@ -21,22 +21,23 @@ from __future__ import annotations
 import math
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
 from prefshift.bench.common import (
-    MODELS,
     BenchError,
     Workload,
-    hf_reward_model,
     interleave,
     isolated,
     load_tokenizer,
+    model_label,
     padding_efficiency,
     peak_rss_kb,
     ratio,
     reset_peak,
+    reward_classifier,
     summary,
 )
 from prefshift.bench.work import WorkCounter, cpu_bf16_features, fingerprint
@@ -103,7 +104,7 @@ def run_ours(
     tokenizer = load_tokenizer(tok_dir)
 
     def prepared(data, n_epochs: int) -> tuple[RewardModel, Callable[[], None]]:
-        hf = hf_reward_model(MODELS[spec_name], tokenizer, work.max_length, work.seed)
+        hf = reward_classifier(spec_name, tokenizer, work.max_length, work.seed)
         model = RewardModel(hf, pair_forward)
 
         def run() -> None:
@@ -172,7 +173,7 @@ def run_trl(
             remove_unused_columns=False,
             **({"bf16": False, "gradient_checkpointing": False} if aligned else {}),
         )
-        model = hf_reward_model(MODELS[spec_name], tokenizer, work.max_length, work.seed)
+        model = reward_classifier(spec_name, tokenizer, work.max_length, work.seed)
         dataset = Dataset.from_dict(
             {
                 "chosen_ids": [it.chosen.input_ids for it in data],
@@ -207,7 +208,7 @@ def run_bare(
     make_batches = length_grouped_batches if batching == "shipped" else random_batches
 
     def prepared(data, n_epochs: int):
-        model = hf_reward_model(MODELS[spec_name], tokenizer, work.max_length, work.seed)
+        model = reward_classifier(spec_name, tokenizer, work.max_length, work.seed)
         model.train()
         optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
         steps = n_epochs * math.ceil(len(data) / work.batch_size)
@@ -245,13 +246,16 @@ def trl_available() -> str | None:
     return None
 
 
-def _workload(tok_dir: Path, pairs: int, epochs: int) -> tuple[Workload, list, dict]:
-    """Encoded pairs (a whole number of batches) and a description with padding efficiencies."""
+def _workload(
+    tok_dir: Path, pairs: int, epochs: int, workload: Workload | None = None
+) -> tuple[Workload, list, dict]:
+    """Encoded pairs (a whole number of batches) and a description with padding efficiencies;
+    `workload` sets the rest of the workload (max length, a file of pairs)."""
     from prefshift.bench.batching import random_batches
     from prefshift.bench.common import encoded_items
     from prefshift.data.encode import length_grouped_batches
 
-    work = Workload(pairs=pairs)
+    work = replace(workload, pairs=pairs) if workload else Workload(pairs=pairs)
     # Equal work by construction: TRL drops a pair with a side over max_length (our encoder
     # truncates, so none should be), and a partial last batch would be a different step count.
     items = [it for it in encoded_items(load_tokenizer(tok_dir), work) if it.length <= work.max_length]
@@ -261,6 +265,7 @@ def _workload(tok_dir: Path, pairs: int, epochs: int) -> tuple[Workload, list, d
     tokens = [len(s.input_ids) for it in items for s in (it.chosen, it.rejected)]
     described = {
         "pairs": len(items),
+        **({"source": str(work.source)} if work.source else {}),
         "epochs": epochs,
         "optimizer_steps": epochs * math.ceil(len(items) / work.batch_size),
         "batch_size": work.batch_size,
@@ -365,15 +370,19 @@ def bench_training(
     reps: int,
     log: Callable[[str], None],
     trl_as_shipped: bool = False,
+    workload: Workload | None = None,
+    only: Collection[str] | None = None,
 ) -> dict:
-    """Pairs/s and real tokens/s of every variant per model config (model -> (pairs, epochs)),
-    ratios against ours, the work each did (checked equal) and the settings it ran under."""
+    """Pairs/s and real tokens/s of every variant per model (model -> (pairs, epochs); a model is
+    a `MODELS` name, or a local model directory whose tokenizer `tok_dir` is), ratios against
+    ours, the work each did (checked equal) and the settings it ran under. `workload` sets the rest
+    of the workload (max length, a file of pairs); `only` keeps those variants (ours always)."""
     skipped = trl_available()
     out: dict = {"trl_skipped": skipped, "cpu_bf16_features": cpu_bf16_features(), "models": {}}
     for spec_name, (pairs, epochs) in plan.items():
-        work, items, described = _workload(tok_dir, pairs, epochs)
+        work, items, described = _workload(tok_dir, pairs, epochs, workload)
         steps = described["optimizer_steps"]
-        log(f"training throughput, {spec_name}")
+        log(f"training throughput, {model_label(spec_name)}")
         variants = ours_variants(spec_name, work, tok_dir, items, epochs)
         # The batching ablations are of the two-sequence path, where padding is what they vary
         # (the shared-prefix forward packs by real lengths, so fixed padding would not reach it).
@@ -418,11 +427,17 @@ def bench_training(
                 if aligned or trl_as_shipped:
                     args = (spec_name, work, tok_dir, items, steps, sampling, aligned)
                     variants[name] = partial(isolated, run_trl, *args, label=name)
+        if only is not None:
+            variants = {name: run for name, run in variants.items() if name == "ours" or name in only}
         runs = interleave(variants, reps, warmup=0, log=log)
         described["work"] = check_equal_work(runs, items, epochs)
         rates = {name: [r["pairs_per_s"] for r in rs] for name, rs in runs.items()}
         vs = {name: ratio(rates["ours"], v) for name, v in rates.items() if name != "ours"}
-        out["models"][spec_name] = {
+        steps_only = {
+            name: [r["pairs_per_s"] * r["wall_s"] / (r["wall_s"] - r["side_work"]["wall_s"]) for r in rs]
+            for name, rs in runs.items()
+        }
+        out["models"][model_label(spec_name)] = {
             "workload": described,
             "pairs_per_s": {name: summary(v) for name, v in rates.items()},
             "real_tokens_per_s": {
@@ -441,6 +456,9 @@ def bench_training(
             "settings": {name: rs[0]["settings"] for name, rs in runs.items()},
             "peak_rss_mb": {name: summary([r["peak_rss_mb"] for r in rs]) for name, rs in runs.items()},
             "vs_ours": vs,
+            "vs_ours_without_side_work": {
+                name: ratio(steps_only["ours"], v) for name, v in steps_only.items() if name != "ours"
+            },
             "target": trl_target(vs),
         }
     return out
