@@ -208,9 +208,18 @@ def test_the_answer_fits_the_first_screen_and_pgr_needs_a_ceiling_above_the_teac
 
 
 def test_report_refuses_best_of_n_from_other_splits(layout: Layout):
-    path = layout.downstream("naive")
+    path = layout.for_split("id_test").downstream("naive")
     path.write_text(json.dumps({**json.loads(path.read_text()), "split_version": "other"}))
-    with pytest.raises(report.ReportError, match="re-run `prefshift downstream`"):
+    with pytest.raises(report.ReportError, match="re-run `prefshift downstream --split id_test`"):
+        report.run(_params(), layout)
+
+
+def test_report_refuses_best_of_n_missing_on_a_listed_target(layout: Layout):
+    """Each split's best-of-n is its own stage: a model with curves on id_test but none on a listed
+    target names the stage to run, rather than a section silently short of that target's rows."""
+    target = TARGETS[1]
+    layout.for_split(target).downstream("naive").unlink()
+    with pytest.raises(report.ReportError, match=f"run `prefshift downstream --split {target}`"):
         report.run(_params(), layout)
 
 

@@ -146,13 +146,15 @@ def beyond_accuracy(
         report_comparisons.comparisons_section(comparisons, params.evaluate.ci),
         report_truncation.truncation_section(metrics, params.evaluate.warn_truncated_share),
     ]
-    by_seed = report_downstream.load_downstream(layout, version, params.methods, list(runs))
+    by_seed = report_downstream.load_downstream(layout, version, splits, params.methods, list(runs))
     docs = by_seed.get(params.seeds[0], {})  # the curves shown: the first seed's
     skip = report_downstream.load_skip(layout, version)
     sections.append(
         report_downstream.skipped_section(skip)
         if skip
-        else report_downstream.best_of_n_section(docs, splits, report_downstream.load_judge(layout))
+        else report_downstream.best_of_n_section(
+            docs, splits, report_downstream.load_judge(layout, params.data.targets)
+        )
     )
     if by_seed and not skip:
         rows = report_agreement.agreement_rows(
