@@ -170,7 +170,14 @@ def beyond_accuracy(
     figures = report_downstream.write_best_of_n_figures(docs, splits, figures_dir) if docs else []
     for section, written in (
         report_mechanism.mechanism_section(runs, figures_dir),
-        report_mechanism.alpha_section({m: log for m, log in logs.items() if m != "teacher"}, figures_dir),
+        report_mechanism.alpha_section(
+            report_mechanism.with_target_rows(
+                {m: log for m, log in logs.items() if m != "teacher"},
+                layout.for_seed(params.seeds[0]),
+                params.data.targets,
+            ),
+            figures_dir,
+        ),
     ):
         sections.append(section)
         figures += written
