@@ -65,6 +65,17 @@ def per_method(stages, methods) -> set[str]:
     return {f"{stage}@{m}" for stage in stages for m in methods}
 
 
+BEST_OF_N = ("policy_samples", "gold_judge", "downstream")
+"""The best-of-n stages of id_test; each has a `<stage>_target@<target>` twin per target."""
+
+
+def best_of_n_stages(targets) -> set[str]:
+    """Every best-of-n stage and the judge's: id_test's, and one of each per target (prompts are
+    sampled, judged and ranked per split; the judge is scored on each target by judge_target)."""
+    per_target = (*(f"{stage}_target" for stage in BEST_OF_N), "judge_target")
+    return {*BEST_OF_N, "judge", *(f"{stage}@{t}" for stage in per_target for t in targets)}
+
+
 _BUILT: dict[str, dict] = {}
 
 

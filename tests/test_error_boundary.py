@@ -49,6 +49,7 @@ COMMANDS: dict[str, list[str]] = {
     "evaluate-teacher": ["evaluate-teacher", "-p", "{p}"],
     "policy-samples": ["policy-samples", "-p", "{p}"],
     "judge": ["judge", "-p", "{p}"],
+    "judge-target": ["judge-target", "--target", "syn_help_chat", "-p", "{p}"],
     "gold-judge": ["gold-judge", "-p", "{p}"],
     "downstream": ["downstream", "-p", "{p}"],
     "report": ["report", "-p", "{p}"],

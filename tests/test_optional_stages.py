@@ -14,7 +14,16 @@ import pytest
 
 from prefshift.config.params import ConfigError, Params, parse_params
 from prefshift.core.paths import Layout
-from prefshift.pipeline.stages import downstream, gold_judge, policy_samples, probe, reference, report
+from prefshift.pipeline.stages import (
+    downstream,
+    gold_judge,
+    judge,
+    judge_target,
+    policy_samples,
+    probe,
+    reference,
+    report,
+)
 from prefshift.pipeline.stages.report_probe import probe_section
 from tiny_models import base_dir
 
@@ -80,7 +89,7 @@ def test_an_encoder_strong_base_with_a_null_policy_skips_under_auto_and_is_refus
 def test_skipped_best_of_n_writes_every_declared_output_and_the_report_reads_the_reason(tmp_path, capsys):
     from prefshift.pipeline.stages import report_downstream
 
-    layout = _layout(tmp_path, base_dir(tmp_path / "models"))
+    layout = _layout(tmp_path, base_dir(tmp_path / "models")).for_split("id_test")
     params = _params(downstream={"policy": OFFLINE_POLICY})
     counts = policy_samples.run(params, layout)
     reason = counts["skipped"]
@@ -90,6 +99,10 @@ def test_skipped_best_of_n_writes_every_declared_output_and_the_report_reads_the
     assert policy_samples.skipped(layout) == reason
 
     assert gold_judge.run(params, layout).empty  # the judge is never loaded
+    assert judge.run(params, layout)["skipped"] == reason
+    target = params.data.targets[0]  # its accuracy on a target says why it has none, loading nothing
+    assert judge_target.run(params, layout, target) == {"target": target, "skipped": reason}
+    assert json.loads(layout.judge_target_report(target).read_text())["skipped"] == reason
     assert pd.read_parquet(layout.gold_scores).columns.tolist() == gold_judge.GOLD_COLUMNS
     assert downstream.run_all(params, layout) == {}  # no teacher or student needed
     for directory in (layout.downstream_dir, layout.proxy_dir):
@@ -134,9 +147,10 @@ def test_report_with_both_optional_stages_skipped_names_them_and_why(tmp_path, c
     spec.loader.exec_module(module)
     module.write_score_files(layout)  # the score files the report's paired comparisons read
     version = json.loads((FIXTURES / "metrics" / "naive" / "seed-0.json").read_text())["split_version"]
-    layout.downstream_dir.mkdir(parents=True)
+    skipped_dir = layout.for_split("id_test").downstream_dir
+    skipped_dir.mkdir(parents=True)
     doc = {"skipped": "policy LM x/y cannot load offline", "split_version": version}
-    (layout.downstream_dir / downstream.SKIPPED).write_text(json.dumps(doc))
+    (skipped_dir / downstream.SKIPPED).write_text(json.dumps(doc))
     layout.probe_report.write_text(
         json.dumps({"skipped": "probe.enabled is false", "split_version": version})
     )

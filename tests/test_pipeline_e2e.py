@@ -20,7 +20,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from e2e_project import SEEDS, SMALL, STUDENTS, copy_reproduced, per_method, project, reproduced
+from e2e_project import (
+    SEEDS,
+    SMALL,
+    STUDENTS,
+    best_of_n_stages,
+    copy_reproduced,
+    per_method,
+    project,
+    reproduced,
+)
 from e2e_project import ran_stages as _ran_stages
 from e2e_project import run as _run
 
@@ -38,7 +47,8 @@ def test_repro_runs_every_stage_and_writes_the_report(pipeline):
     expected |= {"promote"}
     expected |= {f"{stage}@{k}" for stage in ("teacher", "label", "evaluate_teacher") for k in SEEDS}
     expected |= per_method(("targets", "train", "evaluate"), STUDENTS)
-    expected |= {"policy_samples", "judge", "gold_judge", "downstream"}
+    targets = yaml.safe_load((root / "params.yaml").read_text())["data"]["targets"]
+    expected |= best_of_n_stages(targets)
     assert expected <= ran
     summary = (root / "reports" / "summary.md").read_text()
     for name in ("teacher", *STUDENTS, "syn_help_instruct", "syn_help_chat", "synthetic"):
@@ -104,10 +114,14 @@ def test_every_student_has_an_mlflow_run_with_metrics_and_lineage(pipeline):
         assert run.data.tags["torch.version"] == torch.__version__
         assert run.data.tags["prefshift.pair_forward"] == "shared_prefix"  # tiny Llama decoders
     assert any(r.data.tags.get("stage") == "teacher" for r in runs)
-    # One DVC stage scores every proxy, and each model still gets its own MLflow run.
+    # One DVC stage per split scores every proxy, and each model still gets its own MLflow run.
     best_of_n = {r.info.run_name: r for r in runs if r.data.tags.get("stage") == "downstream"}
     assert set(best_of_n) == {f"downstream@{m}-{k}" for m in ("teacher", *STUDENTS) for k in SEEDS}
     assert {r.data.tags["dvc.stage"] for r in best_of_n.values()} == {"downstream"}
+    on_targets = [r for r in runs if r.data.tags.get("stage") == "downstream_target"]
+    targets = yaml.safe_load((pipeline["root"] / "params.yaml").read_text())["data"]["targets"]
+    assert {r.data.tags["dvc.stage"] for r in on_targets} == {f"downstream_target@{t}" for t in targets}
+    assert len(on_targets) == len(targets) * len(best_of_n)
     history = client.get_metric_history(trainings["train@anchor_last-0"].info.run_id, "train/loss")
     assert len({m.step for m in history}) > 1, "training curves are logged per step"
     pipelines = {r.data.tags.get("prefshift.pipeline_run_id") for r in runs}
@@ -195,7 +209,7 @@ def test_methods_is_the_pipeline(tmp_path_factory):
         "report",
     }
     expected |= {"inputs", "promote"}
-    expected |= {"policy_samples", "judge", "gold_judge", "downstream"}  # the judge needs no ceiling
+    expected |= best_of_n_stages(targets)  # the judge needs no ceiling
     assert _stages(root, env) == expected | method_stages
     assert _ran_stages(_run(["dvc", "repro", "--dry", "--force"], root, env)) == expected | method_stages
     assert not (root / "dvc.lock").exists() and not (root / "data").exists(), "--dry runs nothing"
@@ -263,6 +277,7 @@ def test_the_documented_lambda_sweep_runs_experiments_that_carry_their_metrics(s
     targets = yaml.safe_load(before)["data"]["targets"]
     anchor_stages |= {f"score_target@{m}-{t}" for m in ("anchor_last", "anchor_mid") for t in targets}
     per_point = {"inputs", "plan", "downstream", "report"} | anchor_stages
+    per_point |= {f"downstream_target@{t}" for t in targets}  # best-of-n is scored per split
     logs = output.split("--- experiment ")[1:]
     assert len(logs) == 2
     for log in logs:
@@ -318,7 +333,8 @@ def test_the_documented_lambda_sweep_runs_experiments_that_carry_their_metrics(s
     client = MlflowClient(env["MLFLOW_TRACKING_URI"])
     experiment = client.get_experiment_by_name("prefshift")
     runs = client.search_runs([experiment.experiment_id], "tags.method = 'anchor_last'", max_results=100)
-    lambdas = {stage: set() for stage in ("train", "evaluate", "downstream")}
+    stages = ("train", "evaluate", "downstream", "downstream_target")
+    lambdas = {stage: set() for stage in stages}
     for r in runs:
         lambdas[r.data.tags["stage"]].add(float(r.data.params["anchor.lambda"]))
-    assert lambdas == {stage: {0.5, 2.0} for stage in ("train", "evaluate", "downstream")}  # its own db
+    assert lambdas == {stage: {0.5, 2.0} for stage in stages}  # its own db

@@ -243,7 +243,7 @@ def test_encoder_student_reaches_the_report_offline_with_best_of_n_skipped(tmp_p
     summary = (root / "reports" / "summary.md").read_text(encoding="utf-8")
     assert SKIPPED_OFFLINE in summary
     assert "| longer response of the pair |" in summary  # the probe ran, on 10 pairs per split
-    counts = json.loads((root / "data" / "policy_samples" / "counts.json").read_text())
+    counts = json.loads((root / "data" / "policy_samples" / "id_test" / "counts.json").read_text())
     assert counts["skipped"].startswith("policy LM HuggingFaceTB/SmolLM2-135M-Instruct cannot load offline")
     assert {"policy_samples", "gold_judge", "downstream", "report", "promote"} <= ran_stages(output)
     assert "evaluate anchor_last: reports/metrics/anchor_last/seed-0.json — ID " in output

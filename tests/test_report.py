@@ -80,6 +80,11 @@ def test_report_renders_every_method_and_target(layout: Layout):
     assert "One point per seed (2 seeds)" in mechanism
     alpha = text.split("## WiSE-FT: accuracy against α", 1)[1].split("##", 1)[0]
     assert "naive: α = 0.5, chosen on id_validation" in alpha and "| id_test | 50.0 | 60.5 | 60.0 |" in alpha
+    # each target's row, from what score-target recorded on it (training reads no target)
+    assert (
+        f"| {TARGETS[0]} | 50.0 | 55.0 | 52.0 |" in alpha
+        and f"| {TARGETS[1]} | 50.0 | 56.0 | 51.0 |" in alpha
+    )
     for png in ("id_vs_ood", "gains", "training", "drift", "lambda_ablation", "mechanism", "alpha_naive"):
         assert (layout.figures / f"{png}.png").stat().st_size > 1000
         assert f"(figures/{png}.png)" in text
@@ -208,9 +213,27 @@ def test_the_answer_fits_the_first_screen_and_pgr_needs_a_ceiling_above_the_teac
 
 
 def test_report_refuses_best_of_n_from_other_splits(layout: Layout):
-    path = layout.downstream("naive")
+    path = layout.for_split("id_test").downstream("naive")
     path.write_text(json.dumps({**json.loads(path.read_text()), "split_version": "other"}))
-    with pytest.raises(report.ReportError, match="re-run `prefshift downstream`"):
+    with pytest.raises(report.ReportError, match="re-run `prefshift downstream --split id_test`"):
+        report.run(_params(), layout)
+
+
+def test_report_refuses_an_alpha_curve_without_a_listed_targets_row(layout: Layout):
+    """An α curve's OOD rows come from score-target, one per target: a missing one names that stage."""
+    from prefshift.pipeline.stages.score_target import on_target_path
+
+    on_target_path(layout, "naive", TARGETS[1]).unlink()
+    with pytest.raises(report.ReportError, match=f"score-target --model naive --target {TARGETS[1]}"):
+        report.run(_params(), layout)
+
+
+def test_report_refuses_best_of_n_missing_on_a_listed_target(layout: Layout):
+    """Each split's best-of-n is its own stage: a model with curves on id_test but none on a listed
+    target names the stage to run, rather than a section silently short of that target's rows."""
+    target = TARGETS[1]
+    layout.for_split(target).downstream("naive").unlink()
+    with pytest.raises(report.ReportError, match=f"run `prefshift downstream --split {target}`"):
         report.run(_params(), layout)
 
 

@@ -241,7 +241,10 @@ def test_l2_sp_logs_its_distance(robust_project):
 
 @pytest.mark.slow
 def test_wise_ft_records_its_alpha_curve_and_keeps_the_chosen_alpha(robust_project):
-    layout, _ = robust_project
+    from prefshift.methods.builtin import wise_ft
+    from prefshift.pipeline.stages.score_target import on_target_path
+
+    layout, params = robust_project
     record = _log(layout, "wise_ft")["after_training"]
     assert record["hook"] == "prefshift.methods.builtin.wise_ft.interpolate_back"
     assert record["alphas"] == [0.0, 0.5, 1.0]
@@ -256,6 +259,16 @@ def test_wise_ft_records_its_alpha_curve_and_keeps_the_chosen_alpha(robust_proje
     chosen = record["alphas"].index(record["chosen_alpha"])
     metrics = json.loads(layout.metrics("wise_ft").read_text())
     assert metrics["id"]["acc"] == pytest.approx(curve["id_test"][chosen])  # the saved model is θ_α
+    # The OOD rows: score-target rebuilds the grid from the start and the kept θ_ft, one target at a time.
+    assert (layout.student_dir("wise_ft") / f"{wise_ft.FINE_TUNED}.safetensors").is_file()
+    for target in params.data.targets:
+        row = json.loads(on_target_path(layout, "wise_ft", target).read_text())
+        assert row["hook"] == "prefshift.methods.builtin.wise_ft.alpha_on_target"
+        assert row["alphas"] == record["alphas"] and set(row["accuracy"]) == {target}
+        assert metrics["targets"][target]["acc"] == pytest.approx(row["accuracy"][target][chosen])
+        assert not on_target_path(
+            layout, "l2_sp", target
+        ).exists()  # a method without the hook records nothing
 
 
 @pytest.mark.slow

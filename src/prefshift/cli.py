@@ -83,6 +83,13 @@ AllSeedsOption = Annotated[
         help="Every seed of params `seeds`, one after another in one process (as DVC runs a method's stage).",
     ),
 ]
+SplitOption = Annotated[
+    str,
+    typer.Option(
+        "--split",
+        help="Which best-of-n split: id_test (the source), or one of data.targets; each is its own stage.",
+    ),
+]
 RootOption = Annotated[
     Path,
     typer.Option(
@@ -319,12 +326,24 @@ def evaluate_teacher(
         _call(_stage("pipeline.stages.evaluate_teacher"), loaded, layout)
 
 
+def _split_layout(loaded: Params, layout: Layout, split: str) -> Layout:
+    """`layout` bound to one best-of-n split, or a one-line error naming the splits params list."""
+    from prefshift.pipeline.stages.policy_samples import split_layout
+
+    return _call(split_layout, loaded, layout, split)
+
+
 @app.command("policy-samples")
 def policy_samples(
-    params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")
+    split: SplitOption = "id_test",
+    params: ParamsOption = Path("params.yaml"),
+    set_: SetOption = None,
+    root: RootOption = Path("."),
 ):
-    """Sample downstream.n_max completions per prompt from the policy LM (data/policy_samples/)."""
-    _call(_stage("pipeline.stages.policy_samples"), _params(params, set_), Layout(root))
+    """Sample downstream.n_max completions per prompt of one split from the policy LM
+    (data/policy_samples/<split>/)."""
+    loaded = _params(params, set_)
+    _call(_stage("pipeline.stages.policy_samples"), loaded, _split_layout(loaded, Layout(root), split))
 
 
 @app.command()
@@ -333,12 +352,28 @@ def judge(params: ParamsOption = Path("params.yaml"), set_: SetOption = None, ro
     _call(_stage("pipeline.stages.judge"), _params(params, set_), Layout(root))
 
 
+@app.command("judge-target")
+def judge_target(
+    target: Annotated[str, typer.Option("--target", help="One of data.targets.")],
+    params: ParamsOption = Path("params.yaml"),
+    set_: SetOption = None,
+    root: RootOption = Path("."),
+):
+    """Score the best-of-n judge's accuracy on one target: reports/judge_targets/<target>.json."""
+    _call(_stage("pipeline.stages.judge_target"), _params(params, set_), Layout(root), target)
+
+
 @app.command("gold-judge")
 def gold_judge(
-    params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")
+    split: SplitOption = "id_test",
+    params: ParamsOption = Path("params.yaml"),
+    set_: SetOption = None,
+    root: RootOption = Path("."),
 ):
-    """Score every policy sample with the gold judge (and the synthetic gold rule): data/downstream/gold."""
-    _call(_stage("pipeline.stages.gold_judge"), _params(params, set_), Layout(root))
+    """Score every policy sample of one split with the gold judge (and the synthetic gold rule):
+    data/downstream/<split>/gold.parquet."""
+    loaded = _params(params, set_)
+    _call(_stage("pipeline.stages.gold_judge"), loaded, _split_layout(loaded, Layout(root), split))
 
 
 @app.command()
@@ -352,21 +387,24 @@ def downstream(
         ),
     ] = None,
     seed: SeedOption = None,
+    split: SplitOption = "id_test",
     params: ParamsOption = Path("params.yaml"),
     set_: SetOption = None,
     root: RootOption = Path("."),
 ):
-    """Best-of-n with the teacher's and every listed method's RM of every seed as the proxy, judged
-    by gold (reports/downstream/<M>/seed-<k>.json)."""
+    """Best-of-n on one split with the teacher's and every listed method's RM of every seed as the
+    proxy, judged by gold (reports/downstream/<split>/<M>/seed-<k>.json)."""
     if method is None:
         if seed is not None:
             _one_line(ConfigError("--seed picks one model's run: pass it with --method"))
-        _call(_stage("pipeline.stages.downstream", "run_all"), _params(params, set_), Layout(root))
+        loaded = _params(params, set_)
+        layout = _split_layout(loaded, Layout(root), split)
+        _call(_stage("pipeline.stages.downstream", "run_all"), loaded, layout)
         return
     loaded, layout = _seeded(params, set_, seed, root)
     if method != "teacher":
         _call(check_listed, loaded, method)
-    _call(_stage("pipeline.stages.downstream"), loaded, layout, method)
+    _call(_stage("pipeline.stages.downstream"), loaded, _split_layout(loaded, layout, split), method)
 
 
 @app.command()

@@ -437,7 +437,7 @@ class DownstreamConfig(Strict):
         "auto",
         description="true: run best-of-n, and fail if its policy or judge cannot load; false: skip it; "
         "auto: run it unless the policy cannot generate (an encoder) or, offline, the policy or judge has "
-        "no local copy. A skip is recorded with its reason (data/policy_samples/counts.json) and the "
+        "no local copy. A skip is recorded with its reason (data/policy_samples/<split>/counts.json) and the "
         "report says so; nothing downstream of it waits on best-of-n.",
     )
     prompts: int = Field(32, ge=1, description="Prompts per split (ID test and each OOD target).")

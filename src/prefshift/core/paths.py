@@ -32,10 +32,27 @@ def seed_dir_name(seed: int) -> str:
 class Layout:
     root: Path = Path(".")
     seed: int | None = None
+    bon_split: str | None = None
+    """The best-of-n split (`id_test` or a target) the policy-sample, gold and downstream paths are for."""
 
     def for_seed(self, seed: int) -> Layout:
         """This project's layout with its per-seed paths under `seed-<seed>`."""
         return replace(self, seed=seed)
+
+    def for_split(self, split: str) -> Layout:
+        """This project's layout with its best-of-n paths under `split` (`id_test` or a target):
+        each split's prompts are sampled, judged and ranked apart, so a target added or dropped
+        is work for its own best-of-n stages alone."""
+        return replace(self, bon_split=split)
+
+    def _split_of(self, *kind: str) -> str:
+        if self.bon_split is None:
+            raise ValueError(f"{'/'.join(kind)} is per split: use layout.for_split(split)")
+        return self.bon_split
+
+    def _per_split(self, *kind: str) -> Path:
+        """`kind` (e.g. data/policy_samples) with this layout's split under it."""
+        return self.root.joinpath(*kind, self._split_of(*kind))
 
     def _seeded(self, *kind: str) -> Path:
         """`kind` (e.g. models/students/naive) with this layout's `seed-<k>` under it."""
@@ -238,8 +255,8 @@ class Layout:
 
     @property
     def policy_dir(self) -> Path:
-        """The policy_samples stage's outputs: completions, their generation cache, counts."""
-        return self.root / "data" / "policy_samples"
+        """One split's policy_samples outputs: completions, their generation cache, counts."""
+        return self._per_split("data", "policy_samples")
 
     @property
     def policy_samples(self) -> Path:
@@ -261,32 +278,41 @@ class Layout:
 
     @property
     def judge_report(self) -> Path:
-        """What the judge is, what it trained on, and its own accuracy on every test split."""
+        """What the judge is, what it trained on, and its own accuracy on the source's test split."""
         return self.root / "reports" / "judge.json"
+
+    def judge_target_report(self, target: str) -> Path:
+        """The judge's own accuracy on one target's test split (`prefshift judge-target`)."""
+        return self.root / "reports" / "judge_targets" / f"{target}.json"
 
     @property
     def gold_scores(self) -> Path:
-        """The gold judge's (and, on the synthetic suite, the gold rule's) score of every policy sample."""
-        return self.root / "data" / "downstream" / "gold.parquet"
+        """The gold judge's (and, on the synthetic suite, the gold rule's) score of every policy
+        sample of this layout's split."""
+        return self._per_split("data", "downstream") / "gold.parquet"
 
     @property
     def proxy_dir(self) -> Path:
-        """Every proxy's scores of the policy samples: one DVC directory output.
+        """Every proxy's scores of one split's policy samples: one DVC directory output.
 
         Not data/downstream/proxy, where each model's file used to be its own output: DVC wrote a
         .gitignore there that projects committed, and DVC refuses a directory output holding a
         git-tracked file ("already tracked by SCM").
         """
-        return self.root / "data" / "downstream" / "proxies"
+        return self._per_split("data", "downstream") / "proxies"
 
     def proxy_scores(self, model: str) -> Path:
-        """One proxy's scores of the policy samples, per seed (`proxies/naive/seed-0.parquet`)."""
-        return self._seeded("data", "downstream", "proxies", model).with_suffix(".parquet")
+        """One proxy's scores of the split's policy samples, per seed
+        (`data/downstream/id_test/proxies/naive/seed-0.parquet`)."""
+        split = self._split_of("data", "downstream")
+        return self._seeded("data", "downstream", split, "proxies", model).with_suffix(".parquet")
 
     @property
     def downstream_dir(self) -> Path:
-        return self.root / "reports" / "downstream"
+        """One split's best-of-n curves: reports/downstream/<split>."""
+        return self._per_split("reports", "downstream")
 
     def downstream(self, model: str) -> Path:
-        """Best-of-n curves of one proxy reward model (`teacher` or a method) of this layout's seed."""
-        return self._seeded_file("reports", "downstream", model)
+        """Best-of-n curves on this layout's split of one proxy reward model (`teacher` or a
+        method) of this layout's seed."""
+        return self._seeded_file("reports", "downstream", self._split_of("reports", "downstream"), model)

@@ -252,6 +252,26 @@ def check_split_version(layout: Layout, split: str, version: str, what: str) -> 
         )
 
 
+def set_version(layout: Layout, split: str) -> str:
+    """The version of the split set that holds `split`: the source's manifest for id_test (and the
+    other source splits), a target's own manifest for its ood split. What a file built from one
+    split alone (best-of-n's samples, say) is stamped with, so another target's change never
+    makes it stale."""
+    if split in SOURCE_SPLITS:
+        return str(load_manifest(layout)["version"])
+    return str(load_target_manifest(layout, split.removeprefix("ood/"))["version"])
+
+
+def check_set_version(layout: Layout, split: str, version: str, what: str) -> None:
+    """Refuse `what` (stamped with `set_version` of `split`) when that split's set has changed since."""
+    current = set_version(layout, split)
+    if version != current:
+        raise SplitError(
+            f"{what} was built from version {version} of {split!r}'s splits, which are now version "
+            f"{current}: rerun the stages after `split` (dvc repro does this)"
+        )
+
+
 def check_version(layout: Layout, version: str, what: str) -> None:
     """Refuse `what` (a file made from the source's splits) when they have changed since."""
     current = load_manifest(layout)["version"]

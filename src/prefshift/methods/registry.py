@@ -69,8 +69,15 @@ class Tools(Protocol):
         """How many pairs `split` holds (ID_VALIDATION: the validation pairs), e.g. for a binomial SE."""
 
     def heldout_splits(self) -> tuple[str, ...]:
-        """The source's held-out split (id_test), for recording (never for choosing). No OOD target:
-        training is zero-shot and never reads one; targets are scored after training, apart."""
+        """The splits to record (never to choose on): id_test while training (no OOD target:
+        training is zero-shot and never reads one); the one target being scored in `on_target`."""
+
+    def keep(self, name: str, state: dict) -> None:
+        """Save tensors beside the trained model (`<name>.safetensors` in its directory), for a
+        later stage that scores it (`on_target`); while training only."""
+
+    def kept(self, name: str) -> dict:
+        """The tensors `keep` saved beside the model being scored; in `on_target` only."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +119,10 @@ class Method:
     after_training: Callable[[RewardModel, Build], dict | None] | None = None
     """A step on the trained model before it is saved and scored (weight averaging...); what it
     returns is kept in the training log."""
+    on_target: Callable[[RewardModel, Build], dict] | None = None
+    """What the method records on a target when its saved model is scored there (`score-target`),
+    beside the scores (WiSE-FT: accuracy at every α of its grid). Training reads no target, so a
+    record that spans targets (an α curve's OOD rows) is made here, one target at a time."""
 
 
 def bradley_terry(build: Build) -> Objective:
@@ -161,7 +172,7 @@ def contract_problem(method: Method) -> str | None:
         )
     if not callable(method.objective):
         return f"objective {method.objective!r:.80} is not a callable that builds an Objective"
-    for hook in ("prepare", "after_training"):
+    for hook in ("prepare", "after_training", "on_target"):
         if getattr(method, hook) is not None and not callable(getattr(method, hook)):
             return f"{hook} {getattr(method, hook)!r:.80} is not a callable or None"
     if method.anchor_kind not in ANCHOR_KINDS:

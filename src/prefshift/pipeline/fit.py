@@ -37,13 +37,22 @@ from prefshift.methods import registry
 from prefshift.methods.base import Objective
 from prefshift.models.reward import load_reward_model, save_reward_model
 from prefshift.pipeline.heldout_scores import score_heldout
-from prefshift.pipeline.method_tools import StageTools, remove_checkpoint
+from prefshift.pipeline.method_tools import StageTools, remove_checkpoint, save_kept
 from prefshift.pipeline.output_set import output_set
 from prefshift.tracking import runs as tracking
 
 
 def _save(
-    model, tokenizer, log: dict, params: Params, layout: Layout, *, name: str, method: str, out_dir: Path
+    model,
+    tokenizer,
+    log: dict,
+    params: Params,
+    layout: Layout,
+    *,
+    name: str,
+    method: str,
+    out_dir: Path,
+    kept: dict[str, dict] | None = None,
 ):
     """Model, training log and its scores (id_test and the source's groups; the teacher's also
     student_train, its labels), replaced together or not at all. The log records the versions of
@@ -65,6 +74,7 @@ def _save(
         bare=[out_dir],
     ) as out:
         save_reward_model(model, tokenizer, out.path(out_dir))
+        save_kept(out.path(out_dir), kept or {})
         also = ("student_train",) if teacher else ()
         heldout = score_heldout(out.path(out_dir), params, layout, name, out, also)
         log["heldout_skips"], log["reward_stats"] = heldout["skips"], heldout["reward_stats"]
@@ -230,7 +240,17 @@ def fit(
         state.wait_for_everyone()
         if run is None:
             return log
-        _save(model, tokenizer, log, params, layout, name=name, method=method, out_dir=out_dir)
+        _save(
+            model,
+            tokenizer,
+            log,
+            params,
+            layout,
+            name=name,
+            method=method,
+            out_dir=out_dir,
+            kept=tools.kept_state,
+        )
         remove_checkpoint(ckpt)
         tools.remove_checkpoints()
         run.log_metrics({"wall_s": log["wall_s"], "peak_rss_mb": log["peak_rss_mb"], "skips": log["skips"]})

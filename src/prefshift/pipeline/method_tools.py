@@ -26,6 +26,19 @@ ID_VALIDATION_SPLIT = "teacher_train"
 """The split behind registry.ID_VALIDATION (see there for why)."""
 
 
+def kept_path(model_dir: Path, name: str) -> Path:
+    """Where a hook's kept tensors live: beside the model's own weights, in its directory."""
+    return model_dir / f"{name}.safetensors"
+
+
+def save_kept(model_dir: Path, kept: dict[str, dict]) -> None:
+    """Write what hooks kept (StageTools.keep) into a model directory being saved."""
+    from safetensors.torch import save_file
+
+    for name, state in kept.items():
+        save_file(state, str(kept_path(model_dir, name)))
+
+
 def remove_checkpoint(path: Path) -> None:
     """A saved run's resumable checkpoint (models/checkpoints/<name>/seed-<k>), and its name's
     directory once no seed's checkpoint is left in it: nothing of a finished run stays behind."""
@@ -36,7 +49,9 @@ def remove_checkpoint(path: Path) -> None:
 
 @dataclass
 class StageTools:
-    """Tools for one training run's hooks: `name`'s targets (`items`), its params and layout."""
+    """Tools for one training run's hooks: `name`'s targets (`items`), its params and layout.
+    Scoring a saved model on one target (`score-target`, the method's `on_target` hook) lends the
+    same tools with no items, `heldout` naming that target and `model_dir` the saved model."""
 
     params: Params
     layout: Layout
@@ -46,6 +61,10 @@ class StageTools:
     on_record: Observer | None = None
     logs: dict[str, dict] = field(default_factory=dict)
     checkpoints: list[Path] = field(default_factory=list)
+    heldout: tuple[str, ...] = ("id_test",)
+    model_dir: Path | None = None
+    kept_state: dict[str, dict] = field(default_factory=dict)
+    """Tensors a hook asked to save beside the trained model (`keep`): fit's _save writes them."""
 
     def train(self, model: RewardModel, objective: Objective, cfg: TrainConfig, phase: str) -> dict:
         """A run of the loop with a checkpoint of its own (`<name>-<phase>`), so a killed stage
@@ -85,10 +104,28 @@ class StageTools:
         return len(read_pairs(self.layout.split(ID_VALIDATION_SPLIT if split == ID_VALIDATION else split)))
 
     def heldout_splits(self) -> tuple[str, ...]:
-        """id_test alone: training reads no target (a target is scored by `score-target`, and the
-        train stage does not depend on it, so reading one here would make the log depend on whether
-        that target's split happened to exist)."""
-        return ("id_test",)
+        """While training, id_test alone: training reads no target (a target is scored by
+        `score-target`, and the train stage does not depend on it, so reading one here would make
+        the log depend on whether that target's split happened to exist). In `on_target`, the one
+        target being scored."""
+        return self.heldout
+
+    def keep(self, name: str, state: dict) -> None:
+        if self.model_dir is not None:
+            raise ValueError(f"{self.name}: keep() saves beside a model being trained, not one being scored")
+        self.kept_state[name] = {k: v.detach().cpu().contiguous() for k, v in state.items()}
+
+    def kept(self, name: str) -> dict:
+        from safetensors.torch import load_file
+
+        if self.model_dir is None:
+            raise ValueError(f"{self.name}: kept() reads beside a saved model, in on_target only")
+        path = kept_path(self.model_dir, name)
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"{path}: not saved with the model; retrain it (`prefshift train --method {self.name}`)"
+            )
+        return load_file(str(path))
 
     def remove_checkpoints(self) -> None:
         for checkpoint in self.checkpoints:

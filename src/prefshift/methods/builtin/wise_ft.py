@@ -4,9 +4,11 @@ models"). No second training run: one pass over an α grid on the CPU's copy of 
 
 α is chosen on ID validation data only (`registry.ID_VALIDATION`: teacher_train with its gold
 labels), never on an OOD target; id_test's accuracy at every α is recorded for the report's α
-curve, and read by nothing that chooses. No OOD target is read at all: training is zero-shot, its
-stage does not depend on the targets, and a target added later is scored without retraining
-(so the α curve has no OOD rows; the chosen model's OOD accuracy is in its evaluation).
+curve, and read by nothing that chooses. Training reads no OOD target: it is zero-shot, its stage
+does not depend on the targets, and a target added later is scored without retraining. The α
+curve's OOD rows come from that scoring instead (`on_target`, run by `score-target` for each
+target): the fine-tuned weights θ_ft are kept beside the saved model (`wise_ft_fine_tuned`), so
+every α of the grid is rebuilt there and scored on that target alone, after α was chosen.
 
 The rule, set before any result was read (DESIGN §11), is the one-standard-error rule: the
 smallest α whose ID-validation accuracy is within one binomial standard error,
@@ -77,30 +79,49 @@ def full_weights_only(model, objective, build: Build) -> None:
     require_full_weights(build.name, build.params.student.lora.enabled)
 
 
-def interpolate_back(model, build: Build) -> dict:
-    """Score every α on ID validation (and, for the record, on id_test); keep the chosen α."""
-    from prefshift.methods.weights import interpolate
-    from prefshift.models.reward import head_parameter_names, load_reward_model
+FINE_TUNED = "wise_ft_fine_tuned"
+"""The fine-tuned weights θ_ft, kept beside the saved (interpolated) model for `on_target`: at the
+chosen α = 0 the saved model is the start, and θ_ft could not be recovered from it."""
 
-    tuned = {k: v.detach().cpu().clone() for k, v in model.hf.state_dict().items()}
+
+def _start_state(build: Build) -> dict:
+    from prefshift.models.reward import load_reward_model
+
     start_model, _ = load_reward_model(
         build.start_dir, trust_remote_code=build.params.backbone.trust_remote_code
     )
-    start = {k: v.detach().cpu() for k, v in start_model.hf.state_dict().items()}
-    del start_model
+    return {k: v.detach().cpu() for k, v in start_model.hf.state_dict().items()}
+
+
+def _grid(model, build: Build, start: dict, tuned: dict, splits: tuple[str, ...]) -> dict[str, list[float]]:
+    """Accuracy on each split at every α of the grid; the model is left at the last α. The head
+    stays the fine-tuned one at every α (module docstring)."""
+    from prefshift.methods.weights import interpolate
+    from prefshift.models.reward import head_parameter_names
+
     keep = head_parameter_names(model)
-    alphas = list(build.settings.alphas)
-    curve: dict[str, list[float]] = {ID_VALIDATION: []}
-    splits = build.tools.heldout_splits()
-    for split in splits:
-        curve[split] = []
-    for alpha in alphas:
+    curve: dict[str, list[float]] = {split: [] for split in splits}
+    for alpha in build.settings.alphas:
         model.hf.load_state_dict(interpolate(start, tuned, alpha, keep))
-        for split in (ID_VALIDATION, *splits):
+        for split in splits:
             curve[split].append(build.tools.accuracy(model, split))
+    return curve
+
+
+def interpolate_back(model, build: Build) -> dict:
+    """Score every α on ID validation (and, for the record, on id_test); keep the chosen α, and
+    θ_ft beside it for the α curve's OOD rows (`on_target`)."""
+    from prefshift.methods.weights import interpolate
+    from prefshift.models.reward import head_parameter_names
+
+    tuned = {k: v.detach().cpu().clone() for k, v in model.hf.state_dict().items()}
+    build.tools.keep(FINE_TUNED, tuned)
+    alphas = list(build.settings.alphas)
+    start = _start_state(build)
+    curve = _grid(model, build, start, tuned, (ID_VALIDATION, *build.tools.heldout_splits()))
     pairs = build.tools.pair_count(ID_VALIDATION)
     chosen = choose_alpha(alphas, curve[ID_VALIDATION], pairs)
-    model.hf.load_state_dict(interpolate(start, tuned, chosen, keep))
+    model.hf.load_state_dict(interpolate(start, tuned, chosen, head_parameter_names(model)))
     return {
         "alphas": alphas,
         "accuracy": curve,
@@ -112,6 +133,14 @@ def interpolate_back(model, build: Build) -> dict:
     }
 
 
+def alpha_on_target(model, build: Build) -> dict:
+    """The α curve's row on the target being scored: the saved model's θ_ft and the start rebuilt
+    at every α of the grid (the grid it was trained with: `alphas` is a train param)."""
+    tuned = build.tools.kept(FINE_TUNED)
+    curve = _grid(model, build, _start_state(build), tuned, build.tools.heldout_splits())
+    return {"alphas": list(build.settings.alphas), "accuracy": curve}
+
+
 METHOD = Method(
     name="wise_ft",
     labels="weak",
@@ -119,4 +148,5 @@ METHOD = Method(
     settings=WiseFTSettings,
     prepare=full_weights_only,
     after_training=interpolate_back,
+    on_target=alpha_on_target,
 )

@@ -1,16 +1,21 @@
-"""`prefshift downstream`: best-of-n with each reward model as the proxy, judged by gold.
+"""`prefshift downstream --split S`: best-of-n on one split with each reward model as the proxy,
+judged by gold.
 
-The teacher and every listed method, in one process and one DVC stage: a stage per model
+One stage per split (downstream for id_test, downstream_target@<target>), as for the samples and
+their judging: a split's curves read that split's samples alone (scores are standardised per
+split), so a target added or dropped re-runs its own best-of-n and nothing else. Within a split,
+the teacher and every listed method, in one process and one DVC stage: a stage per model
 paid 8-10 s of start-up (imports, MLflow, DVC) to score 768 samples in 3-4, which made
 best-of-n cost 138 s of the embedded default's repro instead of the ~90 s budgeted.
 `--method M` scores one model (ad hoc). Each model's reward model scores every policy sample
-(data/downstream/proxies/M.parquet); for each split and n = 1, 2, 4, …, n_max the expected
+(data/downstream/<split>/proxies/M/seed-k.parquet); for n = 1, 2, 4, …, n_max the expected
 gold score of its best-of-n pick is computed exactly over all n-subsets of the n_max samples
 (prefshift.science.best_of_n). Judge and proxy scores are standardised per split over all samples,
 so the gold and proxy gains read in standard deviations of their own scorer and the gap
 between them (proxy − gold) measures over-optimisation. The synthetic gold rule, where it
-applies, is kept on its own 0-1 scale. Output: reports/downstream/M/seed-k.json (scores in
-data/downstream/proxies/M/seed-k.parquet) and one MLflow run per model and seed (`downstream@M-k`).
+applies, is kept on its own 0-1 scale. Output: reports/downstream/<split>/M/seed-k.json and one
+MLflow run per model, seed and split (`downstream@M-k` on id_test, `downstream_target@M-k` with
+the target's metrics, `best_of_n.<target>.…`, on a target).
 Best-of-n runs on every seed's models (params `seeds`), so the report's rank agreement between
 pairwise metrics and the pick spans methods × seeds; the samples and their judging, the costly
 part, are shared by all seeds, and scoring 768 samples costs a model 3-4 s. All models' files are
@@ -32,12 +37,12 @@ from prefshift.config.params import Params, for_seed
 from prefshift.core.atomic import write_json
 from prefshift.core.errors import PrefshiftError
 from prefshift.core.paths import Layout
-from prefshift.data.splits import check_version, load_manifest
+from prefshift.data.splits import check_set_version, set_version
 from prefshift.pipeline.frames import VERSION_KEY, write_frame
 from prefshift.pipeline.output_set import OutputSet, output_set
 from prefshift.pipeline.stages.evaluate import _rounded
 from prefshift.pipeline.stages.gold_judge import describe_judge
-from prefshift.pipeline.stages.policy_samples import read_samples, skipped
+from prefshift.pipeline.stages.policy_samples import check_split, read_samples, skipped
 from prefshift.science import best_of_n
 from prefshift.science.metrics import ID_SPLIT
 
@@ -57,7 +62,7 @@ def read_gold(layout: Layout) -> pd.DataFrame:
         raise DownstreamError(f"{path}: no gold scores; run `prefshift gold-judge`")
     table = pq.read_table(path)
     stamped = (table.schema.metadata or {}).get(VERSION_KEY)
-    check_version(layout, stamped.decode() if stamped else "unstamped", str(path))
+    check_set_version(layout, layout.bon_split, stamped.decode() if stamped else "unstamped", str(path))
     return table.to_pandas()
 
 
@@ -133,16 +138,22 @@ def _model_dir(layout: Layout, method: str):
 
 
 def _inputs(params: Params, layout: Layout) -> tuple[str, pd.DataFrame, pd.DataFrame, list[str]]:
-    version = str(load_manifest(layout)["version"])
+    """The split's version, samples and gold scores; the samples must be that split's alone."""
     samples, gold = read_samples(layout), read_gold(layout)
-    wanted = [ID_SPLIT, *params.data.targets]
+    wanted = [layout.bon_split]
     covered = sorted(samples["split"].unique())
-    if covered != sorted(wanted):
+    if covered != wanted:
         raise DownstreamError(
-            f"{layout.policy_samples} covers splits {covered}, params name {wanted}; "
-            "re-run `prefshift policy-samples`"
+            f"{layout.policy_samples} covers splits {covered}, not {wanted}; "
+            f"re-run `prefshift policy-samples --split {layout.bon_split}`"
         )
-    return version, samples, gold, wanted
+    return set_version(layout, layout.bon_split), samples, gold, wanted
+
+
+def _stage(layout: Layout) -> str:
+    """The MLflow stage name: `downstream` on id_test, `downstream_target` on a target (its metrics
+    carry the target's name)."""
+    return "downstream" if layout.bon_split == ID_SPLIT else "downstream_target"
 
 
 def _score(params: Params, layout: Layout, method: str, inputs: tuple, staged: OutputSet) -> dict[str, Any]:
@@ -153,7 +164,7 @@ def _score(params: Params, layout: Layout, method: str, inputs: tuple, staged: O
 
     version, samples, gold, wanted = inputs
     model_dir = _model_dir(layout, method)
-    with tracking.stage_run(params, layout, "downstream", method) as logger:
+    with tracking.stage_run(params, layout, _stage(layout), method) as logger:
         model, tokenizer = load_for_scoring(model_dir, params)
         proxy = score_samples(model, tokenizer, samples, params)
         write_frame(staged.path(layout.proxy_scores(method)), proxy, {VERSION_KEY: version.encode()})
@@ -183,10 +194,14 @@ def proxies(params: Params) -> list[str]:
     return ["teacher", *params.methods]
 
 
+def _command(layout: Layout) -> str:
+    return f"prefshift downstream --split {layout.bon_split}"
+
+
 def _write_skip(layout: Layout, reason: str) -> dict[int, dict[str, dict[str, Any]]]:
-    doc = {"skipped": reason, "split_version": str(load_manifest(layout)["version"])}
+    doc = {"skipped": reason, "split_version": set_version(layout, layout.bon_split)}
     directories = [layout.proxy_dir, layout.downstream_dir]
-    with output_set(layout.root, "prefshift downstream", directories=directories, manifest=False) as staged:
+    with output_set(layout.root, _command(layout), directories=directories, manifest=False) as staged:
         for directory in directories:
             write_json(staged.path(directory) / SKIPPED, doc)
     return {}
@@ -198,8 +213,10 @@ def _seeded(params: Params, layout: Layout) -> list[tuple[Params, Layout]]:
 
 
 def run_all(params: Params, layout: Layout) -> dict[int, dict[str, dict[str, Any]]]:
-    """Every proxy of every seed, as one output set over data/downstream/proxies and
-    reports/downstream (the DVC stage): {seed: {model: document}}."""
+    """Every proxy of every seed on `layout`'s split, as one output set over the split's
+    data/downstream/<split>/proxies and reports/downstream/<split> (the DVC stage):
+    {seed: {model: document}}."""
+    check_split(params, layout.bon_split)
     reason = skipped(layout)
     if reason:
         return _write_skip(layout, reason)
@@ -210,7 +227,7 @@ def run_all(params: Params, layout: Layout) -> dict[int, dict[str, dict[str, Any
     inputs = _inputs(params, layout)
     directories = [layout.proxy_dir, layout.downstream_dir]
     # No manifest: nothing verifies these directories, and `--method M` would leave one stale.
-    with output_set(layout.root, "prefshift downstream", directories=directories, manifest=False) as staged:
+    with output_set(layout.root, _command(layout), directories=directories, manifest=False) as staged:
         return {
             one.seed: {method: _score(p, one, method, inputs, staged) for method in proxies(params)}
             for p, one in seeded
@@ -218,13 +235,15 @@ def run_all(params: Params, layout: Layout) -> dict[int, dict[str, dict[str, Any
 
 
 def run(params: Params, layout: Layout, method: str) -> dict[str, Any]:
-    """One proxy of one seed (`--method M [--seed k]`; params and layout for that seed): its two
-    files replaced together, every other model's and seed's left as they are."""
+    """One proxy of one seed on one split (`--method M [--seed k] --split S`; params and layout for
+    that seed and split): its two files replaced together, every other model's, seed's and split's
+    left as they are."""
+    check_split(params, layout.bon_split)
     reason = skipped(layout)
     if reason:
         raise DownstreamError(f"{layout.policy_counts}: best-of-n was skipped ({reason}); nothing to score")
     _model_dir(layout, method)  # a missing model is named before any missing upstream input
     inputs = _inputs(params, layout)
     files = [layout.proxy_scores(method), layout.downstream(method)]
-    with output_set(layout.root, f"prefshift downstream --method {method}", files=files) as staged:
+    with output_set(layout.root, f"{_command(layout)} --method {method}", files=files) as staged:
         return _score(params, layout, method, inputs, staged)

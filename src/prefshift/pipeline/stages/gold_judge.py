@@ -1,12 +1,13 @@
-"""`prefshift gold-judge`: the gold score of every policy sample, once for all proxy reward models.
+"""`prefshift gold-judge --split S`: the gold score of every policy sample of one split, once for
+all proxy reward models (one stage per split: gold_judge for id_test, gold_judge_target@<target>).
 
 The judge is built by `prefshift judge` and is never one of the models best-of-n ranks (params
 refuse a judge that names the teacher, the ceiling or a listed method): by default a reward model
 trained on the synthetic source's judge split (cues uninformative), which no proxy sees
 (models/judge); or any reward-model directory or hub id named in `downstream.judge` (e.g. a large
-public reward model on a real preset). reports/judge.json holds its accuracy on every test
-split. It is a *proxy* for human gold, not human gold, so the report shows that accuracy wherever
-it shows judge scores.
+public reward model on a real preset). reports/judge.json and reports/judge_targets/ hold
+its accuracy on every test split. It is a *proxy* for human gold, not human gold, so the report
+shows that accuracy wherever it shows judge scores.
 On the synthetic suite the judge scores each sample with its shortcut cues taken off, as it was
 trained (`reads_without_cues`): the cues are not gold. The suite's own gold rule
 (`synthetic.rule_score`) also scores every sample there: a judge that needs no model, but only
@@ -26,11 +27,11 @@ from prefshift.config.params import JUDGE_TRAINED, SYNTHETIC_DATASETS, Params
 from prefshift.core.console import messages
 from prefshift.core.errors import PrefshiftError
 from prefshift.core.paths import Layout
-from prefshift.data.splits import load_manifest
+from prefshift.data.splits import set_version
 from prefshift.data.synthetic import rule_score, without_cues
 from prefshift.engine.scoring import score_samples
 from prefshift.pipeline.frames import VERSION_KEY, write_frame
-from prefshift.pipeline.stages.policy_samples import read_samples, skipped
+from prefshift.pipeline.stages.policy_samples import check_split, read_samples, skipped
 
 console = messages()
 
@@ -63,15 +64,17 @@ def reads_without_cues(params: Params) -> bool:
 
 
 def run(params: Params, layout: Layout) -> pd.DataFrame:
+    """Judge the samples of `layout`'s split (a layout bound by `policy_samples.split_layout`)."""
     from prefshift.models.reward import load_reward_model
 
+    check_split(params, layout.bon_split)
     reason = skipped(layout)
     if reason:
         empty = pd.DataFrame({"unit": pd.Series(dtype="string"), "sample": pd.Series(dtype="int64")})
         frame = empty.assign(judge=pd.Series(dtype=float), rule=pd.Series(dtype=float))
-        version = str(load_manifest(layout)["version"])
+        version = set_version(layout, layout.bon_split)
         write_frame(layout.gold_scores, frame[GOLD_COLUMNS], {VERSION_KEY: version.encode()})
-        console.print(f"gold-judge: nothing to judge, best-of-n skipped: {reason}")
+        console.print(f"gold-judge {layout.bon_split}: nothing to judge, best-of-n skipped: {reason}")
         return frame
     samples = read_samples(layout)
     trained = params.downstream.judge == JUDGE_TRAINED
@@ -99,6 +102,6 @@ def run(params: Params, layout: Layout) -> pd.DataFrame:
     ]
     rule = samples[["unit", "sample"]].assign(rule=[np.nan if r is None else r for r in rules])
     frame = judged.rename(columns={"reward": "judge"}).merge(rule, on=["unit", "sample"], how="left")
-    version = str(load_manifest(layout)["version"])
+    version = set_version(layout, layout.bon_split)
     write_frame(layout.gold_scores, frame[GOLD_COLUMNS], {VERSION_KEY: version.encode()})
     return frame

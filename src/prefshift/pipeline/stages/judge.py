@@ -25,12 +25,15 @@ yet read the gold rule at about 71% on every split once the cues were stripped. 
 breakdown is part of reports/judge.json (`breakdown`): as is, cues stripped, and by where each
 cue sits, so the report shows what the judge reads. On real data the judge is unchanged.
 
-Either way the judge scores the full test split of the source and of every target (the pools the
-ID and OOD splits are drawn from), and reports/judge.json records its accuracy on each with a
-bootstrap interval, so a reader sees how far to trust the gold scores. The judge depends on no
-`seed`: the judge split and its training are fixed by `synthetic.seed` and
-`downstream.judge_seed`, so one judge serves every seed. When best-of-n does not run
-(`policy_samples.skip_reason`), the stage writes the reason into both outputs and loads nothing.
+Either way the judge is scored on the full test split of the source here (reports/judge.json)
+and of each target by `judge-target` (reports/judge_targets/<target>.json): the pools the ID and
+OOD splits are drawn from, with a bootstrap interval, so a reader sees how far to trust the gold
+scores. The targets are scored by a stage of their own because the judge never reads them: when
+this stage also scored every target, adding one retrained the judge (minutes, to the same bytes).
+The judge depends on no `seed`: the judge split and its training are fixed by `synthetic.seed`
+and `downstream.judge_seed`, so one judge serves every seed. When best-of-n does not run
+(`policy_samples.skip_reason`), the stage writes the reason into both outputs and loads nothing;
+models/judge/judge.json carries it to `judge-target`.
 """
 
 from __future__ import annotations
@@ -152,10 +155,13 @@ def _by_cue(pairs: list[Pair], credit) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _accuracy(model_dir: str, params: Params, layout: Layout) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """Accuracy (%) with a bootstrap interval on the full test split of the source and each target,
-    on the text the judge reads; on the synthetic suite also the breakdown (as is, cues stripped,
-    by cue position)."""
+def accuracy(
+    model_dir: str, params: Params, layout: Layout, datasets: list[tuple[str, str]]
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Accuracy (%) with a bootstrap interval on the full test split of each (role, dataset), on the
+    text the judge reads; on the synthetic suite also the breakdown (as is, cues stripped, by cue
+    position). The bootstrap stream is the dataset's name, so a dataset's numbers do not depend on
+    which others were scored with it."""
     from prefshift.engine.scoring import score_pairs
     from prefshift.models.reward import load_reward_model
 
@@ -168,7 +174,7 @@ def _accuracy(model_dir: str, params: Params, layout: Layout) -> tuple[dict[str,
     model.eval()
     stripped = reads_without_cues(params)
     accuracy, breakdown = {}, {}
-    for role, dataset in [("id", params.data.source), *(("ood", t) for t in params.data.targets)]:
+    for role, dataset in datasets:
         pairs = read_pairs(layout.pairs(dataset, "test"))
 
         def credit_of(rows: list[Pair], what: str, dataset: str = dataset):
@@ -193,6 +199,7 @@ def run(params: Params, layout: Layout) -> dict[str, Any]:
     reason = skip_reason(params, layout)
     doc: dict[str, Any] = {"judge": describe_judge(params), "kind": params.downstream.judge}
     breakdown = None
+    source = [("id", params.data.source)]
     with output_set(
         layout.root, "prefshift judge", files=[layout.judge_report], bare=[layout.judge_dir], manifest=False
     ) as out:
@@ -206,12 +213,12 @@ def run(params: Params, layout: Layout) -> dict[str, Any]:
             pairs, counts = judge_pairs(params, layout)
             doc["training"] = {**counts, **_train(params, layout, pairs, judge_dir)}
             doc["reads"] = "cues stripped"
-            doc["accuracy"], breakdown = _accuracy(str(judge_dir), params, layout)
+            doc["accuracy"], breakdown = accuracy(str(judge_dir), params, layout, source)
         else:
             judge_dir.mkdir(parents=True, exist_ok=True)
             write_json(judge_dir / NOTE, doc)
             doc["reads"] = "cues stripped" if reads_without_cues(params) else "as is"
-            doc["accuracy"], breakdown = _accuracy(params.downstream.judge, params, layout)
+            doc["accuracy"], breakdown = accuracy(params.downstream.judge, params, layout, source)
         if breakdown is not None:
             doc["breakdown"] = breakdown
         doc = _rounded(doc)

@@ -1,12 +1,15 @@
 """`prefshift policy-samples`: n_max completions per prompt from the policy LM, for best-of-n.
 
-K prompts (`downstream.prompts`) are drawn from the ID test split and from each OOD target:
-distinct prompts, ordered by a seeded hash, so the same seed and splits give the same prompts
-and a larger K only adds prompts. The policy is `downstream.policy` (a hub id or directory),
-by default the strong base LM. Completions are generated once here and read by the gold judge
-and by `downstream` for every proxy, so retraining a reward model never regenerates them; the
-generation cache (persist: true in dvc.yaml) also spares prompts already sampled when K,
-the splits or the judge change.
+K prompts (`downstream.prompts`) are drawn from one split (`--split`: id_test, or an OOD target):
+distinct prompts, ordered by a seeded hash, so the same seed and split give the same prompts
+and a larger K only adds prompts. Each split is its own stage (policy_samples for id_test,
+policy_samples_target@<target>), with its own files under data/policy_samples/<split>/, because
+a split's prompts, samples and curves never depend on another split's: adding a target samples
+that target alone, and dropping one samples nothing. The policy is `downstream.policy` (a hub id
+or directory), by default the strong base LM. Completions are generated once here and read by the
+gold judge and by `downstream` for every proxy, so retraining a reward model never regenerates
+them; the generation cache (persist: true in dvc.yaml) also spares prompts already sampled when K
+or the judge change.
 
 Best-of-n is optional (`downstream.enabled`). Under `auto` it is skipped, not failed, when
 the policy cannot generate (an encoder, e.g. the laptop presets' MiniLM with a null policy)
@@ -24,13 +27,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from prefshift.config.params import JUDGE_TRAINED, LMSpec, Params, cannot_generate
+from prefshift.config.params import JUDGE_TRAINED, ConfigError, LMSpec, Params, cannot_generate
 from prefshift.core.atomic import write_json
 from prefshift.core.console import messages
 from prefshift.core.errors import PrefshiftError
 from prefshift.core.paths import Layout
 from prefshift.data.schema import Pair, content_hash, read_pairs
-from prefshift.data.splits import load_manifest
+from prefshift.data.splits import set_version
 from prefshift.engine.policy import PolicySampler, sample_all
 from prefshift.engine.seam import GenerationCache
 from prefshift.pipeline.frames import VERSION_KEY, write_frame
@@ -44,6 +47,21 @@ SAMPLE_COLUMNS = ("unit", "split", "dataset", "category", "prompt", "meta", "sam
 
 class PolicySamplesError(PrefshiftError):
     """A split with no prompt to sample from, or a samples file from other splits."""
+
+
+def check_split(params: Params, split: str) -> None:
+    """Best-of-n runs on id_test and on each listed target; any other split is a typo."""
+    if split != ID_SPLIT and split not in params.data.targets:
+        raise ConfigError(
+            f"--split {split}: best-of-n runs on {ID_SPLIT} or one of data.targets "
+            f"({', '.join(params.data.targets)})"
+        )
+
+
+def split_layout(params: Params, layout: Layout, split: str) -> Layout:
+    """`layout` bound to one best-of-n split, refused when params do not list it."""
+    check_split(params, split)
+    return layout.for_split(split)
 
 
 def select_prompts(pairs: Sequence[Pair], k: int, seed: int) -> list[Pair]:
@@ -135,15 +153,16 @@ def _write_skip(layout: Layout, reason: str, version: str) -> dict:
         GenerationCache({}).save(layout.policy_generations)
     counts = {"split_version": version, "skipped": reason}
     write_json(layout.policy_counts, counts)
-    console.print(f"policy-samples: best-of-n skipped: {reason}")
+    console.print(f"policy-samples {layout.bon_split}: best-of-n skipped: {reason}")
     return counts
 
 
 def read_samples(layout: Layout) -> pd.DataFrame:
-    """The samples file, refused when it lacks columns or was built from other splits."""
+    """The split's samples file, refused when it lacks columns or was built from another version of
+    the split."""
     import pyarrow.parquet as pq
 
-    from prefshift.data.splits import check_version
+    from prefshift.data.splits import check_set_version
 
     path = layout.policy_samples
     if not path.exists():
@@ -152,7 +171,7 @@ def read_samples(layout: Layout) -> pd.DataFrame:
     stamped = (table.schema.metadata or {}).get(VERSION_KEY)
     if stamped is None:
         raise PolicySamplesError(f"{path}: no split version stamp; re-run `prefshift policy-samples`")
-    check_version(layout, stamped.decode(), str(path))
+    check_set_version(layout, layout.bon_split, stamped.decode(), str(path))
     frame = table.to_pandas()
     missing = [c for c in SAMPLE_COLUMNS if c not in frame.columns]
     if missing:
@@ -161,18 +180,19 @@ def read_samples(layout: Layout) -> pd.DataFrame:
 
 
 def run(params: Params, layout: Layout) -> dict:
+    """Sample the prompts of `layout`'s split (a layout bound by `split_layout`)."""
     cfg = params.downstream
-    version = str(load_manifest(layout)["version"])
+    split = layout.bon_split
+    check_split(params, split)
+    version = set_version(layout, split)
     reason = skip_reason(params, layout)
     if reason:
         return _write_skip(layout, reason, version)
     started = time.perf_counter()
-    chosen: list[tuple[str, Pair]] = []
-    for split in [ID_SPLIT, *params.data.targets]:
-        picked = select_prompts(read_pairs(layout.split(split)), cfg.prompts, params.seed)
-        if not picked:
-            raise PolicySamplesError(f"{layout.split(split)}: split {split!r} has no prompt to sample from")
-        chosen += [(split, pair) for pair in picked]
+    picked = select_prompts(read_pairs(layout.split(split)), cfg.prompts, params.seed)
+    if not picked:
+        raise PolicySamplesError(f"{layout.split(split)}: split {split!r} has no prompt to sample from")
+    chosen = [(split, pair) for pair in picked]
 
     source, key = policy_source(params, layout)
     cache = GenerationCache.load(layout.policy_generations)
@@ -202,14 +222,14 @@ def run(params: Params, layout: Layout) -> dict:
         "split_version": version,
         "policy": source if cfg.policy else "models/base/strong",
         "n_max": cfg.n_max,
-        "prompts": {split: int(per_split[split]) for split in [ID_SPLIT, *params.data.targets]},
+        "prompts": {split: int(per_split[split])},
         "generated": generated,
         "cache_hits": len(chosen) - generated,
         "empty_responses": sum(not r["response"] for r in rows),
     }
     write_json(layout.policy_counts, counts)
     console.print(
-        f"policy-samples: {len(chosen)} prompts x {cfg.n_max} ({generated} generated, "
+        f"policy-samples {split}: {len(chosen)} prompts x {cfg.n_max} ({generated} generated, "
         f"{counts['cache_hits']} cached) in {time.perf_counter() - started:.1f}s"
     )
     return counts

@@ -146,13 +146,15 @@ def beyond_accuracy(
         report_comparisons.comparisons_section(comparisons, params.evaluate.ci),
         report_truncation.truncation_section(metrics, params.evaluate.warn_truncated_share),
     ]
-    by_seed = report_downstream.load_downstream(layout, version, params.methods, list(runs))
+    by_seed = report_downstream.load_downstream(layout, version, splits, params.methods, list(runs))
     docs = by_seed.get(params.seeds[0], {})  # the curves shown: the first seed's
     skip = report_downstream.load_skip(layout, version)
     sections.append(
         report_downstream.skipped_section(skip)
         if skip
-        else report_downstream.best_of_n_section(docs, splits, report_downstream.load_judge(layout))
+        else report_downstream.best_of_n_section(
+            docs, splits, report_downstream.load_judge(layout, params.data.targets)
+        )
     )
     if by_seed and not skip:
         rows = report_agreement.agreement_rows(
@@ -168,7 +170,14 @@ def beyond_accuracy(
     figures = report_downstream.write_best_of_n_figures(docs, splits, figures_dir) if docs else []
     for section, written in (
         report_mechanism.mechanism_section(runs, figures_dir),
-        report_mechanism.alpha_section({m: log for m, log in logs.items() if m != "teacher"}, figures_dir),
+        report_mechanism.alpha_section(
+            report_mechanism.with_target_rows(
+                {m: log for m, log in logs.items() if m != "teacher"},
+                layout.for_seed(params.seeds[0]),
+                params.data.targets,
+            ),
+            figures_dir,
+        ),
     ):
         sections.append(section)
         figures += written

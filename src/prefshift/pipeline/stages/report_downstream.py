@@ -1,9 +1,10 @@
 """The report's best-of-n section: gold score vs n per proxy reward model, and over-optimisation.
 
-Reads reports/downstream/<model>/seed-<k>.json (written by `prefshift downstream`); the
-teacher comes first, then the methods in their usual order. The curves shown are the first
-seed's; the metric-agreement section reads every seed's. When best-of-n was skipped
-(reports/downstream/skipped.json), the section is one line saying so and why.
+Reads reports/downstream/<split>/<model>/seed-<k>.json (written by `prefshift downstream --split`,
+one stage per split) for id_test and each listed target, and joins each model's splits into one
+document; the teacher comes first, then the methods in their usual order. The curves shown are the
+first seed's; the metric-agreement section reads every seed's. When best-of-n was skipped
+(reports/downstream/id_test/skipped.json), the section is one line saying so and why.
 """
 
 from __future__ import annotations
@@ -17,34 +18,64 @@ from prefshift.config.params import method_order
 from prefshift.core.paths import Layout
 from prefshift.pipeline.stages.report_errors import ReportError
 from prefshift.science import figures as figs
+from prefshift.science.metrics import ID_SPLIT
+
+
+def _expected_version(layout: Layout, split: str, version: str) -> str | None:
+    """The split version a best-of-n file of `split` must carry: the metrics' (`version`) for
+    id_test; a target's own manifest version, where that manifest is on disk (None: unchecked)."""
+    from prefshift.data.splits import set_version
+
+    if split == ID_SPLIT:
+        return version
+    return set_version(layout, split) if layout.target_manifest(split).exists() else None
+
+
+def _read_split_doc(path: Path, expected: str | None, split: str) -> dict[str, Any]:
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    if expected is not None and doc.get("split_version") != expected:
+        raise ReportError(
+            f"{path}: best-of-n from split version {doc.get('split_version')}, the report compares "
+            f"{expected}; re-run `prefshift downstream --split {split}`"
+        )
+    return doc
 
 
 def load_downstream(
-    layout: Layout, version: str, methods: Sequence[str], seeds: Sequence[int]
+    layout: Layout, version: str, splits: Sequence[str], methods: Sequence[str], seeds: Sequence[int]
 ) -> dict[int, dict[str, dict[str, Any]]]:
     """{seed: {model: document}} of the teacher and every listed method that has one, per listed
-    seed, from the current split version only."""
+    seed, its `splits` joined from each listed split's file (id_test's first), from the current
+    split versions only. A model with best-of-n on some listed splits but not others is refused:
+    the section would silently lack rows."""
+    expected = {split: _expected_version(layout, split, version) for split in splits}
     docs: dict[int, dict[str, dict[str, Any]]] = {}
     for seed in seeds:
         for name in ("teacher", *method_order(methods)):
-            path = layout.for_seed(seed).downstream(name)
-            if not path.exists():
+            paths = {split: layout.for_seed(seed).for_split(split).downstream(name) for split in splits}
+            present = {split: path for split, path in paths.items() if path.exists()}
+            if not present:
                 continue
-            doc = json.loads(path.read_text(encoding="utf-8"))
-            if doc.get("split_version") != version:
+            if missing := [split for split in splits if split not in present]:
                 raise ReportError(
-                    f"{path}: best-of-n from split version {doc.get('split_version')}, the report compares "
-                    f"{version}; re-run `prefshift downstream`"
+                    f"{paths[missing[0]]}: no best-of-n for {name} (seed {seed}) on {missing[0]}; "
+                    f"run `prefshift downstream --split {missing[0]}`"
                 )
-            docs.setdefault(seed, {})[name] = doc
+            parts = [_read_split_doc(present[split], expected[split], split) for split in splits]
+            joined = {**parts[0], "splits": {}, "skips": {}}
+            for split, part in zip(splits, parts, strict=True):
+                joined["splits"].update(part["splits"])
+                joined["skips"][split] = part.get("skips")
+            docs.setdefault(seed, {})[name] = joined
     return docs
 
 
 def load_skip(layout: Layout, version: str) -> str | None:
-    """Why best-of-n was skipped for these splits, or None when it ran or never was asked to."""
+    """Why best-of-n was skipped for these splits, or None when it ran or never was asked to. The
+    reason is the same for every split (it is about the policy and the judge), so id_test's says it."""
     from prefshift.pipeline.stages.downstream import SKIPPED
 
-    path = layout.downstream_dir / SKIPPED
+    path = layout.for_split(ID_SPLIT).downstream_dir / SKIPPED
     if not path.exists():
         return None
     doc = json.loads(path.read_text(encoding="utf-8"))
@@ -98,10 +129,29 @@ def write_best_of_n_figures(
     return written
 
 
-def load_judge(layout: Layout) -> dict[str, Any] | None:
-    """reports/judge.json (`prefshift judge`): what the judge is and its accuracy per test split."""
+def load_judge(layout: Layout, targets: Sequence[str]) -> dict[str, Any] | None:
+    """What the judge is and its accuracy per test split: reports/judge.json (`prefshift judge`:
+    the judge and the source) joined with reports/judge_targets/<target>.json (`judge-target`) for
+    each listed target, in that order. A dropped target's file may linger: only listed ones are read.
+    A listed target whose file is missing is refused, so the table never silently lacks a row."""
     path = layout.judge_report
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+    if not path.exists():
+        return None
+    judge = json.loads(path.read_text(encoding="utf-8"))
+    if "accuracy" not in judge:
+        return judge
+    for target in targets:
+        one = layout.judge_target_report(target)
+        rerun = f"run `prefshift judge-target --target {target}`"
+        if not one.exists():
+            raise ReportError(f"{one}: no judge accuracy for target {target}; {rerun}")
+        doc = json.loads(one.read_text(encoding="utf-8"))
+        if "accuracy" not in doc:
+            raise ReportError(f"{one}: the judge was not scored on {target} ({doc.get('skipped')}); {rerun}")
+        judge["accuracy"].update(doc["accuracy"])
+        if "breakdown" in doc:
+            judge.setdefault("breakdown", {}).update(doc["breakdown"])
+    return judge
 
 
 def judge_accuracy_table(judge: Mapping[str, Any]) -> str:
@@ -185,8 +235,8 @@ def best_of_n_section(
         f"Policy `{first['policy']}` samples {n_max} completions per prompt; each proxy reward model "
         f"picks the best of n (n = 1 … {n_max}), averaged exactly over all n-subsets of the {n_max} "
         f"samples, and the judge `{first['judge']}` scores the pick. The table and figures show seed "
-        f"{first.get('seed')}'s models; every seed's curves are in reports/downstream/<model>/, and the "
-        f"metric agreement below reads them all.{_judge_note(judge)} Judge and proxy "
+        f"{first.get('seed')}'s models; every seed's curves are in reports/downstream/<split>/<model>/, "
+        f"and the metric agreement below reads them all.{_judge_note(judge)} Judge and proxy "
         "scores are standardised per split over all samples, so gains from n = 1 to "
         f"n = {n_max} read in each scorer's standard deviations; the gap (proxy gain − gold gain) "
         "grows when a reward model over-optimises (Gao et al. 2023). The rule column is the synthetic "

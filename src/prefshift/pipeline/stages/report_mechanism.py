@@ -4,16 +4,22 @@ way of staying close buys most?
 One point per method and seed: its drift from the start (the cosine between its and the start's
 final-layer states at the reward position on id_test, `prefshift.engine.drift`, copied into each
 metrics file's `training` block) against its mean OOD accuracy; a table with the same numbers.
-For WiSE-FT, the α curve its training log records: ID validation's and id_test's accuracy at
-every α (training reads no OOD target), and the α chosen on ID validation data.
+For WiSE-FT, the α curve: ID validation's and id_test's accuracy at every α from its training log
+(training reads no OOD target), each target's from `score-target` (data/target_scores/wise_ft/
+<target>/seed-<k>/on_target.json, the grid rebuilt from the kept θ_ft and scored on that target
+alone), and the α chosen on ID validation data.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from prefshift.core.paths import Layout
+from prefshift.pipeline.stages.report_errors import ReportError
+from prefshift.pipeline.stages.score_target import on_target_path
 from prefshift.science import figures as figs
 
 Point = tuple[float, figs.Estimate, float]
@@ -70,6 +76,33 @@ def alpha_curves(logs: Mapping[str, Mapping[str, Any]]) -> dict[str, Mapping[str
     return found
 
 
+def with_target_rows(
+    logs: Mapping[str, Mapping[str, Any]], layout: Layout, targets: Sequence[str]
+) -> dict[str, Mapping[str, Any]]:
+    """`logs` with each α curve's OOD rows joined in: one row per listed target, from what
+    `score-target` recorded on it for this layout's seed. A listed target without its row, or a row
+    on another α grid, is refused with the stage to run, so the curve never silently lacks one."""
+    out: dict[str, Mapping[str, Any]] = dict(logs)
+    for method, record in alpha_curves(logs).items():
+        accuracy = dict(record["accuracy"])
+        for target in targets:
+            path = on_target_path(layout, method, target)
+            rerun = f"run `prefshift score-target --model {method} --target {target}`"
+            if not path.exists():
+                raise ReportError(f"{path}: no α curve of {method} on {target}; {rerun}")
+            try:
+                row = json.loads(path.read_text(encoding="utf-8"))
+            except json.JSONDecodeError as err:
+                raise ReportError(f"{path}: not valid JSON ({err}); {rerun}") from None
+            if row.get("alphas") != record["alphas"]:
+                raise ReportError(
+                    f"{path}: α grid {row.get('alphas')}, the training log's is {record['alphas']}; {rerun}"
+                )
+            accuracy[target] = row["accuracy"][target]
+        out[method] = {**logs[method], "after_training": {**record, "accuracy": accuracy}}
+    return out
+
+
 def _rule(record: Mapping[str, Any]) -> str:
     """How α was chosen: the one-standard-error rule (decided before results) or, in older logs, the best."""
     if record.get("rule") == "one standard error":
@@ -96,7 +129,7 @@ def alpha_section(logs: Mapping[str, Mapping[str, Any]], figures_dir: Path) -> t
         written.append(path)
         parts.append(
             f"{method}: α = {record['chosen_alpha']:g}, chosen on {record['chosen_on']} (teacher_train's "
-            f"gold labels) only, {_rule(record)}; the other rows are recorded, never used to choose.\n\n"
-            + "\n".join(rows)
+            f"gold labels) only, {_rule(record)}; the other rows are recorded, never used to choose "
+            "(each target's after training, by `score-target`).\n\n" + "\n".join(rows)
         )
     return "\n\n".join(parts), written
