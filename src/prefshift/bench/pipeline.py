@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ from pathlib import Path, PurePosixPath
 
 from prefshift.bench.common import BenchError
 from prefshift.config.params import MAX_PARAMS_BYTES
+from prefshift.core.process_group import adopt_orphans, kill_group
 from prefshift.core.reading import read_regular
 from prefshift.core.signals import signals_as_exceptions
 
@@ -132,8 +132,8 @@ def _repro(root: Path, env: dict[str, str], log: Callable[[str], None]) -> dict:
                 log(f"  {current}")
             elif line.startswith("PEAK_RSS_KB"):
                 peak_kb = int(line.split()[1])
-    except BaseException:  # Ctrl-C or SIGTERM: the repro stops too, before its clone is removed
-        os.killpg(proc.pid, signal.SIGKILL)
+    except BaseException:  # Ctrl-C or SIGTERM: the repro stops too, all of it, before its clone is removed
+        kill_group(proc.pid)
         proc.wait()
         raise
     rc = proc.wait()
@@ -159,6 +159,7 @@ def bench_pipeline(
     clone of `repo`."""
     # A regular file of params size, read before anything is made: never a device's endless bytes.
     params = None if params_file is None else read_regular(params_file, "params file", MAX_PARAMS_BYTES)
+    adopt_orphans()  # so that kill_group sees the end of a stage whose dvc parent died first
     with signals_as_exceptions():  # SIGTERM, like Ctrl-C, removes the clone on the way out
         tmp = Path(tempfile.mkdtemp(prefix="prefshift-bench-pipeline-"))
         root = tmp / "project"

@@ -8,7 +8,6 @@ ends the groups.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import socket
@@ -17,12 +16,12 @@ import sys
 import time
 from collections.abc import Sequence
 
+from prefshift.core.process_group import adopt_orphans, group_alive
 from prefshift.pipeline.sweep.commands import SweepError, say
 from prefshift.pipeline.sweep.record import SweepRecord
 
 POLL_S = 1.0
 STOP_GRACE_S = 30.0  # what a task gets after SIGTERM to record itself stopped (SLURM's KillWait)
-PR_SET_CHILD_SUBREAPER = 36
 
 
 def parse_devices(text: str) -> list[str]:
@@ -47,26 +46,13 @@ class Slots:
         self.free: list[tuple[str, ...] | None] = sets if devices else [None] * jobs
 
 
-def _group_alive(pgid: int) -> bool:
-    """Whether a process of the group still runs, once its zombies adopted by this one are reaped."""
-    with contextlib.suppress(ChildProcessError):
-        while os.waitpid(-pgid, os.WNOHANG)[0] > 0:
-            pass
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 class Pool:
     """The tasks this command runs, as many at once as there are slots, started as slots free up."""
 
     def __init__(self, record: SweepRecord, slots: Slots):
         self.record, self.free, self.queued = record, slots.free, []
         self.running: dict[int, tuple[subprocess.Popen, tuple[str, ...] | None]] = {}
-        with contextlib.suppress(OSError, AttributeError):  # a container's init may never reap orphans,
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # this process does
+        adopt_orphans()  # a container's init may never reap a task's orphans: this process does
 
     def launch(self, indices: Sequence[int]) -> None:
         self.queued += indices
@@ -108,11 +94,11 @@ class Pool:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_S
-        while any(map(_group_alive, groups.values())) and time.monotonic() < deadline:
+        while any(map(group_alive, groups.values())) and time.monotonic() < deadline:
             time.sleep(0.1)
         lines = []
         for index, pgid in groups.items():
-            if forced := _group_alive(pgid):
+            if forced := group_alive(pgid):
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(pgid, signal.SIGKILL)
             self.running[index][0].wait()
