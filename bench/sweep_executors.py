@@ -10,7 +10,7 @@ never share a remote, a cache or an MLflow database). Every command in a clone r
 sources (PYTHONPATH=<clone>/src ahead of the editable install) with this interpreter's virtualenv.
 Set-up, untimed, both sides at once: `dvc repro` of the embedded default (with --small, of
 tests/e2e_project.py's shrunken one at that commit), then params.yaml and dvc.lock committed (see
-commit_all), so the sweep starts from a warm cache and every stage the points share is
+baseline_commit), so the sweep starts from a warm cache and every stage the points share is
 restored. On a quiet 2-core machine a full repro takes about 9 minutes; under the load of two other
 engineers' pipelines (load average 7-10) one anchor student's training stage took over 15 minutes, so the
 embedded default needs a quiet machine. --small keeps every stage and the grid but shrinks the
@@ -117,7 +117,7 @@ def set_up(side: str, commit: str, tmp: Path, small: bool) -> Path:
     clone, log_file = tmp / side / "project", tmp / side / "bench.log"
     if (clone / ".git").is_dir() and git("branch", "--list", "bench", cwd=clone):
         log(f"{side}: reusing {clone}, its baseline committed by an earlier run")
-        return commit_all(clone)
+        return baseline_commit(clone, side)
     if not (clone / ".git").is_dir():
         clone.parent.mkdir(parents=True, exist_ok=True)
         git("clone", "-q", "--no-checkout", str(REPO), str(clone))
@@ -130,16 +130,19 @@ def set_up(side: str, commit: str, tmp: Path, small: bool) -> Path:
     repro = timed(["dvc", "repro"], clone, log_file)
     log(f"{side}: baseline repro took {repro['wall_s']} s; committing the baseline")
     git("checkout", "-q", "-b", "bench", cwd=clone)
-    return commit_all(clone)
+    return baseline_commit(clone, side)
 
 
-def commit_all(clone: Path) -> Path:
-    """Commit the baseline's params.yaml and dvc.lock; every other output stays as `dvc repro` left
-    it, untracked, and reaches the points as each executor carries it (`-C` for the queue, the
-    overlay for the clones). Not docs/sweeps.md's commit of the metrics too: on the old commit a
-    committed `cache: false` directory (reports/metrics/<method>) stops the sweep with a StopIteration
-    before anything is queued (the bug issue 46 names), and both sides must start from one state."""
-    git("add", "params.yaml", "dvc.lock", cwd=clone)
+def baseline_commit(clone: Path, side: str) -> Path:
+    """Commit the baseline as each side's workflow does. New: docs/sweeps.md's commit (params.yaml,
+    dvc.lock and the metrics), which its sweep requires. Old: params.yaml and dvc.lock alone; the
+    queue carried the other outputs with `-C`, and on that commit a committed `cache: false`
+    directory (reports/metrics/<method>) stopped the sweep with a StopIteration before anything
+    was queued (the bug issue 46 names)."""
+    paths = ["params.yaml", "dvc.lock"] + (
+        ["reports/metrics", "reports/metrics.json"] if side == "new" else []
+    )
+    git("add", *paths, cwd=clone)
     if git("diff", "--cached", "--name-only", cwd=clone):
         env = environment(clone)
         subprocess.run(["git", "commit", "-qm", "Baseline for the sweep"], cwd=clone, env=env, check=True)

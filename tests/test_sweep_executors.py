@@ -345,11 +345,14 @@ def test_a_stopped_sweep_leaves_no_process_and_resume_finishes_only_what_stopped
 
 
 @pytest.mark.slow
-def test_a_local_sweep_starts_from_the_uncommitted_workspace_and_names_a_failed_point(tmp_path, monkeypatch):
+def test_a_local_sweep_refuses_an_uncommitted_workspace_as_slurm_does_and_names_a_failed_point(
+    tmp_path, monkeypatch
+):
     """A fresh clone after `dvc repro`: dvc.lock and the metrics untracked, and here a source file
-    changed too. The points start from the workspace as it is (the shared stage is restored, the
-    changed source is used), the note names what to commit, and a failed point is named with why
-    and its log; a later sweep of a point replaces its experiment."""
+    changed too. Each point clones the baseline commit on one machine as on a cluster, so the
+    sweep refuses before anything runs and prints the command that commits it all. Once that ran,
+    the points start from the commit (the shared stage is restored, the changed source is used); a
+    failed point is named with why and its log; a later sweep of a point replaces its experiment."""
     env = _env()
     for key in ("PATH", *(k for k in env if k.startswith("GIT_"))):
         monkeypatch.setenv(key, env[key])
@@ -357,8 +360,15 @@ def test_a_local_sweep_starts_from_the_uncommitted_workspace_and_names_a_failed_
     root, trace = _project(tmp_path, env, remotes=False, committed=False)
     (root / "evaluate.py").write_text(EVALUATE.replace("2.0 * lam", "3.0 * lam"))  # not committed
     sweep = ["sweep", "--methods", "anchor_last", "--no-report", "--root", str(root)]
+    refused = _cli(*sweep, "-S", "anchor.lambda=0.5,13", code=2).stderr
+    missing = "dvc.lock evaluate.py reports/metrics.json reports/metrics/anchor_last/seed-0.json"
+    assert f"not committed: {missing.replace(' ', ', ')};" in refused
+    command = f'git add {missing} && git commit -m "Baseline results for the sweep"'
+    assert command in refused
+    assert not (root / ".prefshift" / "sweeps").exists() and not _traces(trace, "start")
+
+    _run(["bash", "-c", command], root, env)
     failed = _cli(*sweep, "-S", "anchor.lambda=0.5,13", code=2).stderr
-    assert "git add dvc.lock reports/metrics/anchor_last/seed-0.json reports/metrics.json" in failed
     assert (
         "1 point(s) without a result" in failed
         and "1  sweep-anchor.lambda-13  failed  (failed during run:" in failed
@@ -370,14 +380,11 @@ def test_a_local_sweep_starts_from_the_uncommitted_workspace_and_names_a_failed_
     filed = json.loads(
         (root / "reports" / "sweeps" / "anchor_last__anchor.lambda=0.5__seed=0.json").read_text()
     )
-    assert filed["wrg"] == 1.5, "the workspace's evaluate.py ran, not HEAD's"
+    assert filed["wrg"] == 1.5, "the committed evaluate.py ran"
     assert (trace / "prepare-runs").read_text() == "prepare\n", "prepare's output was restored"
     names = _run(["dvc", "exp", "list", "--name-only"], root, env).split()
     assert sorted(names) == ["sweep-anchor.lambda-0.5"]  # replaced, not duplicated
-    assert _run(["git", "status", "--porcelain", "--untracked-files=no"], root, env).split() == [
-        "M",
-        "evaluate.py",
-    ]
+    assert _run(["git", "status", "--porcelain", "--untracked-files=no"], root, env) == ""
 
 
 DIRECTORY_METRICS = """\

@@ -2,9 +2,9 @@
 
 Everything about a sweep lives in one folder named by its id, so a stop, a cancelled task,
 `--no-wait` or a later shell lose nothing: `sweep.json` (points, baseline, executor, each stop),
-`overlay/` (the workspace's uncommitted state, laid on every clone), `job-<n>.sbatch` (SLURM),
-`logs/<i>.log` (every attempt appended), `points/<i>.json` (where the point's own task says it
-stands) and `clones/<i>/` (kept until the point succeeds: a resumed task finds its checkpoint there).
+`job-<n>.sbatch` (SLURM), `logs/<i>.log` (every attempt appended), `points/<i>.json` (where the
+point's own task says it stands) and `clones/<i>/` (kept until the point succeeds: a resumed task
+finds its checkpoint there).
 """
 
 from __future__ import annotations

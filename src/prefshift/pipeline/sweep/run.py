@@ -18,7 +18,7 @@ from prefshift.config.params import check_method
 from prefshift.core.paths import Layout
 from prefshift.core.signals import exit_code, signals_as_exceptions, signals_ignored, stop_signal
 from prefshift.pipeline.sweep import local, slurm
-from prefshift.pipeline.sweep.baseline import commit_command, snapshot, uncommitted_baseline
+from prefshift.pipeline.sweep.baseline import check_committed
 from prefshift.pipeline.sweep.commands import SweepError, run_dvc, run_git, say
 from prefshift.pipeline.sweep.grid import check_distinct, experiment_name
 from prefshift.pipeline.sweep.record import FINISHED, LIVE, MISSING, SweepRecord, create, load, point_state
@@ -74,23 +74,15 @@ def start(
         raise SweepError(f"--methods {','.join(methods)!r}: name each method to collect once, e.g. naive")
     executor.check(wait)
     check_distinct(root / "params.yaml", points)
+    check_committed(root)
     uri, baseline = tracking_uri(Layout(root)), run_git(root, "rev-parse", "HEAD").strip()
-    if not (cluster := executor.kind == "slurm") and (uncommitted := uncommitted_baseline(root)):
-        say(
-            f"note: HEAD does not hold these as they are in the workspace: {', '.join(uncommitted)}. "
-            "The points start from the workspace all the same, but `dvc exp show` shows the baseline "
-            "row without them and `dvc exp diff` has nothing to compare with until you commit it:\n"
-            f"  {commit_command(uncommitted)}"
-        )
+    cluster = executor.kind == "slurm"
     # One machine: the tasks clone this project and share its DVC cache; a cluster's, the remotes.
     cache = None if cluster else run_dvc(root, ["cache", "dir"], echo=False).split()[-1]
     where = slurm.prepare(root, baseline, uri) if cluster else {"git_remote": str(root), "dvc_cache": cache}
     data = {"root": str(root), "baseline": baseline, "points": [dict(p) for p in points]}
     data.update(names=[experiment_name(p) for p in points], methods=methods, report=report)
     record = create(scratch, {**data, "tracking_uri": uri, **where, "executor": asdict(executor)}, root)
-    if not cluster:
-        record.data["overlay_deleted"] = snapshot(root, record.folder / "overlay")
-        record.save()
     say(f"sweep {record.id}: {len(points)} point(s), folder {record.folder}")
     return _launch(root, record, executor, range(len(points)), wait)
 

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from prefshift.core.paths import Layout
-from prefshift.pipeline.sweep.baseline import check_committed
 from prefshift.pipeline.sweep.commands import SweepError, run, run_dvc, run_git, say
 from prefshift.pipeline.sweep.record import SweepRecord, default_scratch
 from prefshift.tracking.runs import tracking_uri
@@ -73,7 +72,6 @@ def prepare(root: Path, baseline: str, uri: str) -> dict[str, Any]:
     check_tracking(uri)
     if shutil.which("sbatch") is None:
         raise SweepError("--executor slurm: no `sbatch` on PATH; run the sweep where jobs can be submitted")
-    check_committed(root)
     try:
         url = run_git(root, "remote", "get-url", "origin").strip()
     except SweepError:

@@ -47,10 +47,6 @@ def _clone(record: SweepRecord, index: int, say) -> Path:
         if cache := record.data.get("dvc_cache"):  # one machine: what `dvc cache dir --local` writes
             (staging / ".dvc" / "config.local").write_text(f"[cache]\n    dir = {cache}\n", encoding="utf-8")
         os.replace(staging, clone)
-    if (overlay := record.folder / "overlay").is_dir():  # the workspace's state at the sweep's start
-        shutil.copytree(overlay, clone, symlinks=True, dirs_exist_ok=True)
-    for rel in record.data.get("overlay_deleted", []):
-        (clone / rel).unlink(missing_ok=True)
     return clone
 
 
