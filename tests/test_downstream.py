@@ -136,13 +136,15 @@ def test_best_of_n_stages_end_to_end(tmp_path_factory, tmp_path):
             f"and attributes.start_time >= {since_ms}",
         )
         assert len(runs) == 1 and "best_of_n.id_test.judge.gold_gain" in runs[0].data.metrics, name
-        on_target = client.search_runs(  # a target's runs are downstream_target's, with its metrics
-            [experiment_id],
-            filter_string=f"tags.mlflow.runName = 'downstream_target@{name}-0' "
-            f"and attributes.start_time >= {since_ms}",
-        )
-        assert len(on_target) == 2, name
-        assert {m.split(".")[1] for r in on_target for m in r.data.metrics} == set(params.data.targets)
+        for target in params.data.targets:  # a target's runs are downstream_target's, named by it
+            on_target = client.search_runs(
+                [experiment_id],
+                filter_string=f"tags.mlflow.runName = 'downstream_target@{target}/{name}-0' "
+                f"and attributes.start_time >= {since_ms}",
+            )
+            assert len(on_target) == 1, (target, name)
+            assert {m.split(".")[1] for m in on_target[0].data.metrics} == {target}
+            assert on_target[0].data.tags["dvc.stage"] == f"downstream_target@{target}"
 
     report.run(params, layout)
     text = layout.summary.read_text(encoding="utf-8")

@@ -352,3 +352,20 @@ def test_a_copied_project_refuses_to_log_artifacts_into_the_original(project, mo
     monkeypatch.chdir(root)
     with tracking.stage_run(Params(), Layout(Path("."), seed=0), "teacher"):  # the original still logs
         pass
+
+
+def test_run_names_follow_the_dvc_stage_names(monkeypatch):
+    """A run per model and seed under its DVC stage's name; a stage keyed by a target names it."""
+    from prefshift.tracking.runs import dvc_stage_name, run_name
+
+    monkeypatch.delenv("DVC_STAGE", raising=False)
+    assert (
+        run_name("train", "naive", 0) == "train@naive-0"
+        and dvc_stage_name("train", "naive", 0) == "train@naive"
+    )
+    assert run_name("teacher", None, 1) == "teacher@1" and dvc_stage_name("teacher", None, 1) == "teacher@1"
+    item = ("downstream_target", "naive", 2, "helpful_base")
+    assert run_name(*item) == "downstream_target@helpful_base/naive-2"
+    assert dvc_stage_name(*item) == "downstream_target@helpful_base"
+    monkeypatch.setenv("DVC_STAGE", "downstream_target@helpful_base")  # as DVC runs it
+    assert dvc_stage_name(*item) == "downstream_target@helpful_base"

@@ -321,19 +321,25 @@ def scrub(values: Mapping[str, Any]) -> dict[str, str]:
     }
 
 
-def run_name(stage: str, method: str | None, seed: int | None) -> str:
+def run_name(stage: str, method: str | None, seed: int | None, item: str | None = None) -> str:
     """One run per model and seed, even where one DVC stage trains every seed of a method:
-    train@naive-0, teacher@1, downstream@naive-2 (one stage scores every model of every seed)."""
-    keys = [str(k) for k in (method, seed) if k is not None]
-    return f"{stage}@{'-'.join(keys)}" if keys else stage
+    train@naive-0, teacher@1, downstream@naive-2 (one stage scores every model of every seed);
+    a stage keyed by another `item` names it first: downstream_target@helpful_base/naive-2."""
+    keys = "-".join(str(k) for k in (method, seed) if k is not None)
+    if item is not None:
+        return f"{stage}@{item}/{keys}" if keys else f"{stage}@{item}"
+    return f"{stage}@{keys}" if keys else stage
 
 
-def dvc_stage_name(stage: str, method: str | None, seed: int | None = None) -> str:
+def dvc_stage_name(stage: str, method: str | None, seed: int | None = None, item: str | None = None) -> str:
     """The DVC stage this run belongs to: DVC's own name for it when DVC runs it, else the name
     dvc.yaml gives it: one stage per method for every seed (train@naive), one per seed where no
-    method is involved (teacher@1)."""
+    method is involved (teacher@1), one per item where the stage is keyed by another (a target's
+    downstream_target@helpful_base)."""
     if os.environ.get("DVC_STAGE"):
         return os.environ["DVC_STAGE"]
+    if item is not None:
+        return f"{stage}@{item}"
     return run_name(stage, method, None if method is not None else seed)
 
 
@@ -412,11 +418,19 @@ class StageRun:
     server-side run FAILED. Only the start-up check (see `resolve_uri`) is fatal.
     """
 
-    def __init__(self, params: Params, layout: Layout, stage: str, method: str | None, uri: str):
+    def __init__(
+        self,
+        params: Params,
+        layout: Layout,
+        stage: str,
+        method: str | None,
+        uri: str,
+        item: str | None = None,
+    ):
         self.params, self.layout = params, layout
-        self.run_name = run_name(stage, method, layout.seed)
+        self.run_name = run_name(stage, method, layout.seed, item)
         self.pipeline_run_id = pipeline_run_id(params, layout)
-        self.tags = scrub(run_tags(params, layout, stage, method, self.pipeline_run_id))
+        self.tags = scrub(run_tags(params, layout, stage, method, self.pipeline_run_id, item))
         self.journal: list[tuple[str, tuple, dict]] = []
         try:
             self._start(uri, {})
@@ -612,9 +626,9 @@ def ensure_parent(client: Any, experiment_id: str, pipeline_id: str, tags: Mappi
 
 
 def run_tags(
-    params: Params, layout: Layout, stage: str, method: str | None, pipeline_id: str
+    params: Params, layout: Layout, stage: str, method: str | None, pipeline_id: str, item: str | None = None
 ) -> dict[str, str]:
-    name = dvc_stage_name(stage, method, layout.seed)
+    name = dvc_stage_name(stage, method, layout.seed, item)
     return {
         **git_state(layout.root),
         **input_hashes(layout, name),
@@ -639,8 +653,11 @@ def end_status(error: BaseException) -> str:
 
 
 @contextmanager
-def stage_run(params: Params, layout: Layout, stage: str, method: str | None = None) -> Iterator[StageRun]:
-    """An MLflow run for one stage, child of the pipeline run; never left RUNNING.
+def stage_run(
+    params: Params, layout: Layout, stage: str, method: str | None = None, item: str | None = None
+) -> Iterator[StageRun]:
+    """An MLflow run for one stage, child of the pipeline run; never left RUNNING. `item` is the
+    DVC foreach item of a stage keyed by something other than the method (run_name).
 
     Logs the resolved config (as params and as `config/params.yaml`) and the lineage tags
     before the body runs, so an unreachable server fails before any training. A body that
@@ -653,7 +670,7 @@ def stage_run(params: Params, layout: Layout, stage: str, method: str | None = N
         for name, value in HTTP_DEFAULTS.items():
             os.environ.setdefault(name, value)
     with signals_as_exceptions():
-        run = StageRun(params, layout, stage, method, uri)
+        run = StageRun(params, layout, stage, method, uri, item)
         try:
             run.log_params(flatten(params.resolved()))
             run.log_text(yaml.safe_dump(params.resolved(), sort_keys=False), "config/params.yaml")

@@ -14,8 +14,8 @@ gold score of its best-of-n pick is computed exactly over all n-subsets of the n
 so the gold and proxy gains read in standard deviations of their own scorer and the gap
 between them (proxy − gold) measures over-optimisation. The synthetic gold rule, where it
 applies, is kept on its own 0-1 scale. Output: reports/downstream/<split>/M/seed-k.json and one
-MLflow run per model, seed and split (`downstream@M-k` on id_test, `downstream_target@M-k` with
-the target's metrics, `best_of_n.<target>.…`, on a target).
+MLflow run per model, seed and split (`downstream@M-k` on id_test, `downstream_target@T/M-k` with
+the target's metrics, `best_of_n.<target>.…`, on target T).
 Best-of-n runs on every seed's models (params `seeds`), so the report's rank agreement between
 pairwise metrics and the pick spans methods × seeds; the samples and their judging, the costly
 part, are shared by all seeds, and scoring 768 samples costs a model 3-4 s. All models' files are
@@ -150,10 +150,10 @@ def _inputs(params: Params, layout: Layout) -> tuple[str, pd.DataFrame, pd.DataF
     return set_version(layout, layout.bon_split), samples, gold, wanted
 
 
-def _stage(layout: Layout) -> str:
-    """The MLflow stage name: `downstream` on id_test, `downstream_target` on a target (its metrics
-    carry the target's name)."""
-    return "downstream" if layout.bon_split == ID_SPLIT else "downstream_target"
+def _stage(layout: Layout) -> tuple[str, str | None]:
+    """The MLflow stage and its DVC item: `downstream` on id_test, `downstream_target` keyed by the
+    target on a target (runs `downstream_target@T/M-k`, as the DVC stage is downstream_target@T)."""
+    return ("downstream", None) if layout.bon_split == ID_SPLIT else ("downstream_target", layout.bon_split)
 
 
 def _score(params: Params, layout: Layout, method: str, inputs: tuple, staged: OutputSet) -> dict[str, Any]:
@@ -164,7 +164,8 @@ def _score(params: Params, layout: Layout, method: str, inputs: tuple, staged: O
 
     version, samples, gold, wanted = inputs
     model_dir = _model_dir(layout, method)
-    with tracking.stage_run(params, layout, _stage(layout), method) as logger:
+    stage, item = _stage(layout)
+    with tracking.stage_run(params, layout, stage, method, item) as logger:
         model, tokenizer = load_for_scoring(model_dir, params)
         proxy = score_samples(model, tokenizer, samples, params)
         write_frame(staged.path(layout.proxy_scores(method)), proxy, {VERSION_KEY: version.encode()})
