@@ -320,6 +320,6 @@ def test_evaluate_refuses_scores_of_another_split_version(tmp_path: Path):
     with output_set(layout.root, "prefshift teacher", directories=[layout.scores_dir("teacher")]) as out:
         write_scores(out.path(layout.scores("teacher", "id_test")), frame, "old")
     with pytest.raises(
-        PrefshiftError, match="made from version old of split 'id_test', which is now version new"
+        PrefshiftError, match="built from split version old of split 'id_test', now version new"
     ):
         evaluate.run(_params(), layout, "naive")

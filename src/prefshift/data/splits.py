@@ -244,12 +244,7 @@ def current_version(layout: Layout, split: str) -> str:
 
 def check_split_version(layout: Layout, split: str, version: str, what: str) -> None:
     """Refuse `what` (made from one split) when that split has changed since; no other split counts."""
-    current = current_version(layout, split)
-    if version != current:
-        raise SplitError(
-            f"{what} was made from version {version} of split {split!r}, which is now version {current}: "
-            f"rerun the stages after `split` (dvc repro does this)"
-        )
+    _refuse_if_stale(what, version, current_version(layout, split), f"split {split!r}")
 
 
 def set_version(layout: Layout, split: str) -> str:
@@ -264,19 +259,18 @@ def set_version(layout: Layout, split: str) -> str:
 
 def check_set_version(layout: Layout, split: str, version: str, what: str) -> None:
     """Refuse `what` (stamped with `set_version` of `split`) when that split's set has changed since."""
-    current = set_version(layout, split)
-    if version != current:
-        raise SplitError(
-            f"{what} was built from version {version} of {split!r}'s splits, which are now version "
-            f"{current}: rerun the stages after `split` (dvc repro does this)"
-        )
+    _refuse_if_stale(what, version, set_version(layout, split), f"{split!r}'s splits")
 
 
 def check_version(layout: Layout, version: str, what: str) -> None:
     """Refuse `what` (a file made from the source's splits) when they have changed since."""
-    current = load_manifest(layout)["version"]
+    _refuse_if_stale(what, version, str(load_manifest(layout)["version"]), str(layout.split_manifest))
+
+
+def _refuse_if_stale(what: str, version: str, current: str, made_of: str) -> None:
+    """The one refusal of a file built from splits that have changed since: what, from what, the fix."""
     if version != current:
         raise SplitError(
-            f"{what} was built from split version {version}, but {layout.split_manifest} is version "
-            f"{current}: rerun the stages after `split` (dvc repro does this)"
+            f"{what} was built from split version {version} of {made_of}, now version {current}: "
+            "rerun the stages after `split` (dvc repro does this)"
         )
