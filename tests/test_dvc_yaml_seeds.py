@@ -98,7 +98,6 @@ def test_one_stage_trains_and_evaluates_every_seed_and_a_new_seed_reruns_it(tmp_
     assert all(f"{stage}@naive:" in status for stage in ("targets", "train", "evaluate")), status
 
 
-
 def test_best_of_n_reruns_when_seeds_change():
     """downstream scores every seed's models in one stage whose command names no seed: its params
     say so, rather than leaving it to a changed model directory to trigger it."""

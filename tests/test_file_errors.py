@@ -376,7 +376,6 @@ def test_a_pickle_reached_past_the_directory_check_gets_the_same_refusal(tmp_pat
     assert "NotATensor" in str(raised.value) and "weights_only" not in str(raised.value)
 
 
-
 @pytest.mark.parametrize("kind", ["fifo", "directory", "device"])
 def test_a_data_file_that_is_not_a_regular_file_is_one_line(tmp_path, kind):
     """A FIFO would block, a device never end, a directory has no rows: `prepare` says so in one line."""

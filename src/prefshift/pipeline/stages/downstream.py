@@ -40,7 +40,7 @@ from prefshift.core.paths import Layout
 from prefshift.data.splits import check_set_version, set_version
 from prefshift.pipeline.frames import VERSION_KEY, write_frame
 from prefshift.pipeline.output_set import OutputSet, output_set
-from prefshift.pipeline.stages.evaluate import _rounded
+from prefshift.pipeline.stages.evaluate import rounded
 from prefshift.pipeline.stages.gold_judge import describe_judge
 from prefshift.pipeline.stages.policy_samples import check_split, read_samples, skipped
 from prefshift.science import best_of_n
@@ -102,7 +102,7 @@ def split_curves(
 def document(
     method: str, seed: int, params: Params, version: str, curves: Mapping[str, Any], skips: Mapping
 ) -> dict:
-    return _rounded(
+    return rounded(
         {
             "method": method,
             "seed": seed,

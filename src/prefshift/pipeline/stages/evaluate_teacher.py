@@ -17,7 +17,7 @@ from prefshift.data.schema import read_pairs
 from prefshift.data.splits import load_manifest
 from prefshift.pipeline.heldout_scores import read_skips
 from prefshift.pipeline.output_set import output_set
-from prefshift.pipeline.stages.evaluate import check_trained_on, read_heldout, read_train_log
+from prefshift.pipeline.stages.evaluate_inputs import check_trained_on, read_heldout, read_train_log
 from prefshift.science.metrics import ID_SPLIT, accuracy
 
 

@@ -49,7 +49,7 @@ from prefshift.core.paths import Layout
 from prefshift.data.schema import Pair, SkipCounter, pair_content_hash, read_pairs
 from prefshift.data.synthetic import CUE_META, CUES, JUDGE_SPLIT, without_cues
 from prefshift.pipeline.output_set import output_set
-from prefshift.pipeline.stages.evaluate import _rounded
+from prefshift.pipeline.stages.evaluate import rounded
 from prefshift.pipeline.stages.gold_judge import JudgeError, describe_judge, reads_without_cues
 from prefshift.pipeline.stages.policy_samples import skip_reason
 from prefshift.science import metrics
@@ -221,7 +221,7 @@ def run(params: Params, layout: Layout) -> dict[str, Any]:
             doc["accuracy"], breakdown = accuracy(params.downstream.judge, params, layout, source)
         if breakdown is not None:
             doc["breakdown"] = breakdown
-        doc = _rounded(doc)
+        doc = rounded(doc)
         write_json(out.path(layout.judge_report), doc)
     shutil.rmtree(layout.judge_checkpoint, ignore_errors=True)  # the judge is saved: nothing to resume
     for dataset, block in doc.get("accuracy", {}).items():

@@ -18,7 +18,7 @@ from prefshift.config.params import ConfigError, Params
 from prefshift.core.atomic import write_json
 from prefshift.core.console import messages
 from prefshift.core.paths import Layout
-from prefshift.pipeline.stages.evaluate import _rounded
+from prefshift.pipeline.stages.evaluate import rounded
 from prefshift.pipeline.stages.gold_judge import JudgeError, judge_source
 from prefshift.pipeline.stages.judge import NOTE, accuracy
 
@@ -47,7 +47,7 @@ def run(params: Params, layout: Layout, target: str) -> dict[str, Any]:
         doc = {"target": target, "accuracy": scored}
         if breakdown is not None:
             doc["breakdown"] = breakdown
-        doc = _rounded(doc)
+        doc = rounded(doc)
         low, high = doc["accuracy"][target]["ci"]
         console.print(
             f"judge accuracy {target} (ood): {doc['accuracy'][target]['acc']:.1f} [{low:.1f}, {high:.1f}]"

@@ -23,7 +23,7 @@ from prefshift.data.schema import read_pairs
 from prefshift.data.splits import check_version, load_manifest
 from prefshift.pipeline.frames import VERSION_KEY, write_frame
 from prefshift.pipeline.output_set import manifest_of, output_set, verify
-from prefshift.pipeline.stages.evaluate import read_scores
+from prefshift.pipeline.stages.evaluate_inputs import read_scores
 
 console = messages()
 

@@ -49,7 +49,8 @@ from prefshift.pipeline.stages import (
     report_probe,
     report_truncation,
 )
-from prefshift.pipeline.stages.evaluate import headline, read_train_log, training_summary
+from prefshift.pipeline.stages.evaluate import headline
+from prefshift.pipeline.stages.evaluate_inputs import read_train_log, training_summary
 from prefshift.pipeline.stages.report_ablations import ABLATION_KEYS, ablation_tables, lambda_series
 from prefshift.pipeline.stages.report_errors import ReportError
 from prefshift.pipeline.stages.report_figures import write_figures, write_plots
