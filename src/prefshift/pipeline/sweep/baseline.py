@@ -15,23 +15,22 @@ from pathlib import Path
 from prefshift.pipeline.sweep.commands import SweepError, run_git
 
 
-def metrics_outputs(root: Path) -> list[Path]:
-    """Every stage's metrics outputs (paths relative to root), as DVC reads dvc.yaml."""
+def pipeline_outputs(root: Path) -> list[tuple[Path, bool, bool]]:
+    """(path relative to root, DVC-cached?, declared as metrics?) of every stage output."""
     from dvc.repo import Repo
 
     with Repo(str(root)) as repo:
         return [
-            Path(out.fs_path).resolve().relative_to(root.resolve())
+            (Path(out.fs_path).resolve().relative_to(root.resolve()), out.use_cache, bool(out.metric))
             for stage in repo.index.stages
             for out in stage.outs
-            if out.metric
         ]
 
 
 def uncommitted_baseline(root: Path) -> list[str]:
     """dvc.lock and the metrics files that HEAD does not hold as the workspace does: what
     `dvc exp show`'s baseline row and a plain `dvc exp diff` need committed."""
-    paths = [p.as_posix() for p in metrics_outputs(root) if (root / p).exists()]
+    paths = [p.as_posix() for p, _, metric in pipeline_outputs(root) if metric and (root / p).exists()]
     paths = ["dvc.lock", *paths] if (root / "dvc.lock").exists() else paths
     status = run_git(root, "status", "--porcelain", "--untracked-files=all", "--", *paths) if paths else ""
     changed = {line[3:].strip() for line in status.splitlines()}
