@@ -31,7 +31,24 @@ def small_disk(tmp_path) -> Iterator[Path]:
     try:
         yield where
     finally:
-        subprocess.run(["umount", str(where)], check=False)
+        unmounted = subprocess.run(["umount", str(where)], capture_output=True, text=True)
+        if unmounted.returncode != 0:  # something on it is still open: a leaked descriptor
+            still_open = _open_under(where)
+            subprocess.run(["umount", "--lazy", str(where)], check=False)
+            pytest.fail(f"{where} could not be unmounted ({unmounted.stderr.strip()}); open: {still_open}")
+
+
+def _open_under(where: Path) -> list[str]:
+    """The files under `where` that this process holds open (its descriptors' targets)."""
+    found = []
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith(f"{where}/"):
+            found.append(target)
+    return sorted(found)
 
 
 def fill(disk: Path, leave: int = 0) -> None:

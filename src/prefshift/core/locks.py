@@ -101,8 +101,12 @@ def _locked_descriptor(root: Path, path: Path, output: Path, command: str) -> in
             f"{output} is being written by {_holder(path)}; wait for it to finish (or stop it), "
             f"then run `{command}` again. The lock ({path}) goes away with its process."
         ) from None
-    os.ftruncate(fd, 0)
-    os.write(fd, json.dumps({"pid": os.getpid(), "command": command, "since": time.time()}).encode())
+    try:  # a full disk fails the write: the descriptor, and with it the lock, goes too
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps({"pid": os.getpid(), "command": command, "since": time.time()}).encode())
+    except BaseException:
+        os.close(fd)
+        raise
     return fd
 
 
