@@ -221,3 +221,28 @@ def test_status_names_each_unfinished_point_with_why_and_its_log(tmp_path):
         "2  sweep-seed-2  stopped  (ended during run without a word: cancelled, preempted"
     )
     assert lines[3] == f"3  sweep-seed-3  missing  (never started)  log: {record.log(3)}"
+
+
+def test_the_sweep_waits_for_a_task_that_said_success_until_it_exits_and_prints_its_log(tmp_path, capsys):
+    """A task writes `success`, then removes its clone (seconds, under load longer) before it exits.
+    The sweep once returned at the word alone: that point's log was never printed and its process
+    outlived the sweep (a CI run under load caught one of two logs missing)."""
+    import time
+
+    from prefshift.core.atomic import write_json
+    from prefshift.pipeline.sweep import local
+    from prefshift.pipeline.sweep.record import TASK_HEADER, create
+    from prefshift.pipeline.sweep.run import wait_for
+
+    record = create(tmp_path, {"points": [{"seed": "1"}], "names": ["sweep-seed-1"]})
+    record.data["executor"] = {"kind": "local"}
+    record.log(0).write_text(f"{TASK_HEADER} point 0 ===\nexperiment committed\n")
+    pool = local.Pool(record, local.Slots(1))
+    lingering = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(2)"], start_new_session=True)
+    pool.running[0] = (lingering, pool.free.pop())
+    write_json(record.state_file(0), {"state": "success"})
+    started = time.monotonic()
+    wait_for(record, pool)
+    assert lingering.poll() == 0 and not pool.running and time.monotonic() - started >= 1.5
+    err = capsys.readouterr().err
+    assert "--- experiment sweep-seed-1: exit 0 ---" in err and "experiment committed" in err

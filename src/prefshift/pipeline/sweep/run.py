@@ -126,13 +126,14 @@ def point_states(record: SweepRecord, live: Mapping[int, str] | None = None) -> 
 
 def wait_for(record: SweepRecord, pool: local.Pool | None = None) -> None:
     """Poll until no point is pending or running, printing each change of state; a local pool starts
-    its queued points as slots free up."""
+    its queued points as slots free up, and is waited for until its last task has exited (a task
+    says `success` before it removes its clone, and the pool prints its log once it is reaped)."""
     shown: dict[int, str] = {}
     while True:
         for index, state in (states := point_states(record, pool.live() if pool else None)).items():
             if shown.get(index) != state:
                 say(f"sweep {record.id}: point {index} ({record.names[index]}): {state}")
-        if not any(state in LIVE for state in states.values()):
+        if not any(state in LIVE for state in states.values()) and not (pool and pool.running):
             return
         shown = states
         time.sleep(local.POLL_S if pool else POLL_S)
