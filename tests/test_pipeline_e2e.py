@@ -90,6 +90,24 @@ def test_second_repro_runs_only_the_inputs_stage(pipeline):
 
 
 @pytest.mark.slow
+def test_a_clone_without_dvcs_gitignore_files_restores_every_stage(tmp_path_factory):
+    """DVC's .gitignore files inside output directories are not part of any dep's hash.
+
+    DVC writes one into each directory that holds an output (models/teacher/.gitignore lists the
+    seeds), and several stages depend on such a directory. core.autostage stages these files only
+    when a command ends, so a `dvc repro` that was interrupted and resumed leaves them out of the
+    commit a sweep clones; every point then re-ran the teacher's target scoring and every evaluate.
+    """
+    root, env = copy_reproduced(tmp_path_factory, "without-gitignores")
+    written = [p for top in ("data", "models", "reports") for p in (root / top).rglob(".gitignore")]
+    assert root / "models" / "teacher" / ".gitignore" in written
+    for path in written:
+        path.unlink()
+    status = json.loads(_run(["dvc", "status", "--json"], root, env))
+    assert set(status) <= {"inputs"}, status  # `inputs` is always_changed
+
+
+@pytest.mark.slow
 def test_every_student_has_an_mlflow_run_with_metrics_and_lineage(pipeline):
     from mlflow import MlflowClient
 
