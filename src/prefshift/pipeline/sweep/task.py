@@ -13,6 +13,7 @@ import socket
 import time
 from pathlib import Path
 
+from prefshift.config.params import ConfigError, get_dotted, read_yaml
 from prefshift.core.signals import Terminated, exit_code, signals_as_exceptions
 from prefshift.pipeline.sweep.commands import SweepError, run_dvc, run_git
 from prefshift.pipeline.sweep.record import FINISHED, STOPPED, TASK_HEADER, SweepRecord, open_folder
@@ -23,12 +24,35 @@ and DVC commits every `cache: false` output of the target's pipeline. `promote` 
 DVC_LOCKS = ("lock", "rwlock", "rwlock.lock")
 
 
+def experiment_ref(baseline: str, name: str) -> str:
+    """Where DVC keeps experiment `name` of commit `baseline`."""
+    return f"refs/exps/{baseline[:2]}/{baseline[2:]}/{name}"
+
+
 def experiment_commit(root: Path, name: str) -> str:
-    """The commit of experiment `name` on the current HEAD (refs/exps/<sha[:2]>/<sha[2:]>/<name>), or ''."""
-    head = run_git(root, "rev-parse", "HEAD").strip()
-    return run_git(
-        root, "for-each-ref", "--format=%(objectname)", f"refs/exps/{head[:2]}/{head[2:]}/{name}"
-    ).strip()
+    """The commit of experiment `name` on the current HEAD, or ''."""
+    ref = experiment_ref(run_git(root, "rev-parse", "HEAD").strip(), name)
+    return run_git(root, "for-each-ref", "--format=%(objectname)", ref).strip()
+
+
+def _fetch_earlier(record: SweepRecord, index: int, clone: Path, say) -> None:
+    """Fetch the point's experiment if the user's repository already holds it on this baseline (an
+    earlier sweep ran the point): the task then pushes it back instead of running it again, so a
+    sweep repeated as it was reruns nothing. One whose params differ from the point's (two values
+    that make one name, such as `a/b` and `a_b`) is dropped from the clone, and the point runs."""
+    ref = experiment_ref(record.data["baseline"], record.names[index])
+    if not run_git(clone, "ls-remote", "origin", ref).strip():
+        return
+    run_git(clone, "fetch", "--quiet", "origin", f"+{ref}:{ref}")
+    theirs = read_yaml(run_git(clone, "show", f"{ref}:params.yaml"), f"{ref}:params.yaml")
+    point = record.points[index]
+    try:
+        same = all(get_dotted(theirs, key) == read_yaml(value, f"-S {key}") for key, value in point.items())
+    except (KeyError, ConfigError):
+        same = False
+    if not same:
+        run_git(clone, "update-ref", "-d", ref)
+        say(f"an earlier experiment named {record.names[index]} has other params; running the point")
 
 
 def _clone(record: SweepRecord, index: int, say) -> Path:
@@ -51,8 +75,9 @@ def _clone(record: SweepRecord, index: int, say) -> Path:
 
 
 def _run(record: SweepRecord, index: int, clone: Path, say) -> None:
+    _fetch_earlier(record, index, clone, say)
     if experiment_commit(clone, name := record.names[index]):
-        return say(f"experiment {name} was committed by an earlier attempt; pushing it")
+        return say(f"experiment {name} is on this baseline already (an earlier attempt or sweep); pushing it")
     overrides = [f"-S{key}={value}" for key, value in record.points[index].items()]
     args = ["exp", "run", "--name", name, *overrides]
     if record.data.get("dvc_cache"):
