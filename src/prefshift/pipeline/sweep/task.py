@@ -44,11 +44,11 @@ def _fetch_earlier(record: SweepRecord, index: int, clone: Path, say) -> None:
     if not run_git(clone, "ls-remote", "origin", ref).strip():
         return
     run_git(clone, "fetch", "--quiet", "origin", f"+{ref}:{ref}")
-    theirs = read_yaml(run_git(clone, "show", f"{ref}:params.yaml"), f"{ref}:params.yaml")
-    point = record.points[index]
+    point, where = record.points[index], f"{ref}:params.yaml"
     try:
+        theirs = read_yaml(run_git(clone, "show", where), where)
         same = all(get_dotted(theirs, key) == read_yaml(value, f"-S {key}") for key, value in point.items())
-    except (KeyError, ConfigError):
+    except (KeyError, ConfigError, SweepError):  # no params.yaml there, no such key, no YAML
         same = False
     if not same:
         run_git(clone, "update-ref", "-d", ref)
