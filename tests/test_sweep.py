@@ -246,3 +246,42 @@ def test_the_sweep_waits_for_a_task_that_said_success_until_it_exits_and_prints_
     assert lingering.poll() == 0 and not pool.running and time.monotonic() - started >= 1.5
     err = capsys.readouterr().err
     assert "--- experiment sweep-seed-1: exit 0 ---" in err and "experiment committed" in err
+
+
+@pytest.mark.parametrize(
+    "earlier, reused",
+    [
+        ("anchor:\n  lambda: 0.5\n", True),
+        ("anchor:\n  lambda: '0.5'\n", False),  # the string: named like the number, another point
+        ("anchor:\n  other: 1\n", False),
+        ("anchor: [unclosed\n", False),
+        (None, False),  # no params.yaml in the commit
+    ],
+)
+def test_a_task_reuses_an_earlier_experiment_only_with_the_points_params(tmp_path, earlier, reused):
+    """What a repeated sweep's task finds under the point's experiment ref decides whether it runs:
+    only an experiment whose params hold the point's values is pushed back as the point's result."""
+    from prefshift.pipeline.sweep.record import create
+    from prefshift.pipeline.sweep.task import _fetch_earlier, experiment_commit, experiment_ref
+
+    env = {**os.environ, **GIT_ID}
+    user, clone = tmp_path / "user", tmp_path / "clone"
+    user.mkdir()
+    _run(["git", "init", "-q"], user, env)
+    (user / "params.yaml").write_text("anchor:\n  lambda: 1\n")
+    _run(["git", "add", "params.yaml"], user, env)
+    _run(["git", "commit", "-qm", "baseline"], user, env)
+    baseline = _run(["git", "rev-parse", "HEAD"], user, env).strip()
+    (user / "params.yaml").unlink() if earlier is None else (user / "params.yaml").write_text(earlier)
+    _run(["git", "commit", "-qam", "experiment"], user, env)
+    point = {"anchor.lambda": "0.5"}
+    ref = experiment_ref(baseline, experiment_name(point))
+    _run(["git", "update-ref", ref, "HEAD"], user, env)
+    _run(["git", "clone", "-q", str(user), str(clone)], tmp_path, env)
+    _run(["git", "checkout", "-q", "--detach", baseline], clone, env)
+    record = create(tmp_path / "sweeps", {"points": [point], "names": [experiment_name(point)]})
+    record.data.update(baseline=baseline)
+    said = []
+    _fetch_earlier(record, 0, clone, said.append)
+    assert bool(experiment_commit(clone, experiment_name(point))) is reused
+    assert bool(said) is not reused  # "... has other params; running the point"
