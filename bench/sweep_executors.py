@@ -30,6 +30,7 @@ import argparse
 import ast
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -65,6 +66,7 @@ def environment(clone: Path) -> dict[str, str]:
 def timed(args: list[str], clone: Path, log_file: Path) -> dict:
     """Run `args` in `clone` in a process group of its own, output to `log_file`; wall seconds."""
     load_before = Path("/proc/loadavg").read_text().split()[:3]
+    offset = log_file.stat().st_size if log_file.exists() else 0
     start = time.perf_counter()
     with log_file.open("a") as out:
         out.write(f"\n$ {' '.join(args)}\n")
@@ -89,9 +91,25 @@ def timed(args: list[str], clone: Path, log_file: Path) -> dict:
         raise SystemExit(f"{' '.join(args)} failed in {clone} (exit {rc}):\n" + "\n".join(tail))
     return {
         "wall_s": round(wall, 1),
+        "stages_run": stages_run(log_text(log_file, offset)),
         "loadavg_before": load_before,
         "loadavg_after": Path("/proc/loadavg").read_text().split()[:3],
     }
+
+
+def log_text(log_file: Path, offset: int = 0) -> str:
+    with log_file.open("rb") as log:
+        log.seek(offset)
+        return log.read().decode("utf-8", errors="replace")
+
+
+def stages_run(text: str) -> dict[str, int]:
+    """Stage → how often DVC ran it in a run's log. The two sides' pipelines differ (the old commit
+    predates the per-target stages), so a ratio of wall times is read with what each side ran; both
+    executors' output carries DVC's `Running stage` lines (the local pool prints each point's log
+    when it ends)."""
+    found = re.findall(r"^Running stage '([^']+)':", text, flags=re.MULTILINE)
+    return {name: found.count(name) for name in sorted(set(found))}
 
 
 def small_overlay(clone: Path) -> dict:
@@ -222,14 +240,19 @@ def write(result: dict, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "timings.json").write_text(json.dumps(result, indent=2) + "\n")
     runs, ratio = result["runs"], result["ratio_new_over_old"]
+    points = len(result["sweep"].split("anchor.lambda=")[1].split()[0].split(","))
     commits, executors = result["commits"], result["executors"]
 
     def cell(key: str) -> str:
         return str(runs[key]["wall_s"]) if key in runs else "not run"
 
+    def ran(key: str) -> str:
+        return str(sum(runs[key]["stages_run"].values())) if "stages_run" in runs.get(key, {}) else "—"
+
     rows = [
-        f"| {label} | {cell(f'old_{what}')} | {cell(f'new_{what}')} | {ratio.get(what, '—')} |"
-        for what, label in (("sweep", "4-point sweep, warm cache"), ("rerun", "the same sweep again (no-op)"))
+        f"| {label} | {cell(f'old_{what}')} | {cell(f'new_{what}')} | {ratio.get(what, '—')} "
+        f"| {ran(f'old_{what}')} / {ran(f'new_{what}')} |"
+        for what, label in (("sweep", f"{points}-point sweep, warm cache"), ("rerun", "the same sweep again"))
     ]
     (out / "timings.md").write_text(
         "\n".join(
@@ -243,8 +266,8 @@ def write(result: dict, out: Path) -> None:
                 f"- old: `{commits['old'][:7]}`, executor `{executors['old']}` (DVC's queue)",
                 f"- new: `{commits['new'][:7]}`, executor `{executors['new']}` (a clone per point)",
                 "",
-                "| run | old (s) | new (s) | new ÷ old |",
-                "|---|---|---|---|",
+                "| run | old (s) | new (s) | new ÷ old | stages DVC ran, old / new |",
+                "|---|---|---|---|---|",
                 *rows,
                 "",
                 *(
