@@ -200,6 +200,7 @@ def main() -> None:
         "commits": commits,
         "executors": executors,
         "sweep": " ".join(sweep) + " --executor <executor>",
+        "points": len(opts.values.split(",")),
         "pipeline": "tests/e2e_project.py's SMALL over params.yaml" if opts.small else "embedded default",
         "note": opts.note,
     }
@@ -240,7 +241,6 @@ def write(result: dict, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "timings.json").write_text(json.dumps(result, indent=2) + "\n")
     runs, ratio = result["runs"], result["ratio_new_over_old"]
-    points = len(result["sweep"].split("anchor.lambda=")[1].split()[0].split(","))
     commits, executors = result["commits"], result["executors"]
 
     def cell(key: str) -> str:
@@ -252,7 +252,10 @@ def write(result: dict, out: Path) -> None:
     rows = [
         f"| {label} | {cell(f'old_{what}')} | {cell(f'new_{what}')} | {ratio.get(what, '—')} "
         f"| {ran(f'old_{what}')} / {ran(f'new_{what}')} |"
-        for what, label in (("sweep", f"{points}-point sweep, warm cache"), ("rerun", "the same sweep again"))
+        for what, label in (
+            ("sweep", f"{result['points']}-point sweep, warm cache"),
+            ("rerun", "the same sweep again"),
+        )
     ]
     (out / "timings.md").write_text(
         "\n".join(
