@@ -3,6 +3,7 @@
     python bench/sweep_executors.py                      # old 8e9f8ba (queue) vs new HEAD (local)
     python bench/sweep_executors.py --new <rev> --values 0.1,0.5,2,10 --jobs 2 --keep
     python bench/sweep_executors.py --small    # the test suite's shrunken default: executor overhead
+    python bench/sweep_executors.py --old HEAD --old-runner dvc   # both sides on one commit
 
 Each side gets a fresh clone of this repository at its commit, in a directory of its own under one
 temporary folder (the DVC remote in .dvc/config is `../../.prefshift-dvc-remote`, so the two sides
@@ -15,6 +16,14 @@ restored. On a quiet 2-core machine a full repro takes about 9 minutes; under th
 engineers' pipelines (load average 7-10) one anchor student's training stage took over 15 minutes, so the
 embedded default needs a quiet machine. --small keeps every stage and the grid but shrinks the
 training to seconds, so what it times is mostly each executor's own cost per point.
+
+With `--old-runner dvc` the old side runs DVC's queue with DVC's own commands instead of
+prefshift's `queue` executor, so both sides can run one commit's pipeline: each point queued under
+the name the sweep gives it (`dvc exp run --queue --name sweep-anchor.lambda-<v> -S ...`), then
+`dvc exp run --run-all --jobs <jobs>`, which starts the workers and returns once the queue is
+empty. The executor is then the only difference. That side files no results and builds no report,
+so the new side runs with `--no-report` (it still files each point's metrics, a few `git show`s).
+prefshift itself has no code that drives the queue; this bench drives it only to measure against it.
 
 Timed, in ABBA order so that drifting load (the machine is shared) weighs on both sides alike:
 old sweep, new sweep, new no-op rerun (the same sweep again), old no-op rerun. One sweep lasts
@@ -129,13 +138,13 @@ def merged(base: dict, overlay: dict) -> dict:
             for k, v in {**base, **overlay}.items()}  # fmt: skip
 
 
-def set_up(side: str, commit: str, tmp: Path, small: bool) -> Path:
+def set_up(side: str, commit: str, tmp: Path, small: bool, metrics: bool) -> Path:
     """The side's clone with its baseline reproduced and committed; one left by an earlier run is
     reused, and one whose baseline was not finished is reproduced on from where it stopped."""
     clone, log_file = tmp / side / "project", tmp / side / "bench.log"
     if (clone / ".git").is_dir() and git("branch", "--list", "bench", cwd=clone):
         log(f"{side}: reusing {clone}, its baseline committed by an earlier run")
-        return baseline_commit(clone, side)
+        return baseline_commit(clone, metrics)
     if not (clone / ".git").is_dir():
         clone.parent.mkdir(parents=True, exist_ok=True)
         git("clone", "-q", "--no-checkout", str(REPO), str(clone))
@@ -148,23 +157,34 @@ def set_up(side: str, commit: str, tmp: Path, small: bool) -> Path:
     repro = timed(["dvc", "repro"], clone, log_file)
     log(f"{side}: baseline repro took {repro['wall_s']} s; committing the baseline")
     git("checkout", "-q", "-b", "bench", cwd=clone)
-    return baseline_commit(clone, side)
+    return baseline_commit(clone, metrics)
 
 
-def baseline_commit(clone: Path, side: str) -> Path:
-    """Commit the baseline as each side's workflow does. New: docs/sweeps.md's commit (params.yaml,
-    dvc.lock and the metrics), which its sweep requires. Old: params.yaml and dvc.lock alone; the
-    queue carried the other outputs with `-C`, and on that commit a committed `cache: false`
-    directory (reports/metrics/<method>) stopped the sweep with a StopIteration before anything
-    was queued (the bug issue 46 names)."""
-    paths = ["params.yaml", "dvc.lock"] + (
-        ["reports/metrics", "reports/metrics.json"] if side == "new" else []
-    )
+def baseline_commit(clone: Path, metrics: bool) -> Path:
+    """Commit the baseline as each side's workflow does. New (and DVC's queue on a new commit):
+    docs/sweeps.md's commit (params.yaml, dvc.lock and the metrics), which its sweep requires. The
+    `queue` executor: params.yaml and dvc.lock alone; it carried the other outputs with `-C`, and on
+    its commit a committed `cache: false` directory (reports/metrics/<method>) stopped the sweep
+    with a StopIteration before anything was queued (the bug issue 46 names)."""
+    paths = ["params.yaml", "dvc.lock"] + (["reports/metrics", "reports/metrics.json"] if metrics else [])
     git("add", *paths, cwd=clone)
     if git("diff", "--cached", "--name-only", cwd=clone):
         env = environment(clone)
         subprocess.run(["git", "commit", "-qm", "Baseline for the sweep"], cwd=clone, env=env, check=True)
     return clone
+
+
+def dvc_queue_sweep(values: list[str], jobs: int) -> list[str]:
+    """The old side's sweep with `--old-runner dvc`, as one shell command: DVC's queue, fed and
+    drained by DVC's commands. A rerun first removes the experiments of the same names, as the
+    queue executor did before queueing a point again."""
+    names = [f"sweep-anchor.lambda-{value}" for value in values]
+    lines = ["set -eu", f"dvc exp remove {' '.join(names)} >/dev/null 2>&1 || true"]
+    lines += [
+        f"dvc exp run --queue --name {name} -S anchor.lambda={value} report"
+        for name, value in zip(names, values, strict=True)
+    ]
+    return ["bash", "-c", "\n".join([*lines, f"dvc exp run --run-all --jobs {jobs}"])]
 
 
 def uptime() -> str:
@@ -175,6 +195,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--old", default=OLD_COMMIT, help="commit with DVC's queue (executor `queue`)")
     parser.add_argument("--new", default="HEAD", help="commit with the clone executors (executor `local`)")
+    parser.add_argument(
+        "--old-runner",
+        choices=("prefshift", "dvc"),
+        default="prefshift",
+        help="old side: prefshift's `queue` executor (a commit that has it) or DVC's own queue commands",
+    )
     parser.add_argument("--values", default="0.1,0.5,2,10", help="the four anchor.lambda values")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--out", type=Path, default=REPO / "reports/results/sweep-executors")
@@ -189,8 +215,16 @@ def main() -> None:
     opts = parser.parse_args()
 
     commits = {"old": git("rev-parse", opts.old), "new": git("rev-parse", opts.new)}
-    executors = {"old": "queue", "new": "local"}
+    old_executor = "queue" if opts.old_runner == "prefshift" else "dvc exp run --run-all"
+    executors = {"old": old_executor, "new": "local"}
     sweep = ["prefshift", "sweep", "-S", f"anchor.lambda={opts.values}", "--jobs", str(opts.jobs)]
+    sweep += ["--no-report"] if opts.old_runner == "dvc" else []
+    commands = {
+        "old": dvc_queue_sweep(opts.values.split(","), opts.jobs)
+        if opts.old_runner == "dvc"
+        else [*sweep, "--executor", "queue"],
+        "new": [*sweep, "--executor", "local"],
+    }
     started = datetime.now(timezone.utc)
     result: dict = {
         "date": f"{started:%Y-%m-%d %H:%M} UTC",
@@ -200,6 +234,10 @@ def main() -> None:
         "commits": commits,
         "executors": executors,
         "sweep": " ".join(sweep) + " --executor <executor>",
+        "commands": {
+            side: command[-1] if command[0] == "bash" else " ".join(command)
+            for side, command in commands.items()
+        },
         "points": len(opts.values.split(",")),
         "pipeline": "tests/e2e_project.py's SMALL over params.yaml" if opts.small else "embedded default",
         "note": opts.note,
@@ -210,16 +248,15 @@ def main() -> None:
     try:
         with ThreadPoolExecutor(2) as pool:  # two untimed baselines at once: set-up only, half the wait
             built = {
-                side: pool.submit(set_up, side, commits[side], tmp, opts.small) for side in ("old", "new")
+                side: pool.submit(set_up, side, commits[side], tmp, opts.small, executors[side] != "queue")
+                for side in ("old", "new")
             }
             clones = {side: future.result() for side, future in built.items()}
         runs: dict[str, dict] = {}
         result["runs"] = runs
         for side, what in (("old", "sweep"), ("new", "sweep"), ("new", "rerun"), ("old", "rerun")):
             log(f"{side}: {what} ({executors[side]})")
-            runs[f"{side}_{what}"] = timed(
-                [*sweep, "--executor", executors[side]], clones[side], tmp / side / "bench.log"
-            )
+            runs[f"{side}_{what}"] = timed(commands[side], clones[side], tmp / side / "bench.log")
             log(f"{side}: {what} took {runs[f'{side}_{what}']['wall_s']} s")
             result["ratio_new_over_old"] = {
                 what: round(runs[f"new_{what}"]["wall_s"] / runs[f"old_{what}"]["wall_s"], 3)
@@ -241,7 +278,7 @@ def write(result: dict, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "timings.json").write_text(json.dumps(result, indent=2) + "\n")
     runs, ratio = result["runs"], result["ratio_new_over_old"]
-    commits, executors = result["commits"], result["executors"]
+    commits = result["commits"]
 
     def cell(key: str) -> str:
         return str(runs[key]["wall_s"]) if key in runs else "not run"
@@ -266,8 +303,8 @@ def write(result: dict, out: Path) -> None:
                 f"`{result['sweep']}` on the {result['pipeline']}, each side in a fresh clone after its "
                 "baseline `dvc repro` (warm cache); run old, new, new, old so drifting load weighs on both.",
                 "",
-                f"- old: `{commits['old'][:7]}`, executor `{executors['old']}` (DVC's queue)",
-                f"- new: `{commits['new'][:7]}`, executor `{executors['new']}` (a clone per point)",
+                f"- old: `{commits['old'][:7]}`, DVC's queue: `{result['commands']['old']}`",
+                f"- new: `{commits['new'][:7]}`, a clone per point: `{result['commands']['new']}`",
                 "",
                 "| run | old (s) | new (s) | new ÷ old | stages DVC ran, old / new |",
                 "|---|---|---|---|---|",
