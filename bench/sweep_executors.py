@@ -177,14 +177,17 @@ def baseline_commit(clone: Path, metrics: bool) -> Path:
 def dvc_queue_sweep(values: list[str], jobs: int) -> list[str]:
     """The old side's sweep with `--old-runner dvc`, as one shell command: DVC's queue, fed and
     drained by DVC's commands. A rerun first removes the experiments of the same names, as the
-    queue executor did before queueing a point again."""
+    queue executor did before queueing a point again. `--run-all` reports a failed experiment but
+    exits 0, so the command ends by checking that every point's experiment exists."""
     names = [f"sweep-anchor.lambda-{value}" for value in values]
     lines = ["set -eu", f"dvc exp remove {' '.join(names)} >/dev/null 2>&1 || true"]
     lines += [
         f"dvc exp run --queue --name {name} -S anchor.lambda={value} report"
         for name, value in zip(names, values, strict=True)
     ]
-    return ["bash", "-c", "\n".join([*lines, f"dvc exp run --run-all --jobs {jobs}"])]
+    lines += [f"dvc exp run --run-all --jobs {jobs}", 'made="$(dvc exp list --name-only)"']
+    lines += [f'grep -qx {name} <<<"$made" || {{ echo "no experiment {name}"; exit 1; }}' for name in names]
+    return ["bash", "-c", "\n".join(lines)]
 
 
 def uptime() -> str:
@@ -274,11 +277,21 @@ def main() -> None:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def side_lines(result: dict) -> list[str]:
+    """How each side ran its sweep, for timings.md; a shell script goes in a code block."""
+    lines = []
+    for side, label in (("old", "DVC's queue"), ("new", "a clone per point")):
+        head, command = f"- {side}: `{result['commits'][side][:7]}`, {label}", result["commands"][side]
+        lines += (
+            [f"{head}:", "", "```bash", command, "```", ""] if "\n" in command else [f"{head}: `{command}`"]
+        )
+    return lines
+
+
 def write(result: dict, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "timings.json").write_text(json.dumps(result, indent=2) + "\n")
     runs, ratio = result["runs"], result["ratio_new_over_old"]
-    commits = result["commits"]
 
     def cell(key: str) -> str:
         return str(runs[key]["wall_s"]) if key in runs else "not run"
@@ -303,8 +316,7 @@ def write(result: dict, out: Path) -> None:
                 f"`{result['sweep']}` on the {result['pipeline']}, each side in a fresh clone after its "
                 "baseline `dvc repro` (warm cache); run old, new, new, old so drifting load weighs on both.",
                 "",
-                f"- old: `{commits['old'][:7]}`, DVC's queue: `{result['commands']['old']}`",
-                f"- new: `{commits['new'][:7]}`, a clone per point: `{result['commands']['new']}`",
+                *side_lines(result),
                 "",
                 "| run | old (s) | new (s) | new ÷ old | stages DVC ran, old / new |",
                 "|---|---|---|---|---|",
