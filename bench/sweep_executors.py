@@ -53,6 +53,7 @@ import yaml
 
 from prefshift.bench.common import machine, versions
 from prefshift.bench.pipeline import _environment
+from prefshift.pipeline.sweep.grid import experiment_name
 
 REPO = Path(__file__).resolve().parent.parent
 OLD_COMMIT = "8e9f8ba"  # the last commit with DVC's queue (its child 552e7fd removes it)
@@ -179,7 +180,7 @@ def dvc_queue_sweep(values: list[str], jobs: int) -> list[str]:
     drained by DVC's commands. A rerun first removes the experiments of the same names, as the
     queue executor did before queueing a point again. `--run-all` reports a failed experiment but
     exits 0, so the command ends by checking that every point's experiment exists."""
-    names = [f"sweep-anchor.lambda-{value}" for value in values]
+    names = [experiment_name({"anchor.lambda": value}) for value in values]
     lines = ["set -eu", f"dvc exp remove {' '.join(names)} >/dev/null 2>&1 || true"]
     lines += [
         f"dvc exp run --queue --name {name} -S anchor.lambda={value} report"
@@ -220,6 +221,7 @@ def main() -> None:
     commits = {"old": git("rev-parse", opts.old), "new": git("rev-parse", opts.new)}
     old_executor = "queue" if opts.old_runner == "prefshift" else "dvc exp run --run-all"
     executors = {"old": old_executor, "new": "local"}
+    commits_metrics = {"old": opts.old_runner == "dvc", "new": True}  # see baseline_commit
     sweep = ["prefshift", "sweep", "-S", f"anchor.lambda={opts.values}", "--jobs", str(opts.jobs)]
     sweep += ["--no-report"] if opts.old_runner == "dvc" else []
     commands = {
@@ -251,7 +253,7 @@ def main() -> None:
     try:
         with ThreadPoolExecutor(2) as pool:  # two untimed baselines at once: set-up only, half the wait
             built = {
-                side: pool.submit(set_up, side, commits[side], tmp, opts.small, executors[side] != "queue")
+                side: pool.submit(set_up, side, commits[side], tmp, opts.small, commits_metrics[side])
                 for side in ("old", "new")
             }
             clones = {side: future.result() for side, future in built.items()}
@@ -313,8 +315,9 @@ def write(result: dict, out: Path) -> None:
                 "# Sweep executors: DVC's queue against a clone per point (issue 46, point 5)",
                 "",
                 f"{result['date']}, {result['machine']['cpu']}, {result['machine']['cores']} cores. "
-                f"`{result['sweep']}` on the {result['pipeline']}, each side in a fresh clone after its "
-                "baseline `dvc repro` (warm cache); run old, new, new, old so drifting load weighs on both.",
+                f"A {result['points']}-point sweep on the {result['pipeline']} (each side's commands below), "
+                "each side in a fresh clone after its baseline `dvc repro` (warm cache); run old, new, new, "
+                "old so drifting load weighs on both.",
                 "",
                 *side_lines(result),
                 "",
