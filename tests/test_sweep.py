@@ -223,6 +223,35 @@ def test_status_names_each_unfinished_point_with_why_and_its_log(tmp_path):
     assert lines[3] == f"3  sweep-seed-3  missing  (never started)  log: {record.log(3)}"
 
 
+def test_a_running_point_whose_pid_now_names_another_process_is_stopped_and_resumed(tmp_path):
+    """A task killed before it could say more (SIGKILL, the OOM killer, a reboot) leaves `running`
+    with its pid, which a later process may hold: pid 1 after a reboot, this test's own process
+    here. Taken by pid alone, status said `running` for good and resume waited on it forever; only
+    the task's own process (its pid and start time) is running."""
+    import os
+    import socket
+
+    from prefshift.core.atomic import write_json
+    from prefshift.core.process_group import started_at
+    from prefshift.pipeline.sweep.record import create
+    from prefshift.pipeline.sweep.run import point_states
+
+    record = create(tmp_path, {"points": [{"seed": str(i)} for i in range(4)], "names": list("abcd")})
+    record.data["executor"] = {"kind": "local"}
+    here, me = socket.gethostname(), os.getpid()
+    entries = [
+        {"pid": 1},  # written by an older prefshift, or by hand: no start time, no claim to a process
+        {"pid": me, "started": started_at(me) - 3600},  # an earlier process that had this pid
+        {"pid": "1", "started": started_at(1)},  # not a pid
+        {"pid": me, "started": started_at(me)},  # this very process: alive
+    ]
+    for index, entry in enumerate(entries):
+        write_json(record.state_file(index), {"state": "running", "step": "run", "host": here, **entry})
+    assert point_states(record) == {0: "stopped", 1: "stopped", 2: "stopped", 3: "running"}
+    record.write_state(0, "running", step="run")  # as a task writes it: its own pid and start time
+    assert point_states(record)[0] == "running"
+
+
 def test_the_sweep_waits_for_a_task_that_said_success_until_it_exits_and_prints_its_log(tmp_path, capsys):
     """A task writes `success`, then removes its clone (seconds, under load longer) before it exits.
     The sweep once returned at the word alone: that point's log was never printed and its process

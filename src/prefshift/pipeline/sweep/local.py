@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from prefshift.core.process_group import adopt_orphans, group_alive
+from prefshift.core.process_group import adopt_orphans, group_alive, started_at
 from prefshift.pipeline.sweep.commands import SweepError, say
 from prefshift.pipeline.sweep.record import SweepRecord
 
@@ -107,13 +107,13 @@ class Pool:
 
 
 def live(record: SweepRecord) -> dict[int, str]:
-    """Points whose task says it is running and whose process is still alive on this machine."""
+    """Points whose task says it is running and whose process is still alive on this machine: the
+    process with the task's pid and start time, not whichever holds that pid now (a task killed
+    before a reboot would otherwise be waited for, and never rerun, for good)."""
     states = {}
     for index in range(len(record.points)):
         entry = record.read_state(index)
-        pid = int(entry.get("pid", 0))  # 0 and below would name process groups
-        if entry.get("state") == "running" and entry.get("host") == socket.gethostname() and pid > 0:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, 0)
-                states[index] = "running"
+        here = entry.get("state") == "running" and entry.get("host") == socket.gethostname()
+        if here and entry.get("started") is not None and started_at(entry.get("pid")) == entry["started"]:
+            states[index] = "running"
     return states

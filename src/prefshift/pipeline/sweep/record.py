@@ -21,6 +21,7 @@ from typing import Any
 
 from prefshift.core.atomic import write_json
 from prefshift.core.locks import private_dir
+from prefshift.core.process_group import started_at
 from prefshift.pipeline.sweep.commands import SweepError
 
 SCRATCH_ENV = "PREFSHIFT_SWEEP_SCRATCH"
@@ -87,9 +88,10 @@ class SweepRecord:
             ) from None
 
     def write_state(self, index: int, state: str, **fields: Any) -> None:
-        """What the point's task says about itself, with where and in which process it runs."""
+        """What the point's task says about itself, with where and in which process it runs (its pid
+        and start time, so that a later process given the same pid is not taken for it)."""
         entry = {**self.read_state(index), **fields, "state": state}
-        entry.update(host=socket.gethostname(), pid=os.getpid(), time=_now())
+        entry.update(host=socket.gethostname(), pid=os.getpid(), started=started_at(os.getpid()), time=_now())
         write_json(self.state_file(index), entry)
 
 
