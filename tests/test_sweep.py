@@ -314,3 +314,16 @@ def test_a_task_reuses_an_earlier_experiment_only_with_the_points_params(tmp_pat
     _fetch_earlier(record, 0, clone, said.append)
     assert bool(experiment_commit(clone, experiment_name(point))) is reused
     assert bool(said) is not reused  # "... has other params; running the point"
+
+
+@pytest.mark.parametrize("index", [-1, 2])
+def test_a_task_refuses_an_index_that_is_no_point_of_its_sweep(tmp_path, index):
+    """`sweep task` is run by the executors with indices they took from the record; by hand, -1
+    would run the last point under a state file of its own and 2 would fail with an IndexError."""
+    from prefshift.pipeline.sweep.record import create
+    from prefshift.pipeline.sweep.task import run_point
+
+    record = create(tmp_path, {"points": [{"seed": "1"}, {"seed": "2"}], "names": ["a", "b"]})
+    with pytest.raises(SweepError, match=rf"sweep {record.id}: no point {index}; its points are 0 to 1"):
+        run_point(record.folder, index)
+    assert not list((record.folder / "points").iterdir()) and not list((record.folder / "clones").iterdir())

@@ -102,6 +102,8 @@ def _push(record: SweepRecord, index: int, clone: Path, say) -> str:
 def run_point(folder: Path, index: int) -> int:
     """Run grid point `index` of the sweep in `folder`; return the task's exit status."""
     record = open_folder(folder)
+    if not 0 <= index < len(record.points):  # a negative one would run another point under its own name
+        raise SweepError(f"sweep {record.id}: no point {index}; its points are 0 to {len(record.points) - 1}")
     name, before = record.names[index], record.read_state(index)
 
     def say(message: str) -> None:
