@@ -327,3 +327,22 @@ def test_a_task_refuses_an_index_that_is_no_point_of_its_sweep(tmp_path, index):
     with pytest.raises(SweepError, match=rf"sweep {record.id}: no point {index}; its points are 0 to 1"):
         run_point(record.folder, index)
     assert not list((record.folder / "points").iterdir()) and not list((record.folder / "clones").iterdir())
+
+
+def test_a_sweep_folder_inside_a_pipeline_output_is_refused(tmp_path):
+    """DVC deletes and restores an output whole: a sweep folder there (named, or reached through a
+    symlink) would lose the record and the clones at the next stage rerun or `dvc checkout`."""
+    from prefshift.pipeline.sweep.baseline import check_scratch
+
+    subprocess.run([sys.executable, "-m", "dvc", "init", "-q", "--no-scm"], cwd=tmp_path, check=True)
+    stages = {"make": {"cmd": "mkdir -p models/out", "outs": ["models/out"]}}
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}))
+    (tmp_path / "models" / "out" / "deep").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "models" / "out" / "deep")
+    for inside in ("models/out", "models/out/deep/sweeps", "link/sweeps"):
+        with pytest.raises(
+            SweepError, match=rf"--scratch {tmp_path / inside}: inside models/out, a pipeline output"
+        ):
+            check_scratch(tmp_path, tmp_path / inside)
+    for outside in ("models", "models/outside", ".prefshift/sweeps"):
+        check_scratch(tmp_path, tmp_path / outside)

@@ -49,3 +49,15 @@ def check_committed(root: Path) -> None:
             f"{root}: not committed: {', '.join(missing[:6])}{' ...' if len(missing) > 6 else ''}; "
             f"each point runs in a clone of the baseline commit, so commit first: {commit_command(missing)}"
         )
+
+
+def check_scratch(root: Path, scratch: Path) -> None:
+    """Refuse a sweep folder inside a pipeline output: DVC deletes and restores an output whole (a
+    stage rerun, `dvc checkout`), and the sweep's record and its points' clones would go with it."""
+    for output, _, _ in pipeline_outputs(root):
+        if Path(scratch).resolve().is_relative_to(Path(root).resolve() / output):
+            raise SweepError(
+                f"--scratch {scratch}: inside {output.as_posix()}, a pipeline output that DVC deletes and "
+                "restores whole, and the sweep's record and clones with it; choose a folder outside the "
+                "pipeline's outputs (the default is .prefshift/sweeps)"
+            )
