@@ -5,6 +5,10 @@ MLflow run stays RUNNING for good and a sweep leaves its DVC queue running. Insi
 `signals_as_exceptions` they raise `Terminated` in the main thread instead, as Ctrl-C raises
 KeyboardInterrupt; the code that catches it ends what it started and then exits with
 `exit_code`, the status the signal's default action would have given (128 + its number).
+
+A signal the process was started with ignored stays ignored: `nohup prefshift sweep ... &` asks
+that closing the terminal (SIGHUP) not stop it, and a handler would undo that, as Python itself
+leaves an ignored SIGINT alone.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ def exit_code(signum: int) -> int:
 
 @contextmanager
 def signals_as_exceptions() -> Iterator[None]:
-    """While the body runs, SIGTERM/SIGHUP raise `Terminated` in the main thread.
+    """While the body runs, SIGTERM/SIGHUP raise `Terminated` in the main thread, unless ignored.
 
     A second signal during the cleanup is ignored, so the cleanup itself is not cut short.
     Outside the main thread Python cannot install handlers and the defaults stay.
@@ -55,7 +59,8 @@ def signals_as_exceptions() -> Iterator[None]:
             raised.append(signum)
             raise Terminated(signum)
 
-    previous = {signum: signal.signal(signum, handler) for signum in TERMINATING}
+    heeded = [signum for signum in TERMINATING if signal.getsignal(signum) != signal.SIG_IGN]
+    previous = {signum: signal.signal(signum, handler) for signum in heeded}
     try:
         yield
     finally:
