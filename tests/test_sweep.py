@@ -346,3 +346,49 @@ def test_a_sweep_folder_inside_a_pipeline_output_is_refused(tmp_path):
             check_scratch(tmp_path, tmp_path / inside)
     for outside in ("models", "models/outside", ".prefshift/sweeps"):
         check_scratch(tmp_path, tmp_path / outside)
+
+
+def test_a_sweep_run_by_a_live_process_shows_its_queue_as_pending_and_refuses_a_second_driver(tmp_path):
+    """A local sweep's points wait in its own process until a slot frees. Another shell saw them as
+    never started, and its `resume` started them too: two tasks of one point in one clone. The
+    record now names the process that runs the sweep (pid and start time) and what it queued."""
+    import dataclasses
+    import socket
+
+    from prefshift.core.atomic import write_json
+    from prefshift.core.process_group import started_at
+    from prefshift.pipeline.sweep import local
+    from prefshift.pipeline.sweep.record import create, load
+    from prefshift.pipeline.sweep.run import Executor, point_states, resume
+
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        record = create(tmp_path, {"points": [{"seed": str(i)} for i in range(4)], "names": list("abcd")})
+        record.data["executor"] = dataclasses.asdict(Executor())
+        driver = {"host": socket.gethostname(), "pid": other.pid, "started": started_at(other.pid)}
+        record.data["driver"] = {**driver, "points": [1, 2, 3]}
+        record.save()
+        here = {"host": socket.gethostname(), "pid": other.pid}
+        earlier, later = driver["started"] - 60, driver["started"] + 1
+        write_json(record.state_file(2), {"state": "failed", "started": earlier, **here})  # rerun queued
+        write_json(record.state_file(3), {"state": "failed", "started": later, **here})  # failed since
+        assert point_states(load(tmp_path, record.id)) == {
+            0: "missing",
+            1: "pending",
+            2: "pending",
+            3: "failed",
+        }
+        message = rf"sweep {record.id}: process {other.pid} on this machine is running it; stop it"
+        with pytest.raises(SweepError, match=message):
+            local.Pool(load(tmp_path, record.id), local.Slots(1))
+        with pytest.raises(SweepError, match=message):
+            resume(tmp_path, record.id, scratch=tmp_path)
+        assert "stops" not in load(tmp_path, record.id).data, "a refusal is no stop"
+    finally:
+        other.kill()
+        other.wait()
+    assert point_states(load(tmp_path, record.id)) == {0: "missing", 1: "missing", 2: "failed", 3: "failed"}
+    pool = local.Pool(load(tmp_path, record.id), local.Slots(1))  # the driver is gone: this one takes over
+    pool.launch([1])
+    assert load(tmp_path, record.id).data["driver"]["pid"] == os.getpid()
+    local.Pool(load(tmp_path, record.id), local.Slots(1))  # its own process is no other driver

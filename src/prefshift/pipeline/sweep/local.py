@@ -50,11 +50,19 @@ class Pool:
     """The tasks this command runs, as many at once as there are slots, started as slots free up."""
 
     def __init__(self, record: SweepRecord, slots: Slots):
+        check_undriven(record)
         self.record, self.free, self.queued = record, slots.free, []
         self.running: dict[int, tuple[subprocess.Popen, tuple[str, ...] | None]] = {}
         adopt_orphans()  # a container's init may never reap a task's orphans: this process does
 
     def launch(self, indices: Sequence[int]) -> None:
+        """Queue points `indices`, noting in the record that this process runs them, so that other
+        processes show them as pending (not as never started) and start none of them."""
+        me = os.getpid()
+        self.record.data["driver"] = dict(
+            host=socket.gethostname(), pid=me, started=started_at(me), points=list(indices)
+        )
+        self.record.save()
         self.queued += indices
         say(f"sweep {self.record.id}: {len(self.free)} point(s) at a time")
 
@@ -106,14 +114,38 @@ class Pool:
         return list(groups), lines
 
 
+def _alive_here(entry: dict) -> bool:
+    """Whether the process an entry names (host, pid, start time) is alive on this machine: that very
+    process, not whichever holds its pid now (a pid is handed out again, after a reboot at once)."""
+    here = entry.get("host") == socket.gethostname() and entry.get("started") is not None
+    return here and started_at(entry.get("pid")) == entry["started"]
+
+
+def driver(record: SweepRecord) -> dict | None:
+    """The record's entry for another live process of this machine that runs the sweep's tasks."""
+    entry = record.data.get("driver") or {}
+    return entry if entry.get("pid") != os.getpid() and _alive_here(entry) else None
+
+
+def check_undriven(record: SweepRecord) -> None:
+    """Refuse to run a sweep's tasks while another live process (the sweep, or a resume from a
+    second shell) runs them: two tasks of one point would share its clone."""
+    if (other := driver(record)) is not None:
+        raise SweepError(
+            f"sweep {record.id}: process {other['pid']} on this machine is running it; stop it "
+            f"(Ctrl-C) or let it finish, then `prefshift sweep resume {record.id}`"
+        )
+
+
 def live(record: SweepRecord) -> dict[int, str]:
-    """Points whose task says it is running and whose process is still alive on this machine: the
-    process with the task's pid and start time, not whichever holds that pid now (a task killed
-    before a reboot would otherwise be waited for, and never rerun, for good)."""
+    """Points whose task is alive on this machine, and the points a live sweep command (another
+    process) still has to start: those whose task's last word predates that command."""
+    queued = (other := driver(record)) and other["points"]
     states = {}
     for index in range(len(record.points)):
         entry = record.read_state(index)
-        here = entry.get("state") == "running" and entry.get("host") == socket.gethostname()
-        if here and entry.get("started") is not None and started_at(entry.get("pid")) == entry["started"]:
+        if entry.get("state") == "running" and _alive_here(entry):
             states[index] = "running"
+        elif queued and index in queued and entry.get("started", 0) < other["started"]:
+            states[index] = "pending"
     return states

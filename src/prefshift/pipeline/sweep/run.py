@@ -191,6 +191,8 @@ def resume(root: Path, sweep_id: str, scratch: Path | None = None, wait: bool = 
     record = load(scratch, sweep_id, root)
     executor = Executor.of(record)
     executor.check(wait)
+    if executor.kind != "slurm":
+        local.check_undriven(record)
     states = point_states(record)
     todo = [i for i, state in states.items() if state not in (FINISHED, *LIVE)]
     for index in todo:
