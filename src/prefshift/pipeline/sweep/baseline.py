@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from prefshift.pipeline.sweep.commands import SweepError, run_git
+from prefshift.pipeline.sweep.record import default_scratch
 
 
 def pipeline_outputs(root: Path) -> list[tuple[Path, bool, bool]]:
@@ -51,11 +52,12 @@ def check_committed(root: Path) -> None:
         )
 
 
-def check_scratch(root: Path, scratch: Path) -> None:
-    """Refuse a sweep folder inside a pipeline output: DVC deletes and restores an output whole (a
-    stage rerun, `dvc checkout`), and the sweep's record and its points' clones would go with it."""
+def check_scratch(root: Path, scratch: Path | None) -> None:
+    """Refuse a sweep folder (by default the project's) inside a pipeline output: DVC deletes and
+    restores an output whole (a stage rerun, `dvc checkout`), and the record and clones with it."""
+    scratch = scratch or default_scratch(root)
     for output, _, _ in pipeline_outputs(root):
-        if Path(scratch).resolve().is_relative_to(Path(root).resolve() / output):
+        if scratch.resolve().is_relative_to(Path(root).resolve() / output):
             raise SweepError(
                 f"--scratch {scratch}: inside {output.as_posix()}, a pipeline output that DVC deletes and "
                 "restores whole, and the sweep's record and clones with it; choose a folder outside the "

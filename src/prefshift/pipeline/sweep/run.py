@@ -21,16 +21,7 @@ from prefshift.pipeline.sweep import local, slurm
 from prefshift.pipeline.sweep.baseline import check_committed, check_scratch
 from prefshift.pipeline.sweep.commands import SweepError, run_dvc, run_git, say
 from prefshift.pipeline.sweep.grid import check_distinct, experiment_name
-from prefshift.pipeline.sweep.record import (
-    FINISHED,
-    LIVE,
-    MISSING,
-    SweepRecord,
-    create,
-    default_scratch,
-    load,
-    point_state,
-)
+from prefshift.pipeline.sweep.record import FINISHED, LIVE, MISSING, SweepRecord, create, load, point_state
 from prefshift.pipeline.sweep.results import file_results
 from prefshift.tracking.runs import tracking_uri
 
@@ -84,7 +75,7 @@ def start(
     executor.check(wait)
     check_distinct(root / "params.yaml", points)
     check_committed(root)
-    check_scratch(root, scratch or default_scratch(root))
+    check_scratch(root, scratch)
     uri, baseline = tracking_uri(Layout(root)), run_git(root, "rev-parse", "HEAD").strip()
     cluster = executor.kind == "slurm"
     # One machine: the tasks clone this project and share its DVC cache; a cluster's, the remotes.
