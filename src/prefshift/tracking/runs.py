@@ -9,9 +9,9 @@ database go to `<root>/mlartifacts`; neither is a DVC output.
 
 Pipeline run id. `PREFSHIFT_PIPELINE_RUN_ID` wins (CI or a driver script can group
 anything). Otherwise, under DVC (`DVC_STAGE` set), the id is derived from the `dvc`
-process that spawned the stage (host, pid and start time), so every
+process that spawned the stage (host, pid, start time, read from /proc), so every
 stage of one `dvc repro`, and of one queued experiment, shares it and the next
-invocation gets a new one. Outside DVC, or where its process cannot be read, it is derived from
+invocation gets a new one. Outside DVC, or where /proc is missing, it is derived from
 the git commit and the resolved params: manual runs of one code+params state share a
 parent. The parent run is found by its `prefshift.pipeline_run_id` tag, so no state
 file is needed and several machines sharing a server agree on it.
@@ -61,7 +61,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import psutil
 import yaml
 
 from prefshift.config.params import Params
@@ -241,16 +240,30 @@ def params_hash(params: Params) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def proc_info(pid: int) -> tuple[int, str, list[str]] | None:
+    """(parent pid, start time, argv) of a process from /proc, None where unavailable."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return int(fields[1]), fields[19], [a.decode(errors="replace") for a in argv if a]
+
+
 def _dvc_invocation() -> str | None:
     """Host, pid and start time of the `dvc` process running this stage, if any."""
     if not os.environ.get("DVC_STAGE"):
         return None
-    try:
-        for process in psutil.Process().parents()[:12]:
-            if any(Path(arg).name == "dvc" for arg in process.cmdline()[:3]):
-                return f"{socket.gethostname()}:{process.pid}:{process.create_time()}"
-    except psutil.Error:  # a parent gone or unreadable: no invocation to name
-        return None
+    pid = os.getppid()
+    for _ in range(12):
+        info = proc_info(pid)
+        if info is None or pid <= 1:
+            return None
+        parent, started, argv = info
+        if any(Path(arg).name == "dvc" for arg in argv[:3]):
+            return f"{socket.gethostname()}:{pid}:{started}"
+        pid = parent
     return None
 
 
