@@ -125,6 +125,37 @@ def test_locks_nest_within_one_process_and_live_outside_the_outputs(tmp_path):
         pass
 
 
+def test_a_probe_tells_a_held_lock_and_never_fails_a_patient_taker(tmp_path):
+    """`held` answers for any holder, this process's other descriptors included, and leaves nothing
+    behind; a `take` with PROBE_GRACE_S waits out probes that a tight loop keeps taking, and an
+    impatient one is refused with the holder named."""
+    import threading
+
+    lock = tmp_path / "points" / "0.lock"
+    assert not locks.held(lock) and not lock.exists()
+    fd = locks.take(lock, "first", lambda holder: f"taken by {holder}")
+    assert locks.held(lock)
+    with pytest.raises(locks.LockedError, match=rf"taken by process {os.getpid()} \(`first`, since "):
+        locks.take(lock, "second", lambda holder: f"taken by {holder}")
+    os.close(fd)
+    assert not locks.held(lock)
+
+    probing = True
+
+    def probe() -> None:
+        while probing:
+            locks.held(lock)
+
+    prober = threading.Thread(target=probe)
+    prober.start()
+    try:
+        for _ in range(200):
+            os.close(locks.take(lock, "patient", lambda holder: f"taken by {holder}", locks.PROBE_GRACE_S))
+    finally:
+        probing = False
+        prober.join()
+
+
 @pytest.mark.parametrize("command", ["train", "evaluate", "targets", "downstream"])
 def test_a_method_params_do_not_list_is_refused(tmp_path, command):
     """Before, `train --method ceiling` trained a student no DVC stage owns when methods left it out."""

@@ -5,12 +5,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import time
 
-import pytest
-
-from prefshift.core.process_group import adopt_orphans, group_alive, kill_group, started_at
+from prefshift.core.process_group import adopt_orphans, group_alive, kill_group
 
 
 def test_a_killed_group_is_gone_before_its_directory_is_removed(tmp_path):
@@ -40,28 +37,3 @@ def test_kill_group_of_an_ended_group_returns_at_once():
     start = time.monotonic()
     assert kill_group(proc.pid)
     assert time.monotonic() - start < 1
-
-
-def test_started_at_tells_a_process_from_a_later_one_and_names_none_for_a_gone_or_bad_pid():
-    """Two processes one after the other differ in start time (the kernel counts in clock ticks, so
-    they are started 50 ms apart); once a process is reaped, its pid names nothing."""
-    first = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
-    try:
-        time.sleep(0.05)
-        second = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
-        try:
-            assert started_at(first.pid) == started_at(first.pid) is not None
-            assert started_at(second.pid) > started_at(first.pid)
-        finally:
-            second.kill()
-            second.wait()
-        assert started_at(second.pid) is None
-    finally:
-        first.kill()
-        first.wait()
-
-
-@pytest.mark.parametrize("pid", [None, 0, -1, "1", 1.0])
-def test_started_at_names_no_process_for_what_is_no_pid(pid):
-    """A record read back from disk may hold anything; psutil would read None as the caller."""
-    assert started_at(pid) is None

@@ -16,6 +16,7 @@ import yaml
 
 from e2e_project import REPO
 from e2e_project import run as _run
+from prefshift.core import locks
 from prefshift.core.errors import PrefshiftError
 from prefshift.pipeline.sweep.commands import SweepError
 from prefshift.pipeline.sweep.grid import experiment_name, grid_points, parse_grid
@@ -223,33 +224,47 @@ def test_status_names_each_unfinished_point_with_why_and_its_log(tmp_path):
     assert lines[3] == f"3  sweep-seed-3  missing  (never started)  log: {record.log(3)}"
 
 
-def test_a_running_point_whose_pid_now_names_another_process_is_stopped_and_resumed(tmp_path):
+HOLD_LOCK = """
+import sys, time
+from pathlib import Path
+from prefshift.core import locks
+locks.take(Path(sys.argv[1]), "holder", lambda holder: "taken")
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+def _hold(lock: Path) -> subprocess.Popen:
+    """Another process holding lock file `lock` until killed."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(lock)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "held\n"
+    return proc
+
+
+def test_a_point_runs_while_its_task_holds_its_lock_whatever_its_pid_now_names(tmp_path):
     """A task killed before it could say more (SIGKILL, the OOM killer, a reboot) leaves `running`
     with its pid, which a later process may hold: pid 1 after a reboot, this test's own process
-    here. Taken by pid alone, status said `running` for good and resume waited on it forever; only
-    the task's own process (its pid and start time) is running."""
-    import os
+    here. Taken by pid, status said `running` for good and resume waited on it forever. A point is
+    running while its task holds the point's lock, which the kernel drops with the process."""
     import socket
 
     from prefshift.core.atomic import write_json
-    from prefshift.core.process_group import started_at
     from prefshift.pipeline.sweep.record import create
     from prefshift.pipeline.sweep.run import point_states
 
-    record = create(tmp_path, {"points": [{"seed": str(i)} for i in range(4)], "names": list("abcd")})
+    record = create(tmp_path, {"points": [{"seed": str(i)} for i in range(3)], "names": list("abc")})
     record.data["executor"] = {"kind": "local"}
-    here, me = socket.gethostname(), os.getpid()
-    entries = [
-        {"pid": 1},  # written by an older prefshift, or by hand: no start time, no claim to a process
-        {"pid": me, "started": started_at(me) - 3600},  # an earlier process that had this pid
-        {"pid": "1", "started": started_at(1)},  # not a pid
-        {"pid": me, "started": started_at(me)},  # this very process: alive
-    ]
-    for index, entry in enumerate(entries):
-        write_json(record.state_file(index), {"state": "running", "step": "run", "host": here, **entry})
-    assert point_states(record) == {0: "stopped", 1: "stopped", 2: "stopped", 3: "running"}
-    record.write_state(0, "running", step="run")  # as a task writes it: its own pid and start time
-    assert point_states(record)[0] == "running"
+    for index, pid in enumerate([1, os.getpid(), 2**22 + 1]):
+        entry = {"state": "running", "step": "run", "host": socket.gethostname(), "pid": pid}
+        write_json(record.state_file(index), entry)
+    assert point_states(record) == {0: "stopped", 1: "stopped", 2: "stopped"}
+    task = _hold(record.task_lock(2))
+    try:
+        assert point_states(record) == {0: "stopped", 1: "stopped", 2: "running"}
+    finally:
+        task.kill()
+        task.wait()
+    assert point_states(record)[2] == "stopped", "the kernel dropped the lock with its process"
 
 
 def test_the_sweep_waits_for_a_task_that_said_success_until_it_exits_and_prints_its_log(tmp_path, capsys):
@@ -351,35 +366,32 @@ def test_a_sweep_folder_inside_a_pipeline_output_is_refused(tmp_path):
 def test_a_sweep_run_by_a_live_process_shows_its_queue_as_pending_and_refuses_a_second_driver(tmp_path):
     """A local sweep's points wait in its own process until a slot frees. Another shell saw them as
     never started, and its `resume` started them too: two tasks of one point in one clone. The
-    record now names the process that runs the sweep (pid and start time) and what it queued."""
+    process running the sweep holds `sweep.lock`, and the record lists what it queued."""
     import dataclasses
-    import socket
 
     from prefshift.core.atomic import write_json
-    from prefshift.core.process_group import started_at
     from prefshift.pipeline.sweep import local
     from prefshift.pipeline.sweep.record import create, load
     from prefshift.pipeline.sweep.run import Executor, point_states, resume
 
-    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    record = create(tmp_path, {"points": [{"seed": str(i)} for i in range(4)], "names": list("abcd")})
+    record.data["executor"] = dataclasses.asdict(Executor())
+    record.data["driver"] = {"points": [1, 2, 3], "since": "2026-12-05T10:00:00Z"}
+    record.save()
+    write_json(record.state_file(2), {"state": "failed", "time": "2026-12-05T09:00:00Z"})  # to rerun
+    write_json(record.state_file(3), {"state": "failed", "time": "2026-12-05T10:00:05Z"})  # failed since
+    other = _hold(record.driver_lock)
     try:
-        record = create(tmp_path, {"points": [{"seed": str(i)} for i in range(4)], "names": list("abcd")})
-        record.data["executor"] = dataclasses.asdict(Executor())
-        driver = {"host": socket.gethostname(), "pid": other.pid, "started": started_at(other.pid)}
-        record.data["driver"] = {**driver, "points": [1, 2, 3]}
-        record.save()
-        here = {"host": socket.gethostname(), "pid": other.pid}
-        earlier, later = driver["started"] - 60, driver["started"] + 1
-        write_json(record.state_file(2), {"state": "failed", "started": earlier, **here})  # rerun queued
-        write_json(record.state_file(3), {"state": "failed", "started": later, **here})  # failed since
         assert point_states(load(tmp_path, record.id)) == {
             0: "missing",
             1: "pending",
             2: "pending",
             3: "failed",
         }
-        message = rf"sweep {record.id}: process {other.pid} on this machine is running it; stop it"
-        with pytest.raises(SweepError, match=message):
+        message = (
+            rf"sweep {record.id} is being run by process {other.pid} \(`holder`, since .*\) on this machine"
+        )
+        with pytest.raises(locks.LockedError, match=message):
             local.Pool(load(tmp_path, record.id), local.Slots(1))
         with pytest.raises(SweepError, match=message):
             resume(tmp_path, record.id, scratch=tmp_path)
@@ -388,7 +400,10 @@ def test_a_sweep_run_by_a_live_process_shows_its_queue_as_pending_and_refuses_a_
         other.kill()
         other.wait()
     assert point_states(load(tmp_path, record.id)) == {0: "missing", 1: "missing", 2: "failed", 3: "failed"}
-    pool = local.Pool(load(tmp_path, record.id), local.Slots(1))  # the driver is gone: this one takes over
-    pool.launch([1])
-    assert load(tmp_path, record.id).data["driver"]["pid"] == os.getpid()
-    local.Pool(load(tmp_path, record.id), local.Slots(1))  # its own process is no other driver
+    pool = local.Pool(load(tmp_path, record.id), local.Slots(1))  # the other is gone: this one takes over
+    try:
+        pool.launch([1])
+        assert point_states(load(tmp_path, record.id))[1] == "pending"
+    finally:
+        pool.close()
+    local.Pool(load(tmp_path, record.id), local.Slots(1)).close()  # closed, the lock is free again

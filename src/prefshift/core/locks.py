@@ -20,7 +20,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from pathlib import Path
 
@@ -29,6 +29,9 @@ from prefshift.core.errors import PrefshiftError, os_error_cause
 
 PRIVATE = ".prefshift"
 LOCKS = Path(PRIVATE) / "locks"
+PROBE_GRACE_S = 2.0
+"""How long a `take` that others may probe (`held`) waits out a probe's shared lock: a probe holds it
+for microseconds, a probe descheduled on a loaded machine for longer."""
 _HELD: dict[Path, list[int]] = {}
 """Lock file → [its descriptor, how many nested holders in this process] (flock is per open file)."""
 
@@ -55,13 +58,56 @@ def lock_file(root: str | Path, output: str | Path) -> Path:
     return root / LOCKS / relative.parent / f"{relative.name}.lock"
 
 
-def _holder(path: Path) -> str:
+def holder(path: Path) -> str:
+    """Who holds lock file `path`, as its holder wrote itself into it."""
     try:
-        holder = json.loads(path.read_text(encoding="utf-8"))
-        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder["since"]))
-        return f"process {holder['pid']} (`{holder['command']}`, since {started})"
+        entry = json.loads(path.read_text(encoding="utf-8"))
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(entry["since"]))
+        return f"process {entry['pid']} (`{entry['command']}`, since {started})"
     except (OSError, ValueError, KeyError, TypeError):  # written just after the lock is taken
         return "another process"
+
+
+def take(path: Path, command: str, refusal: Callable[[str], str], patience_s: float = 0.0) -> int:
+    """An open descriptor of lock file `path` holding its exclusive flock, with this process (running
+    `command`) written into it; closing it releases the lock. A lock another process keeps past
+    `patience_s` raises LockedError(refusal(who holds it))."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                raise LockedError(refusal(holder(path))) from None
+            time.sleep(0.05)
+    try:  # a full disk fails the write: the descriptor, and with it the lock, goes too
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps({"pid": os.getpid(), "command": command, "since": time.time()}).encode())
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def held(path: Path) -> bool:
+    """Whether a process (this one included) holds lock file `path`: a process's liveness that
+    neither a reused pid nor a changed clock can fake. Probed with a shared lock released at once,
+    so a `take` with a little patience never fails for a probe."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # releases the probe's shared lock
+    return False
 
 
 @contextmanager
@@ -91,23 +137,14 @@ def _acquire(root: Path, path: Path, output: Path, command: str) -> int:
 
 def _locked_descriptor(root: Path, path: Path, output: Path, command: str) -> int:
     private_dir(root)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise LockedError(
-            f"{output} is being written by {_holder(path)}; wait for it to finish (or stop it), "
+    return take(
+        path,
+        command,
+        lambda holder: (
+            f"{output} is being written by {holder}; wait for it to finish (or stop it), "
             f"then run `{command}` again. The lock ({path}) goes away with its process."
-        ) from None
-    try:  # a full disk fails the write: the descriptor, and with it the lock, goes too
-        os.ftruncate(fd, 0)
-        os.write(fd, json.dumps({"pid": os.getpid(), "command": command, "since": time.time()}).encode())
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+        ),
+    )
 
 
 @contextmanager

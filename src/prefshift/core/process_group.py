@@ -1,4 +1,4 @@
-"""Ending a process group, knowing it has ended, and telling one process from a later one.
+"""Ending a process group, and knowing it has ended.
 
 A process sent SIGKILL still finishes the system call it is in (a mkdir, a rename, a write) before
 it dies, and a loaded machine may not run it for a while. So a directory its group was working in
@@ -14,8 +14,6 @@ import ctypes
 import os
 import signal
 import time
-
-import psutil
 
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -53,18 +51,3 @@ def kill_group(pgid: int, timeout_s: float = 10.0) -> bool:
             return False
         time.sleep(0.05)
     return True
-
-
-def started_at(pid: object) -> float | None:
-    """When process `pid` started (seconds since the epoch), or None if no such process is alive.
-
-    A pid alone does not name a process: once its process is gone the pid is handed out again (after
-    a reboot, to the first daemons at once). A pid with this time does, wherever it was written down.
-    Anything but a positive int (a record read back from disk) names no process.
-    """
-    if not isinstance(pid, int) or pid <= 0:  # psutil would read None as this process
-        return None
-    try:
-        return psutil.Process(pid).create_time()
-    except psutil.Error:  # no such process, or not ours to read
-        return None

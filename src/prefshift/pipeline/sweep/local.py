@@ -10,15 +10,15 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 
-from prefshift.core.process_group import adopt_orphans, group_alive, started_at
+from prefshift.core import locks
+from prefshift.core.process_group import adopt_orphans, group_alive
 from prefshift.pipeline.sweep.commands import SweepError, say
-from prefshift.pipeline.sweep.record import SweepRecord
+from prefshift.pipeline.sweep.record import SweepRecord, now
 
 POLL_S = 1.0
 STOP_GRACE_S = 30.0  # what a task gets after SIGTERM to record itself stopped (SLURM's KillWait)
@@ -50,18 +50,22 @@ class Pool:
     """The tasks this command runs, as many at once as there are slots, started as slots free up."""
 
     def __init__(self, record: SweepRecord, slots: Slots):
-        check_undriven(record)
+        """A pool holding the sweep's `sweep.lock` until `close`: a second process that would run the
+        sweep's tasks (a resume from another shell) is refused, as two tasks of one point would share
+        its clone."""
+        refusal = _running_elsewhere(record)
+        self.lock = locks.take(record.driver_lock, "prefshift sweep", refusal, locks.PROBE_GRACE_S)
         self.record, self.free, self.queued = record, slots.free, []
         self.running: dict[int, tuple[subprocess.Popen, tuple[str, ...] | None]] = {}
         adopt_orphans()  # a container's init may never reap a task's orphans: this process does
 
+    def close(self) -> None:
+        os.close(self.lock)
+
     def launch(self, indices: Sequence[int]) -> None:
-        """Queue points `indices`, noting in the record that this process runs them, so that other
-        processes show them as pending (not as never started) and start none of them."""
-        me = os.getpid()
-        self.record.data["driver"] = dict(
-            host=socket.gethostname(), pid=me, started=started_at(me), points=list(indices)
-        )
+        """Queue points `indices`, noted in the record so that other processes show them as pending
+        (not as never started) while this one lives."""
+        self.record.data["driver"] = {"points": list(indices), "since": now()}
         self.record.save()
         self.queued += indices
         say(f"sweep {self.record.id}: {len(self.free)} point(s) at a time")
@@ -114,38 +118,28 @@ class Pool:
         return list(groups), lines
 
 
-def _alive_here(entry: dict) -> bool:
-    """Whether the process an entry names (host, pid, start time) is alive on this machine: that very
-    process, not whichever holds its pid now (a pid is handed out again, after a reboot at once)."""
-    here = entry.get("host") == socket.gethostname() and entry.get("started") is not None
-    return here and started_at(entry.get("pid")) == entry["started"]
-
-
-def driver(record: SweepRecord) -> dict | None:
-    """The record's entry for another live process of this machine that runs the sweep's tasks."""
-    entry = record.data.get("driver") or {}
-    return entry if entry.get("pid") != os.getpid() and _alive_here(entry) else None
+def _running_elsewhere(record: SweepRecord):
+    return lambda holder: (
+        f"sweep {record.id} is being run by {holder} on this machine; stop it (Ctrl-C) or let it "
+        f"finish, then `prefshift sweep resume {record.id}`"
+    )
 
 
 def check_undriven(record: SweepRecord) -> None:
-    """Refuse to run a sweep's tasks while another live process (the sweep, or a resume from a
-    second shell) runs them: two tasks of one point would share its clone."""
-    if (other := driver(record)) is not None:
-        raise SweepError(
-            f"sweep {record.id}: process {other['pid']} on this machine is running it; stop it "
-            f"(Ctrl-C) or let it finish, then `prefshift sweep resume {record.id}`"
-        )
+    """Refuse, before anything is said or done, a sweep that another process runs the tasks of."""
+    if locks.held(record.driver_lock):
+        raise SweepError(_running_elsewhere(record)(locks.holder(record.driver_lock)))
 
 
 def live(record: SweepRecord) -> dict[int, str]:
-    """Points whose task is alive on this machine, and the points a live sweep command (another
-    process) still has to start: those whose task's last word predates that command."""
-    queued = (other := driver(record)) and other["points"]
+    """Points whose task holds its lock (alive, whatever became of its pid), and the points that a
+    live sweep process has yet to start: those whose task's last word predates that process's claim."""
+    driver = record.data.get("driver") or {}
+    queued = driver.get("points", []) if locks.held(record.driver_lock) else []
     states = {}
     for index in range(len(record.points)):
-        entry = record.read_state(index)
-        if entry.get("state") == "running" and _alive_here(entry):
+        if locks.held(record.task_lock(index)):
             states[index] = "running"
-        elif queued and index in queued and entry.get("started", 0) < other["started"]:
+        elif index in queued and record.read_state(index).get("time", "") <= driver["since"]:
             states[index] = "pending"
     return states

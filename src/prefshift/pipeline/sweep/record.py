@@ -4,7 +4,9 @@ Everything about a sweep lives in one folder named by its id, so a stop, a cance
 `--no-wait` or a later shell lose nothing: `sweep.json` (points, baseline, executor, each stop),
 `job-<n>.sbatch` (SLURM), `logs/<i>.log` (every attempt appended), `points/<i>.json` (where the
 point's own task says it stands) and `clones/<i>/` (kept until the point succeeds: a resumed task
-finds its checkpoint there).
+finds its checkpoint there). On one machine, `points/<i>.lock` is held by the point's live task and
+`sweep.lock` by the process running the sweep's tasks: a flock goes with its process however it
+ends, so neither a killed task nor a pid handed to another process is ever taken for a live one.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from typing import Any
 
 from prefshift.core.atomic import write_json
 from prefshift.core.locks import private_dir
-from prefshift.core.process_group import started_at
 from prefshift.pipeline.sweep.commands import SweepError
 
 SCRATCH_ENV = "PREFSHIFT_SWEEP_SCRATCH"
@@ -38,7 +39,7 @@ def default_scratch(root: Path) -> Path:
     return Path(configured) if configured else Path(root) / ".prefshift" / "sweeps"
 
 
-def _now() -> str:
+def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
@@ -61,6 +62,13 @@ class SweepRecord:
     def state_file(self, index: int) -> Path:
         return self.folder / "points" / f"{index}.json"
 
+    def task_lock(self, index: int) -> Path:
+        return self.folder / "points" / f"{index}.lock"
+
+    @property
+    def driver_lock(self) -> Path:
+        return self.folder / "sweep.lock"
+
     def save(self) -> None:
         write_json(self.folder / "sweep.json", self.data)
 
@@ -72,7 +80,7 @@ class SweepRecord:
     def note_stop(self, signal_name: str, points: Sequence[int], lines: list[str]) -> None:
         """What a stop ended, kept with the sweep: the points it left without a result, and how."""
         points = [i for i in points if self.read_state(i).get("state") != FINISHED]
-        stop = {"time": _now(), "signal": signal_name, "points": points, "done": lines}
+        stop = {"time": now(), "signal": signal_name, "points": points, "done": lines}
         self.data.setdefault("stops", []).append(stop)
         self.save()
 
@@ -88,10 +96,9 @@ class SweepRecord:
             ) from None
 
     def write_state(self, index: int, state: str, **fields: Any) -> None:
-        """What the point's task says about itself, with where and in which process it runs (its pid
-        and start time, so that a later process given the same pid is not taken for it)."""
+        """What the point's task says about itself, with where and in which process it runs."""
         entry = {**self.read_state(index), **fields, "state": state}
-        entry.update(host=socket.gethostname(), pid=os.getpid(), started=started_at(os.getpid()), time=_now())
+        entry.update(host=socket.gethostname(), pid=os.getpid(), time=now())
         write_json(self.state_file(index), entry)
 
 

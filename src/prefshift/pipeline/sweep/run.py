@@ -114,6 +114,9 @@ def _launch(root: Path, record: SweepRecord, executor: Executor, indices: Sequen
         say(f"sweep {record.id}: stopped by {name}; `prefshift sweep resume {record.id}` reruns "
             "the points without a result, finished ones are kept")  # fmt: skip
         raise SystemExit(exit_code(signum)) from None
+    finally:
+        if pool:
+            pool.close()
     return collect(root, record)
 
 

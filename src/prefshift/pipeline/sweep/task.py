@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from prefshift.config.params import ConfigError, get_dotted, read_yaml
+from prefshift.core import locks
 from prefshift.core.signals import Terminated, exit_code, signals_as_exceptions
 from prefshift.pipeline.sweep.commands import SweepError, run_dvc, run_git
 from prefshift.pipeline.sweep.record import FINISHED, STOPPED, TASK_HEADER, SweepRecord, open_folder
@@ -100,10 +101,27 @@ def _push(record: SweepRecord, index: int, clone: Path, say) -> str:
 
 
 def run_point(folder: Path, index: int) -> int:
-    """Run grid point `index` of the sweep in `folder`; return the task's exit status."""
+    """Run grid point `index` of the sweep in `folder`; return the task's exit status. On one machine
+    the task holds the point's lock, its liveness for every other process (a cluster's is squeue's,
+    and a shared filesystem may not lock)."""
     record = open_folder(folder)
     if not 0 <= index < len(record.points):  # a negative one would run another point under its own name
         raise SweepError(f"sweep {record.id}: no point {index}; its points are 0 to {len(record.points) - 1}")
+    if record.data["executor"]["kind"] == "slurm":
+        return _attempt(record, index)
+    lock = locks.take(
+        record.task_lock(index),
+        f"prefshift sweep task {index}",
+        lambda holder: f"point {index} of sweep {record.id} is being run by {holder}",
+        locks.PROBE_GRACE_S,
+    )
+    try:
+        return _attempt(record, index)
+    finally:
+        os.close(lock)
+
+
+def _attempt(record: SweepRecord, index: int) -> int:
     name, before = record.names[index], record.read_state(index)
 
     def say(message: str) -> None:
