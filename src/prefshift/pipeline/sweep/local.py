@@ -93,7 +93,7 @@ class Pool:
             index, slot = self.queued.pop(0), self.free.pop(0)
             self.running[index] = (self._start(index, slot), slot)
         return {
-            **live(self.record),
+            **tasks_alive(self.record),
             **dict.fromkeys(self.queued, "pending"),
             **dict.fromkeys(self.running, "running"),
         }
@@ -131,15 +131,15 @@ def check_undriven(record: SweepRecord) -> None:
         raise SweepError(_running_elsewhere(record)(locks.holder(record.driver_lock)))
 
 
+def tasks_alive(record: SweepRecord) -> dict[int, str]:
+    """Points whose task holds its lock: alive, whatever became of its pid."""
+    return {i: "running" for i in range(len(record.points)) if locks.held(record.task_lock(i))}
+
+
 def live(record: SweepRecord) -> dict[int, str]:
-    """Points whose task holds its lock (alive, whatever became of its pid), and the points that a
-    live sweep process has yet to start: those whose task's last word predates that process's claim."""
+    """As another process sees the sweep: the running points, and those that a live sweep process
+    has yet to start (queued by it, with no word from a task since it took them)."""
     driver = record.data.get("driver") or {}
     queued = driver.get("points", []) if locks.held(record.driver_lock) else []
-    states = {}
-    for index in range(len(record.points)):
-        if locks.held(record.task_lock(index)):
-            states[index] = "running"
-        elif index in queued and record.read_state(index).get("time", "") <= driver["since"]:
-            states[index] = "pending"
-    return states
+    pending = [i for i in queued if record.read_state(i).get("time", "") < driver["since"]]
+    return {**dict.fromkeys(pending, "pending"), **tasks_alive(record)}
