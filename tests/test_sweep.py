@@ -379,9 +379,8 @@ def test_a_sweep_run_by_a_live_process_shows_its_queue_as_pending_and_refuses_a_
     record.data["driver"] = {"points": [1, 2, 3], "since": "2026-12-05T10:00:00Z"}
     record.save()
     write_json(record.state_file(2), {"state": "failed", "time": "2026-12-05T09:00:00Z"})  # to rerun
-    write_json(
-        record.state_file(3), {"state": "failed", "time": "2026-12-05T10:00:00Z"}
-    )  # failed since (in the claim's second)
+    # failed since the claim, in its very second: failed, not pending
+    write_json(record.state_file(3), {"state": "failed", "time": "2026-12-05T10:00:00Z"})
     other = _hold(record.driver_lock)
     try:
         assert point_states(load(tmp_path, record.id)) == {
