@@ -12,6 +12,7 @@ import time
 import pytest
 
 from prefshift.core.signals import Terminated, exit_code, signals_as_exceptions
+from signal_support import default_stops
 
 WORKER = """
 import sys, time
@@ -29,12 +30,15 @@ print("finished", flush=True)
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_a_terminating_signal_raises_in_the_body_and_the_handlers_come_back(signum):
-    before = signal.getsignal(signum)
-    with pytest.raises(Terminated) as stopped, signals_as_exceptions():
-        os.kill(os.getpid(), signum)
-        time.sleep(30)  # the handler raises as soon as the signal is delivered
-    assert stopped.value.signum == signum and exit_code(signum) == 128 + signum
-    assert signal.getsignal(signum) == before
+    inherited = signal.signal(signum, signal.SIG_DFL)  # a test run under nohup ignores SIGHUP
+    try:
+        with pytest.raises(Terminated) as stopped, signals_as_exceptions():
+            os.kill(os.getpid(), signum)
+            time.sleep(30)  # the handler raises as soon as the signal is delivered
+        assert stopped.value.signum == signum and exit_code(signum) == 128 + signum
+        assert signal.getsignal(signum) == signal.SIG_DFL
+    finally:
+        signal.signal(signum, inherited)
 
 
 def test_a_signal_ignored_at_entry_stays_ignored():
@@ -50,7 +54,10 @@ def test_a_signal_ignored_at_entry_stays_ignored():
 
 def _start(seconds: float, *prefix: str) -> subprocess.Popen:
     proc = subprocess.Popen(
-        [*prefix, sys.executable, "-c", WORKER, str(seconds)], stdout=subprocess.PIPE, text=True
+        [*prefix, sys.executable, "-c", WORKER, str(seconds)],
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_stops,  # then `nohup`, where given, ignores SIGHUP itself
     )
     assert proc.stdout.readline() == "ready\n"
     return proc

@@ -18,6 +18,7 @@ from prefshift.config.params import Params
 from prefshift.core.errors import PrefshiftError
 from prefshift.core.paths import Layout
 from prefshift.tracking import runs as tracking
+from signal_support import default_stops
 
 FAKE_TOKEN = "hf_FAKEtoken1234567890abcdef"
 
@@ -292,6 +293,7 @@ def test_a_stage_stopped_by_a_signal_ends_its_run_killed_and_exits_by_it(project
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_stops,  # a test run under nohup would hand SIGHUP on ignored
     )
     try:
         run_id = child.stdout.readline().strip()  # printed once the run exists; '' if the child died
