@@ -394,7 +394,7 @@ def test_a_sweep_run_by_a_live_process_shows_its_queue_as_pending_and_refuses_a_
         )
         with pytest.raises(locks.LockedError, match=message):
             local.Pool(load(tmp_path, record.id), local.Slots(1))
-        with pytest.raises(SweepError, match=message):
+        with pytest.raises(locks.LockedError, match=message):
             resume(tmp_path, record.id, scratch=tmp_path)
         assert "stops" not in load(tmp_path, record.id).data, "a refusal is no stop"
     finally:

@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from prefshift.core import locks
 from prefshift.core.process_group import adopt_orphans, group_alive
@@ -118,7 +118,8 @@ class Pool:
         return list(groups), lines
 
 
-def _running_elsewhere(record: SweepRecord):
+def _running_elsewhere(record: SweepRecord) -> Callable[[str], str]:
+    """The refusal a second process gets, given who holds the sweep's lock."""
     return lambda holder: (
         f"sweep {record.id} is being run by {holder} on this machine; stop it (Ctrl-C) or let it "
         f"finish, then `prefshift sweep resume {record.id}`"
@@ -128,7 +129,7 @@ def _running_elsewhere(record: SweepRecord):
 def check_undriven(record: SweepRecord) -> None:
     """Refuse, before anything is said or done, a sweep that another process runs the tasks of."""
     if locks.held(record.driver_lock):
-        raise SweepError(_running_elsewhere(record)(locks.holder(record.driver_lock)))
+        raise locks.LockedError(_running_elsewhere(record)(locks.holder(record.driver_lock)))
 
 
 def tasks_alive(record: SweepRecord) -> dict[int, str]:
