@@ -156,6 +156,45 @@ def test_a_probe_tells_a_held_lock_and_never_fails_a_patient_taker(tmp_path):
         prober.join()
 
 
+HANDS_DOWN = """
+import subprocess, sys
+from pathlib import Path
+from prefshift.core import locks
+fd = locks.take(Path(sys.argv[1]), "task", lambda holder: "taken")
+with locks.handed_down(fd):  # a worker started with Python's defaults: every other descriptor closed
+    worker = subprocess.Popen([sys.executable, "-c", "import sys, time; print(flush=True); time.sleep(120)"],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+worker.stdout.readline()
+print(worker.pid, flush=True)
+"""
+
+
+def test_a_lock_handed_down_is_held_until_the_last_process_started_under_it_ends(tmp_path):
+    """A sweep task hands its point's lock down to its dvc and the stages dvc runs, which close every
+    other descriptor they inherit: the task killed alone, what it started still holds the point (it
+    still works in the point's clone). Inside, stdin is the lock; after, this process's own again."""
+    lock, before = tmp_path / "points" / "0.lock", os.fstat(0)
+    task = subprocess.run([sys.executable, "-c", HANDS_DOWN, str(lock)], capture_output=True, text=True)
+    assert task.returncode == 0, task.stderr
+    worker = int(task.stdout)
+    try:
+        assert locks.held(lock), "the task is gone, the worker it started holds the point"
+    finally:
+        os.kill(worker, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while locks.held(lock):
+        assert time.monotonic() < deadline, "the lock outlived its last holder"
+        time.sleep(0.05)
+    fd = locks.take(lock, "here", lambda holder: "taken")
+    try:
+        with locks.handed_down(fd):
+            assert os.path.sameopenfile(0, fd)
+    finally:
+        os.close(fd)
+    after = os.fstat(0)
+    assert (after.st_dev, after.st_ino) == (before.st_dev, before.st_ino) and not locks.held(lock)
+
+
 @pytest.mark.parametrize("command", ["train", "evaluate", "targets", "downstream"])
 def test_a_method_params_do_not_list_is_refused(tmp_path, command):
     """Before, `train --method ceiling` trained a student no DVC stage owns when methods left it out."""

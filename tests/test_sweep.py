@@ -408,3 +408,54 @@ def test_a_sweep_run_by_a_live_process_shows_its_queue_as_pending_and_refuses_a_
     finally:
         pool.close()
     local.Pool(load(tmp_path, record.id), local.Slots(1)).close()  # closed, the lock is free again
+
+
+ORPHANING_TASK = """
+import os, signal, subprocess, sys, time
+child = '''
+import pathlib, signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: (pathlib.Path(sys.argv[1]).write_text("SIGTERM"), sys.exit(0)))
+print("child", flush=True)
+time.sleep(300)
+'''
+stage = subprocess.Popen([sys.executable, "-c", child, sys.argv[1]], stdout=subprocess.PIPE, text=True)
+assert stage.stdout.readline() == "child\\n"
+print(stage.pid, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)  # the task alone, as `kill -9 <task pid>` does
+"""
+
+
+def test_a_task_killed_alone_has_its_group_ended_before_its_slot_is_reused(tmp_path, capsys):
+    """`kill -9 <task pid>` (or the OOM killer) ends the task and leaves its dvc and stage running in
+    its process group: the pool once freed the slot at once and started the next point beside the
+    orphaned training (on local-gpus, on its device). The pool now ends what the task left, SIGTERM
+    first so that a stage records its run stopped, before the slot is free."""
+    from prefshift.core.process_group import group_alive, kill_group
+    from prefshift.pipeline.sweep import local
+    from prefshift.pipeline.sweep.record import create
+
+    record = create(tmp_path, {"points": [{"seed": "1"}], "names": ["sweep-seed-1"]})
+    record.data["executor"] = {"kind": "local"}
+    pool, task = local.Pool(record, local.Slots(1)), None
+    try:
+        task = subprocess.Popen(
+            [sys.executable, "-c", ORPHANING_TASK, str(tmp_path / "stage-said")],
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        stage_pid = int(task.stdout.readline())
+        task.wait()
+        pool.running[0] = (task, pool.free.pop())
+        assert group_alive(task.pid), "the task's stage outlived it"
+        assert pool.live() == {}
+        assert not group_alive(task.pid) and pool.free == [None]
+        assert (tmp_path / "stage-said").read_text() == "SIGTERM", f"stage {stage_pid} was asked first"
+        assert (
+            "point 0: its task ended and left processes of its group; ended them\n" in capsys.readouterr().err
+        )
+    finally:
+        if task:
+            kill_group(task.pid)  # what the old pool left
+        pool.close()
+

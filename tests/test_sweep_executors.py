@@ -433,3 +433,63 @@ def test_the_documented_baseline_commit_then_a_sweep_runs(tmp_path, monkeypatch)
         for v in lambdas
         for k in seeds
     )
+
+
+@pytest.mark.slow
+def test_a_task_killed_alone_leaves_its_point_running_until_its_work_ends(tmp_path, monkeypatch):
+    """`kill -9` of a task's pid alone (by hand, or the OOM killer) leaves its dvc and stage training
+    on in the point's clone. The point counted as stopped at once: the sweep freed its slot beside
+    them, and a resume started a second dvc in the same clone. With the sweep alive, the sweep now
+    ends what the task left. With the sweep killed too, the point counts as running while any of it
+    runs (the point's lock is handed down), so a resume waits for it instead of starting it again."""
+    from prefshift.pipeline.sweep.record import load
+    from prefshift.pipeline.sweep.run import point_states
+
+    env = _env()
+    for key in ("PATH", *(k for k in env if k.startswith("GIT_"))):
+        monkeypatch.setenv(key, env[key])
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    root, trace = _project(tmp_path, env, remotes=False)
+    scratch, log = tmp_path / "scratch", tmp_path / "sweep.log"
+    sweep = ["sweep", "-S", "anchor.lambda=2", "--methods", "anchor_last", "--no-report"]
+    at = ["--scratch", str(scratch), "--root", str(root)]
+    (trace / "hold-2").write_text("")  # the point's stage holds until this goes
+
+    def running(attempt: int) -> tuple[str, int, int]:
+        """(sweep id, task pid, stage pid) once attempt `attempt` of the point runs its stage."""
+        _wait(lambda: len(_traces(trace, "start")) == attempt, f"attempt {attempt} to run its stage", 300)
+        record = load(scratch, next(scratch.glob("*/sweep.json")).parent.name)
+        return record.id, record.read_state(0)["pid"], _traces(trace, "start")[-1]["pid"]
+
+    def start(*command: str) -> subprocess.Popen:
+        with open(log, "w") as out:
+            return subprocess.Popen(
+                [str(BIN / "prefshift"), *command], cwd=root, env=env, stdout=out, stderr=out
+            )
+
+    driver = start(*sweep, *at)
+    sweep_id, task, stage = running(1)
+    os.kill(task, signal.SIGKILL)
+    assert driver.wait(timeout=300) == 2, log.read_text()  # no result for the point
+    assert not _alive(stage) and _in_group(task) == [], "the sweep ended what the task left"
+    assert "point 0: its task ended and left processes of its group; ended them" in log.read_text()
+    assert point_states(load(scratch, sweep_id)) == {0: "stopped"}
+
+    driver = start("sweep", "resume", sweep_id, *at)
+    _, task, stage = running(2)
+    for pid in (driver.pid, task):  # the sweep, then its task: the task's dvc and stage work on
+        os.kill(pid, signal.SIGKILL)
+    driver.wait()
+    assert _alive(stage) and point_states(load(scratch, sweep_id)) == {0: "running"}
+    (trace / "hold-2").unlink()  # the orphaned attempt may now end
+    waited = _cli("sweep", "resume", sweep_id, *at, code=2).stderr
+    assert "nothing to rerun" in waited and len(_traces(trace, "start")) == 2, "no attempt beside it"
+    assert not _alive(stage) and _in_group(task) == []
+
+    _cli("sweep", "resume", sweep_id, *at)
+    assert point_states(load(scratch, sweep_id)) == {0: "success"}
+    assert all(t["resumed"] for t in _traces(trace, "start")[1:]), "each later attempt went on"
+    filed = json.loads(
+        (root / "reports" / "sweeps" / "anchor_last__anchor.lambda=2__seed=0.json").read_text()
+    )
+    assert filed["wrg"] == 4.0

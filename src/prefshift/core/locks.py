@@ -111,6 +111,21 @@ def held(path: Path) -> bool:
 
 
 @contextmanager
+def handed_down(fd: int) -> Iterator[None]:
+    """Make lock descriptor `fd` this process's standard input while inside, so that every process
+    started meanwhile inherits it, and their children theirs: the lock is then held until the last
+    of them ends, however the first one ends. Subprocesses close every other inherited descriptor
+    by default (DVC's stage runner does), but stdin they hand on. The old stdin comes back after."""
+    saved = os.dup(0)
+    try:
+        os.dup2(fd, 0)  # dup2 leaves fd 0 inheritable, where `fd` itself is close-on-exec
+        yield
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+
+
+@contextmanager
 def _hold_one(root: Path, output: Path, command: str) -> Iterator[None]:
     path = lock_file(root, output)
     if path not in _HELD:

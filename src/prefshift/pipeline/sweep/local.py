@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from prefshift.core import locks
-from prefshift.core.process_group import adopt_orphans, group_alive
+from prefshift.core.process_group import adopt_orphans, group_alive, kill_group
 from prefshift.pipeline.sweep.commands import SweepError, say
 from prefshift.pipeline.sweep.record import SweepRecord, now
 
@@ -86,9 +86,12 @@ class Pool:
         for index, (proc, slot) in list(self.running.items()):
             if proc.poll() is not None:
                 del self.running[index]
-                self.free.append(slot)
                 head = f"--- experiment {self.record.names[index]}: exit {proc.returncode} ---"
                 say(f"{head}\n{self.record.last_attempt(index)}")
+                if group_alive(proc.pid):  # killed alone (`kill -9 <pid>`): its dvc and stage run on
+                    forced = end_groups([proc.pid])[proc.pid]
+                    say(f"point {index}: its task ended and left processes of its group; ended them{forced}")
+                self.free.append(slot)  # only now: the slot's device is free of the point's work
         while self.queued and self.free:
             index, slot = self.queued.pop(0), self.free.pop(0)
             self.running[index] = (self._start(index, slot), slot)
@@ -99,23 +102,28 @@ class Pool:
         }
 
     def stop(self) -> tuple[list[int], list[str]]:
-        """SIGTERM to each running task's process group, SIGKILL to what outlives the grace period:
-        (the points it ended, what was done)."""
+        """End each running task's process group: (the points it ended, what was done)."""
         groups = {index: proc.pid for index, (proc, _) in self.running.items()}
-        for pgid in groups.values():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pgid, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_GRACE_S
-        while any(map(group_alive, groups.values())) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        lines = []
-        for index, pgid in groups.items():
-            if forced := group_alive(pgid):
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(pgid, signal.SIGKILL)
-            self.running[index][0].wait()
-            lines.append(f"point {index}: ended process group {pgid}{' (SIGKILL)' if forced else ''}")
+        forced = end_groups(list(groups.values()))
+        for proc, _ in self.running.values():
+            proc.wait()
+        lines = [f"point {index}: ended process group {pgid}{forced[pgid]}" for index, pgid in groups.items()]
         return list(groups), lines
+
+
+def end_groups(pgids: Sequence[int]) -> dict[int, str]:
+    """SIGTERM to each process group (a stage records its run stopped), SIGKILL to what outlives the
+    grace period; group → ' (SIGKILL)' where it took that, else ''."""
+    for pgid in pgids:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_S
+    while any(map(group_alive, pgids)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    forced = {pgid: group_alive(pgid) for pgid in pgids}
+    for pgid in (pgid for pgid, alive in forced.items() if alive):
+        kill_group(pgid)
+    return {pgid: " (SIGKILL)" if alive else "" for pgid, alive in forced.items()}
 
 
 def _running_elsewhere(record: SweepRecord) -> Callable[[str], str]:
@@ -133,7 +141,7 @@ def check_undriven(record: SweepRecord) -> None:
 
 
 def tasks_alive(record: SweepRecord) -> dict[int, str]:
-    """Points whose task holds its lock: alive, whatever became of its pid."""
+    """Points whose lock is held, by their task or what it started: alive, whatever became of its pid."""
     return {i: "running" for i in range(len(record.points)) if locks.held(record.task_lock(i))}
 
 

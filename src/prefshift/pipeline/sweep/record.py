@@ -5,8 +5,9 @@ Everything about a sweep lives in one folder named by its id, so a stop, a cance
 `job-<n>.sbatch` (SLURM), `logs/<i>.log` (every attempt appended), `points/<i>.json` (where the
 point's own task says it stands) and `clones/<i>/` (kept until the point succeeds: a resumed task
 finds its checkpoint there). On one machine, `points/<i>.lock` is held by the point's live task and
-`sweep.lock` by the process running the sweep's tasks: a flock goes with its process however it
-ends, so neither a killed task nor a pid handed to another process is ever taken for a live one.
+all it started, and `sweep.lock` by the process running the sweep's tasks: a flock goes with its
+holders however they end, so neither a killed task nor a pid handed to another process is ever
+taken for a live one.
 """
 
 from __future__ import annotations

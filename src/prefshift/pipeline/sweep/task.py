@@ -58,7 +58,8 @@ def _fetch_earlier(record: SweepRecord, index: int, clone: Path, say) -> None:
 
 def _clone(record: SweepRecord, index: int, say) -> Path:
     """The point's clone: made once, atomically (a half-made clone is never taken for one), reused by
-    later attempts, whose DVC locks are a dead attempt's (one killed mid-write leaves an unreadable one)."""
+    later attempts. Its DVC locks are then a dead attempt's (one killed mid-write leaves an unreadable
+    one): the point's lock, handed down to all an attempt starts, is free only once none of it runs."""
     clone = record.clone(index)
     if (clone / ".git").is_dir():
         say(f"reusing {clone} (an earlier attempt's checkpoints stay)")
@@ -102,8 +103,10 @@ def _push(record: SweepRecord, index: int, clone: Path, say) -> str:
 
 def run_point(folder: Path, index: int) -> int:
     """Run grid point `index` of the sweep in `folder`; return the task's exit status. On one machine
-    the task holds the point's lock, its liveness for every other process (a cluster's is squeue's,
-    and a shared filesystem may not lock)."""
+    the point's lock is its liveness for every other process (a cluster's is squeue's, and a shared
+    filesystem may not lock). The task holds it and hands it down to its dvc and the stages dvc runs:
+    a task killed alone (`kill -9 <pid>`) leaves them working in the clone, and the point must count
+    as running, not be started a second time beside them, until the last of them ends."""
     record = open_folder(folder)
     if not 0 <= index < len(record.points):  # a negative one would run another point under its own name
         raise SweepError(f"sweep {record.id}: no point {index}; its points are 0 to {len(record.points) - 1}")
@@ -112,11 +115,12 @@ def run_point(folder: Path, index: int) -> int:
     lock = locks.take(
         record.task_lock(index),
         f"prefshift sweep task {index}",
-        lambda holder: f"point {index} of sweep {record.id} is being run by {holder}",
+        lambda holder: f"point {index} of sweep {record.id} is being run by {holder} or what it started",
         locks.PROBE_GRACE_S,
     )
     try:
-        return _attempt(record, index)
+        with locks.handed_down(lock):
+            return _attempt(record, index)
     finally:
         os.close(lock)
 
