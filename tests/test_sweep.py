@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -459,3 +460,44 @@ def test_a_task_killed_alone_has_its_group_ended_before_its_slot_is_reused(tmp_p
             kill_group(task.pid)  # what the old pool left
         pool.close()
 
+
+def test_the_pool_reaps_the_orphans_it_adopts_and_leaves_its_tasks_exit_status_to_them(tmp_path):
+    """The pool adopts its tasks' orphans (so that it can tell when a task's group has ended), and
+    with them the daemons each dvc command leaves outside that group: never reaped, every one stayed
+    a zombie until the sweep ended (a real sweep showed two per point). A task's own end is its
+    Popen's to read, exit status and all."""
+    from prefshift.pipeline.sweep import local
+    from prefshift.pipeline.sweep.record import create
+
+    record = create(tmp_path, {"points": [{"seed": "1"}], "names": ["sweep-seed-1"]})
+    pool = local.Pool(record, local.Slots(1))
+    try:
+        task = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"], start_new_session=True)
+        pool.running[0] = (task, pool.free.pop())
+        daemon = subprocess.run(  # as dvc does: a grandchild that outlives its parent, adopted here
+            ["sh", "-c", "sleep 0.5 & echo $!"], capture_output=True, text=True, check=True
+        )
+        orphan = int(daemon.stdout)
+        deadline = time.monotonic() + 30
+        while not {orphan, task.pid} <= _zombies():
+            assert time.monotonic() < deadline, "the orphan and the task to end"
+            time.sleep(0.05)
+        pool.live()
+        assert not Path(f"/proc/{orphan}").exists(), "the adopted orphan was reaped"
+        assert task.returncode == 3, "the task's exit status was left to its Popen"
+    finally:
+        pool.close()
+
+
+def _zombies() -> set[int]:
+    """This process's children that ended and wait to be reaped."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if fields[0] == "Z" and int(fields[1]) == os.getpid():
+            found.add(int(entry.name))
+    return found

@@ -14,6 +14,7 @@ import ctypes
 import os
 import signal
 import time
+from collections.abc import Collection
 
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -26,6 +27,21 @@ def adopt_orphans() -> None:
     """
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def reap_adopted(children: Collection[int]) -> None:
+    """Reap every ended child but `children` (whose exit status their Popen reads): the orphans an
+    adopting process inherits from outside the groups it ends, such as the daemons each dvc command
+    leaves. Unreaped, each stays a zombie until the adopter exits (two or more per sweep point)."""
+    while True:
+        try:
+            ended = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return
+        if ended is None or ended.si_pid in children:
+            return  # a child of `children` first in line: the rest wait for the next call
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(ended.si_pid, 0)
 
 
 def group_alive(pgid: int) -> bool:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from prefshift.core import locks
-from prefshift.core.process_group import adopt_orphans, group_alive, kill_group
+from prefshift.core.process_group import adopt_orphans, group_alive, kill_group, reap_adopted
 from prefshift.pipeline.sweep.commands import SweepError, say
 from prefshift.pipeline.sweep.record import SweepRecord, now
 
@@ -92,6 +92,7 @@ class Pool:
                     forced = end_groups([proc.pid])[proc.pid]
                     say(f"point {index}: its task ended and left processes of its group; ended them{forced}")
                 self.free.append(slot)  # only now: the slot's device is free of the point's work
+        reap_adopted({proc.pid for proc, _ in self.running.values()})
         while self.queued and self.free:
             index, slot = self.queued.pop(0), self.free.pop(0)
             self.running[index] = (self._start(index, slot), slot)
