@@ -23,6 +23,7 @@ from prefshift.pipeline.sweep.commands import SweepError
 from prefshift.pipeline.sweep.grid import experiment_name, grid_points, parse_grid
 from prefshift.pipeline.sweep.results import sweep_filename
 from prefshift.pipeline.sweep_points import ablation_keys, replicate_seed
+from proc_support import processes
 
 BIN = Path(sys.executable).parent
 GIT_ID = {f"GIT_{w}_{x}": "t" for w in ("AUTHOR", "COMMITTER") for x in ("NAME", "EMAIL")}
@@ -491,13 +492,4 @@ def test_the_pool_reaps_the_orphans_it_adopts_and_leaves_its_tasks_exit_status_t
 
 def _zombies() -> set[int]:
     """This process's children that ended and wait to be reaped."""
-    found = set()
-    for entry in Path("/proc").iterdir():
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if fields[0] == "Z" and int(fields[1]) == os.getpid():
-            found.add(int(entry.name))
-    return found
+    return {pid for pid, state, ppid, _ in processes() if state == "Z" and ppid == os.getpid()}

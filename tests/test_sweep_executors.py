@@ -25,6 +25,7 @@ import yaml
 
 from e2e_project import REPO
 from mlflow_support import free_port, running_server
+from proc_support import processes
 from slurm_support import running_cluster, why_not
 
 BIN = Path(sys.executable).parent
@@ -173,17 +174,8 @@ def _alive(pid: int) -> bool:
 
 
 def _in_group(pgid: int) -> list[int]:
-    """Live processes of process group `pgid` (a test may read /proc; prefshift does not)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if entry.name.isdigit() and int(fields[2]) == pgid and fields[0] != "Z":
-            found.append(int(entry.name))
-    return found
+    """Live processes of process group `pgid` (zombies waiting to be reaped are not)."""
+    return [pid for pid, state, _, group in processes() if group == pgid and state != "Z"]
 
 
 def _take_ctrl_c() -> None:
