@@ -6,6 +6,13 @@ import os
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
+# `make test` runs two pytest-xdist workers. torch's default, a thread per core in every process,
+# gave each worker's stages as many threads as the machine has cores, and OpenMP's idle threads
+# spin: beside a busy core, a scoring stage took 2.1x as long with 2 threads as with 1. Each worker,
+# and all it starts (DVC, the stages, the CLIs), gets its share of the cores instead.
+# (xdist names the count in its workers only; its controller runs no test.)
+if _WORKERS := os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // int(_WORKERS))))
 
 from pathlib import Path
 from typing import Any
