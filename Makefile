@@ -29,7 +29,7 @@ repro: $(STAMP)
 	@echo "Model:   reports/promotion.json says which student (if any) is champion; then $(VENV)/bin/prefshift pull models:/prefshift-reward@champion --out rm/"
 
 test: $(STAMP)
-	. $(VENV)/bin/activate && HF_HUB_OFFLINE=1 ruff check src tests bench && lint-imports && scripts/check_docs.sh && HF_HUB_OFFLINE=1 python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=25
+	. $(VENV)/bin/activate && HF_HUB_OFFLINE=1 ruff check . && lint-imports && scripts/check_docs.sh && HF_HUB_OFFLINE=1 python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=25
 
 clean-venv:
 	rm -rf $(VENV)

@@ -60,32 +60,47 @@ def main() -> None:
         resolve_pretrained(LMSpec(name_or_path=args.strong, keep_layers=args.weak_layers), weak_dir)
     base = {"teacher": weak_dir, "ceiling": Path(args.strong)}
     lrs = dict(item.split("=") for item in args.lr.split(","))
-    out = Path(args.out).open("a", encoding="utf-8")
-    for which in args.only.split(","):
-        for epochs in [int(e) for e in args.epochs.split(",")]:
-            seed_everything(0)
-            model, tokenizer = load_reward_model(base[which], seed=0)
-            truncation = TruncationCount()
-            encoder = Encoder(tokenizer, EncodeConfig(max_length=args.max_length))
-            items = encoder.encode_pairs(train[which], truncation=truncation)
-            cfg = TrainConfig(batch_size=16, epochs=epochs, lr=float(lrs[which]), precision="fp32",
-                              checkpoint_every=0, drift_every=10**6, log_every=10)  # fmt: skip
-            started = time.perf_counter()
-            model, log = train_reward_model(model, tokenizer, items, Objective(which), cfg, seed=0,
-                                            name=which, progress=False)  # fmt: skip
-            train_s = time.perf_counter() - started
-            model.eval()
-            frame = score_pairs(model, tokenizer, test, params)
-            row = {
-                "model": which, "layers": model.num_layers, "epochs": epochs, "lr": float(lrs[which]),
-                "pairs": len(items), "id_test": len(frame), "id_acc": accuracy(frame),
-                "final_loss": log["steps"][-1].get("loss") if log["steps"] else None,
-                "train_s": round(train_s, 1), "score_s": round(time.perf_counter() - started - train_s, 1),
-                "train_truncation": truncation.as_dict()["share"], "test_truncation": frame.attrs["truncation"]["share"],
-            }  # fmt: skip
-            print(json.dumps(row), file=sys.stderr, flush=True)
-            out.write(json.dumps(row) + "\n")
-            out.flush()
+    with Path(args.out).open("a", encoding="utf-8") as out:
+        for which in args.only.split(","):
+            for epochs in [int(e) for e in args.epochs.split(",")]:
+                seed_everything(0)
+                model, tokenizer = load_reward_model(base[which], seed=0)
+                truncation = TruncationCount()
+                encoder = Encoder(tokenizer, EncodeConfig(max_length=args.max_length))
+                items = encoder.encode_pairs(train[which], truncation=truncation)
+                cfg = TrainConfig(
+                    batch_size=16,
+                    epochs=epochs,
+                    lr=float(lrs[which]),
+                    precision="fp32",
+                    checkpoint_every=0,
+                    drift_every=10**6,
+                    log_every=10,
+                )
+                started = time.perf_counter()
+                model, log = train_reward_model(
+                    model, tokenizer, items, Objective(which), cfg, seed=0, name=which, progress=False
+                )
+                train_s = time.perf_counter() - started
+                model.eval()
+                frame = score_pairs(model, tokenizer, test, params)
+                row = {
+                    "model": which,
+                    "layers": model.num_layers,
+                    "epochs": epochs,
+                    "lr": float(lrs[which]),
+                    "pairs": len(items),
+                    "id_test": len(frame),
+                    "id_acc": accuracy(frame),
+                    "final_loss": log["steps"][-1].get("loss") if log["steps"] else None,
+                    "train_s": round(train_s, 1),
+                    "score_s": round(time.perf_counter() - started - train_s, 1),
+                    "train_truncation": truncation.as_dict()["share"],
+                    "test_truncation": frame.attrs["truncation"]["share"],
+                }
+                print(json.dumps(row), file=sys.stderr, flush=True)
+                out.write(json.dumps(row) + "\n")
+                out.flush()
 
 
 if __name__ == "__main__":
