@@ -433,7 +433,8 @@ def test_a_task_killed_alone_leaves_its_point_running_until_its_work_ends(tmp_pa
     on in the point's clone. The point counted as stopped at once: the sweep freed its slot beside
     them, and a resume started a second dvc in the same clone. With the sweep alive, the sweep now
     ends what the task left. With the sweep killed too, the point counts as running while any of it
-    runs (the point's lock is handed down), so a resume waits for it instead of starting it again."""
+    runs (the point's lock is handed down), so a resume waits for it instead of starting it again,
+    and reruns it once that work has ended without a result."""
     from prefshift.pipeline.sweep.record import load
     from prefshift.pipeline.sweep.run import point_states
 
@@ -473,14 +474,16 @@ def test_a_task_killed_alone_leaves_its_point_running_until_its_work_ends(tmp_pa
         os.kill(pid, signal.SIGKILL)
     driver.wait()
     assert _alive(stage) and point_states(load(scratch, sweep_id)) == {0: "running"}
-    (trace / "hold-2").unlink()  # the orphaned attempt may now end
-    waited = _cli("sweep", "resume", sweep_id, *at, code=2).stderr
-    assert "nothing to rerun" in waited and len(_traces(trace, "start")) == 2, "no attempt beside it"
+    (trace / "hold-2").unlink()  # the orphaned attempt may now end, without a result (its task is gone)
+    waited = _cli("sweep", "resume", sweep_id, *at).stderr
+    assert "waiting for point 0 (sweep-anchor.lambda-2, running)" in waited
+    assert "point 0: the work left by its earlier task ended without a result; rerunning it" in waited
     assert not _alive(stage) and _in_group(task) == []
-
-    _cli("sweep", "resume", sweep_id, *at)
     assert point_states(load(scratch, sweep_id)) == {0: "success"}
-    assert all(t["resumed"] for t in _traces(trace, "start")[1:]), "each later attempt went on"
+    (orphan,) = [t for t in _traces(trace, "end") if t["pid"] == stage]
+    starts = _traces(trace, "start")
+    assert all(t["start"] > orphan["end"] for t in starts[2:]), "no attempt beside the orphaned one"
+    assert all(t["resumed"] for t in starts[1:]), "each later attempt went on"
     filed = json.loads(
         (root / "reports" / "sweeps" / "anchor_last__anchor.lambda=2__seed=0.json").read_text()
     )

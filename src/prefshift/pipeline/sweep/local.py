@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from prefshift.core import locks
 from prefshift.core.process_group import adopt_orphans, group_alive, kill_group, reap_adopted
 from prefshift.pipeline.sweep.commands import SweepError, say
-from prefshift.pipeline.sweep.record import SweepRecord, now
+from prefshift.pipeline.sweep.record import FINISHED, SweepRecord, now
 
 POLL_S = 1.0
 STOP_GRACE_S = 30.0  # what a task gets after SIGTERM to record itself stopped (SLURM's KillWait)
@@ -55,19 +55,21 @@ class Pool:
         its clone."""
         refusal = _running_elsewhere(record)
         self.lock = locks.take(record.driver_lock, "prefshift sweep", refusal, locks.PROBE_GRACE_S)
-        self.record, self.free, self.queued = record, slots.free, []
+        self.record, self.free, self.queued, self.awaited = record, slots.free, [], set()
         self.running: dict[int, tuple[subprocess.Popen, tuple[str, ...] | None]] = {}
         adopt_orphans()  # a container's init may never reap a task's orphans: this process does
 
     def close(self) -> None:
         os.close(self.lock)
 
-    def launch(self, indices: Sequence[int]) -> None:
+    def launch(self, indices: Sequence[int], awaited: Sequence[int] = ()) -> None:
         """Queue points `indices`, noted in the record so that other processes show them as pending
-        (not as never started) while this one lives."""
-        self.record.data["driver"] = {"points": list(indices), "since": now()}
+        (not as never started) while this one lives. Points `awaited` still run the work of a task
+        that ended (a resume found them so); each is queued once that work ends without a result."""
+        self.record.data["driver"] = {"points": [*indices, *awaited], "since": now()}
         self.record.save()
         self.queued += indices
+        self.awaited.update(awaited)
         say(f"sweep {self.record.id}: {len(self.free)} point(s) at a time")
 
     def _start(self, index: int, slot: tuple[str, ...] | None) -> subprocess.Popen:
@@ -93,6 +95,11 @@ class Pool:
                     say(f"point {index}: its task ended and left processes of its group; ended them{forced}")
                 self.free.append(slot)  # only now: the slot's device is free of the point's work
         reap_adopted({proc.pid for proc, _ in self.running.values()})
+        for index in [i for i in self.awaited if not locks.held(self.record.task_lock(i))]:
+            self.awaited.discard(index)
+            if self.record.read_state(index).get("state") != FINISHED:
+                say(f"point {index}: the work left by its earlier task ended without a result; rerunning it")
+                self.queued.append(index)
         while self.queued and self.free:
             index, slot = self.queued.pop(0), self.free.pop(0)
             self.running[index] = (self._start(index, slot), slot)

@@ -88,14 +88,17 @@ def start(
     return _launch(root, record, executor, range(len(points)), wait)
 
 
-def _launch(root: Path, record: SweepRecord, executor: Executor, indices: Sequence[int], wait: bool) -> dict:
+def _launch(
+    root: Path, record: SweepRecord, executor: Executor, indices: Sequence[int], wait: bool, awaited=()
+) -> dict:
     """Start (local) or submit (slurm) points `indices`, wait for every point, then file. A stop (or,
-    on one machine, any error) ends the tasks; a cluster's tasks outlive an error of this command."""
+    on one machine, any error) ends the tasks; a cluster's tasks outlive an error of this command.
+    On one machine, points `awaited` run a dead task's work: they are rerun if it ends without a result."""
     pool = None if executor.kind == "slurm" else local.Pool(record, executor.slots())
     try:
         with signals_as_exceptions():
             if pool:
-                pool.launch(indices)
+                pool.launch(indices, awaited)
             elif indices:
                 slurm.submit(record, indices, executor.resources)
             if not wait:
@@ -180,8 +183,9 @@ def collect(root: Path, record: SweepRecord) -> dict[str, Any]:
 
 def resume(root: Path, sweep_id: str, scratch: Path | None = None, wait: bool = True) -> dict[str, Any]:
     """Rerun only the points that are missing, failed or stopped; finished ones never rerun, and
-    ones still pending or running are waited for. A resumed point reuses its clone, so its training
-    resumes from the checkpoint an earlier attempt left."""
+    ones still pending or running are waited for (on one machine, such a point runs what a dead task
+    left, and is rerun if that ends without a result). A resumed point reuses its clone, so its
+    training resumes from the checkpoint an earlier attempt left."""
     record = load(scratch, sweep_id, root)
     executor = Executor.of(record)
     executor.check(wait)
@@ -189,11 +193,13 @@ def resume(root: Path, sweep_id: str, scratch: Path | None = None, wait: bool = 
         local.check_undriven(record)
     states = point_states(record)
     todo = [i for i, state in states.items() if state not in (FINISHED, *LIVE)]
-    for index in todo:
-        say(f"sweep {record.id}: rerunning point {index} ({record.names[index]}, {states[index]})")
-    if not todo:
+    awaited = [i for i, state in states.items() if state in LIVE]
+    for index in (*todo, *awaited):
+        what = "rerunning" if index in todo else "waiting for"
+        say(f"sweep {record.id}: {what} point {index} ({record.names[index]}, {states[index]})")
+    if not todo and not awaited:
         say(f"sweep {record.id}: no point is missing, failed or stopped; nothing to rerun")
-    return {**_launch(Path(root), record, executor, todo, wait), "resubmitted": todo}
+    return {**_launch(Path(root), record, executor, todo, wait, awaited), "resubmitted": todo}
 
 
 def status(root: Path, sweep_id: str, scratch: Path | None = None) -> list[str]:
