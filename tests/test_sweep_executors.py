@@ -46,7 +46,7 @@ if lam == 13:
     sys.exit(f"evaluate.py: no result for lambda {lam}")
 checkpoint = pathlib.Path("models/checkpoints/evaluate/step")
 seen = {"lambda": lam, "pid": os.getpid(), "devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-        "resumed": checkpoint.exists(), "start": time.time()}
+        "threads": os.environ.get("OMP_NUM_THREADS"), "resumed": checkpoint.exists(), "start": time.time()}
 (trace / f"start-{lam}-{os.getpid()}.json").write_text(json.dumps(seen))
 checkpoint.parent.mkdir(parents=True, exist_ok=True)
 checkpoint.write_text("1")  # as training leaves its resumable checkpoint (no DVC output)
@@ -81,7 +81,9 @@ pathlib.Path("reports/metrics.json").write_text(json.dumps({"anchor_last": headl
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    """The test's environment for a sweep, without the tracking URI and torch's thread count (tests/
+    conftest.py sets that): a local sweep gives each task its share of the cores."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "OMP_NUM_THREADS")}
     env.update({f"GIT_{w}_{x}": "t" for w in ("AUTHOR", "COMMITTER") for x in ("NAME", "EMAIL")})
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     return {**env, **extra}
@@ -309,9 +311,11 @@ def test_a_stopped_sweep_leaves_no_process_and_resume_finishes_only_what_stopped
         "the resumed point found its checkpoint in its clone"
     )
     assert (trace / "prepare-runs").read_text() == "prepare\n", "the tasks restored prepare's output"
+    first_two = sorted(starts, key=lambda t: t["start"])[:2]  # ran at once (slurm: one after the other)
     if executor == "local-gpus":
-        first_two = sorted(starts, key=lambda t: t["start"])[:2]  # ran at once: one device each
-        assert sorted(t["devices"] for t in first_two) == ["0", "1"]
+        assert sorted(t["devices"] for t in first_two) == ["0", "1"], "one device each"
+    if not cluster:  # two slots: each task gets half the cores for torch's threads (OMP_NUM_THREADS)
+        assert [t["threads"] for t in first_two] == [str(max(1, len(os.sched_getaffinity(0)) // 2))] * 2
     show = json.loads(_run(["dvc", "exp", "show", "--json"], root, env))
     rows = {
         exp["name"]: exp["revs"][0]["data"]["metrics"]["reports/metrics.json"]["data"]["anchor_last"]["wrg"]

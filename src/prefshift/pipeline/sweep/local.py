@@ -56,6 +56,7 @@ class Pool:
         refusal = _running_elsewhere(record)
         self.lock = locks.take(record.driver_lock, "prefshift sweep", refusal, locks.PROBE_GRACE_S)
         self.record, self.free, self.queued, self.awaited = record, slots.free, [], set()
+        self.threads = str(max(1, len(os.sched_getaffinity(0)) // len(slots.free)))
         self.running: dict[int, tuple[subprocess.Popen, tuple[str, ...] | None]] = {}
         adopt_orphans()  # a container's init may never reap a task's orphans: this process does
 
@@ -73,7 +74,10 @@ class Pool:
         say(f"sweep {self.record.id}: {len(self.free)} point(s) at a time")
 
     def _start(self, index: int, slot: tuple[str, ...] | None) -> subprocess.Popen:
-        env = {**os.environ, "MLFLOW_TRACKING_URI": self.record.data["tracking_uri"]}
+        """A task in a process group of its own. Unless OMP_NUM_THREADS is set, its torch threads are
+        its slot's share of the cores: by default each takes them all, and tasks side by side spin."""
+        env = {"OMP_NUM_THREADS": self.threads, **os.environ}
+        env["MLFLOW_TRACKING_URI"] = self.record.data["tracking_uri"]
         if slot is not None:
             env["CUDA_VISIBLE_DEVICES"] = devices = ",".join(slot)
             say(f"sweep {self.record.id}: point {index} on CUDA_VISIBLE_DEVICES={devices}")
