@@ -73,8 +73,10 @@ def environment(clone: Path) -> dict[str, str]:
     return {**_environment(clone.parent), "PYTHONPATH": str(clone / "src")}
 
 
-def timed(args: list[str], clone: Path, log_file: Path) -> dict:
-    """Run `args` in `clone` in a process group of its own, output to `log_file`; wall seconds."""
+def timed(args: list[str], clone: Path, log_file: Path, env: dict[str, str | None] | None = None) -> dict:
+    """Run `args` in `clone` in a process group of its own, output to `log_file`; wall seconds.
+    `env` sets variables over the clone's environment, or removes those given as None."""
+    changed = {**environment(clone), **(env or {})}
     load_before = Path("/proc/loadavg").read_text().split()[:3]
     offset = log_file.stat().st_size if log_file.exists() else 0
     start = time.perf_counter()
@@ -84,7 +86,7 @@ def timed(args: list[str], clone: Path, log_file: Path) -> dict:
         proc = subprocess.Popen(
             args,
             cwd=clone,
-            env=environment(clone),
+            env={key: value for key, value in changed.items() if value is not None},
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
