@@ -29,7 +29,10 @@ half of it on a 2-core machine). `make test` runs two pytest-xdist workers with 
 loadfile --no-loadscope-reorder`, which hands out files in collection order (xdist's default
 order, most tests first, started this 8-test file last, after everything else on its worker:
 998 s of wall time for 1420 s of tests). Started first, the other worker takes the rest
-meanwhile (see `pytest_xdist_make_scheduler` for the other half of that)."""
+meanwhile. Its worker is then given further files as any other: an xdist worker holds back its
+last test until it has more work or is shut down, so withholding work from it (a scheduler hook
+did, from 2026-12-04 to 12-06) left the pipeline file's last test, the minutes-long λ sweep,
+waiting for the whole suite to end and then running alone."""
 
 
 HEAVY = (
@@ -58,30 +61,6 @@ def _start_order(name: str) -> tuple[int, bool]:
 
 def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: _start_order(item.path.name))
-
-
-def pytest_xdist_make_scheduler(config, log):
-    """`--dist loadfile`, except that a worker running a LONGEST_FIRST file is given no other file.
-
-    xdist queues a further file on a worker as soon as two of its tests are left. The pipeline
-    file's last test takes minutes (the sweep), so a file queued behind it would wait there while
-    the other worker ran dry. (The 898 and 998 s runs that led here were slow mostly because of
-    xdist's reordering, see LONGEST_FIRST; this hook keeps the tail from undoing that fix.)
-    """
-    if config.getoption("dist") != "loadfile":
-        return None
-    from xdist.scheduler import LoadFileScheduling
-
-    class PipelineFileAlone(LoadFileScheduling):
-        def _reschedule(self, node):
-            busy = any(
-                scope.endswith(LONGEST_FIRST) and not all(done.values())
-                for scope, done in self.assigned_work[node].items()
-            )
-            if not busy:
-                super()._reschedule(node)
-
-    return PipelineFileAlone(config, log)
 
 
 @pytest.fixture

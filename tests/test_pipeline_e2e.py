@@ -7,7 +7,7 @@ them; never `reference` or another student) is asserted stage by stage by a real
 at the end, which runs on a copy of it (several points, stopped and resumed, are tested on a
 trivial pipeline in test_sweep_executors.py: each point here costs about 160 s on a 2-core machine).
 `make test` runs pytest-xdist with `--dist loadfile`, which keeps a file on one worker; this file
-is started first, and its worker is given no other file (tests/conftest.py). The browser test of
+is started first (tests/conftest.py), so the other worker runs the rest meanwhile. The browser test of
 the MLflow UI reads the same pipeline from test_pipeline_ui.py, on the other worker."""
 
 from __future__ import annotations
