@@ -10,7 +10,8 @@ two λ points each, `prefshift sweep -S anchor.lambda=<a>,<b> --jobs 2 --no-repo
 that drifting load weighs on both: `every core` exports OMP_NUM_THREADS as the machine's core count,
 which is what torch takes by default and what each task took before; `share` leaves it unset. Each
 sweep has λ values of its own, so no point is restored from another's run cache and every sweep
-runs the same stages. The ratio is share ÷ every core, total wall time of its two sweeps.
+runs the same stages. The ratio is share ÷ every core, mean wall time per sweep, written after
+every run: a bench cut short (an oversubscribed sweep can take half an hour) keeps what it ran.
 
 Writes reports/results/sweep-threads/timings.json and timings.md.
 """
@@ -32,6 +33,11 @@ RUNS = (("every_core", "0.1,10"), ("share", "0.2,5"), ("share", "0.3,4"), ("ever
 
 
 def write(result: dict, out: Path) -> None:
+    """timings.json and timings.md from the runs so far (also to redo them from a timings.json)."""
+    walls = {side: [r["wall_s"] for r in result["runs"] if r["side"] == side] for side, _ in RUNS}
+    if all(walls.values()):
+        mean = {side: sum(wall) / len(wall) for side, wall in walls.items()}
+        result["ratio_share_over_every_core"] = round(mean["share"] / mean["every_core"], 3)
     out.mkdir(parents=True, exist_ok=True)
     (out / "timings.json").write_text(json.dumps(result, indent=2) + "\n")
     rows = [
@@ -39,7 +45,8 @@ def write(result: dict, out: Path) -> None:
         f"{sum(run['stages_run'].values())} | {' '.join(run['loadavg_before'])} |"
         for run in result["runs"]
     ]
-    ratio = result.get("ratio_share_over_every_core", "not measured (cut short)")
+    ratio = result.get("ratio_share_over_every_core", "not measured (no run of one side)")
+    runs = {s: sum(r["side"] == s for r in result["runs"]) for s in ("every_core", "share")}
     (out / "timings.md").write_text(
         "\n".join(
             [
@@ -55,7 +62,8 @@ def write(result: dict, out: Path) -> None:
                 "|---|---|---|---|---|---|",
                 *rows,
                 "",
-                f"**share ÷ every core, total wall time: {ratio}**",
+                f"**share ÷ every core, mean wall time per sweep: {ratio}** ({runs['every_core']} sweep(s) "
+                f"with every core, {runs['share']} with the share, of the {len(RUNS)} planned)",
                 "",
                 f"Note: {result['note'] or 'none'}. Start: {result['uptime_start']}",
                 "",
@@ -96,9 +104,6 @@ def main() -> None:
         shown = threads or str(max(1, cores // 2))  # what the pool gives each of its two tasks
         result["runs"].append({"side": side, "values": values, "threads": shown, **run})
         log(f"{side}: {run['wall_s']} s")
-        totals = {s: sum(r["wall_s"] for r in result["runs"] if r["side"] == s) for s, _ in RUNS}
-        if len(result["runs"]) == len(RUNS):
-            result["ratio_share_over_every_core"] = round(totals["share"] / totals["every_core"], 3)
         result["uptime_end"] = uptime()
         write(result, opts.out)  # after every run: a cut-short bench keeps its part
 
