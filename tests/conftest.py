@@ -12,7 +12,9 @@ os.environ["HF_DATASETS_OFFLINE"] = "1"
 # and all it starts (DVC, the stages, the CLIs), gets its share of the cores instead.
 # (xdist names the count in its workers only; its controller runs no test.)
 if _WORKERS := os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
-    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // int(_WORKERS))))
+    from prefshift.core.host import core_share
+
+    os.environ.setdefault("OMP_NUM_THREADS", str(core_share(int(_WORKERS))))
 
 from pathlib import Path
 from typing import Any

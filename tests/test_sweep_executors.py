@@ -25,6 +25,7 @@ import yaml
 
 from e2e_project import REPO
 from mlflow_support import free_port, running_server
+from prefshift.core.host import core_share
 from proc_support import processes
 from slurm_support import running_cluster, why_not
 
@@ -315,7 +316,7 @@ def test_a_stopped_sweep_leaves_no_process_and_resume_finishes_only_what_stopped
     if executor == "local-gpus":
         assert sorted(t["devices"] for t in first_two) == ["0", "1"], "one device each"
     if not cluster:  # two slots: each task gets half the cores for torch's threads (OMP_NUM_THREADS)
-        assert [t["threads"] for t in first_two] == [str(max(1, len(os.sched_getaffinity(0)) // 2))] * 2
+        assert [t["threads"] for t in first_two] == [str(core_share(2))] * 2
     show = json.loads(_run(["dvc", "exp", "show", "--json"], root, env))
     rows = {
         exp["name"]: exp["revs"][0]["data"]["metrics"]["reports/metrics.json"]["data"]["anchor_last"]["wrg"]

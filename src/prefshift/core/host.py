@@ -9,6 +9,7 @@ and the kernel level torch used, so two runs that disagree can be told apart by 
 
 from __future__ import annotations
 
+import os
 import platform
 import sys
 from pathlib import Path
@@ -21,6 +22,14 @@ def cpu_model() -> str:
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
     return platform.processor() or "unknown"
+
+
+def core_share(processes: int) -> int:
+    """Cores this process may run on, divided among `processes` that run at once, at least 1: the
+    torch threads each should take. torch's default is a thread per core in every process, and
+    OpenMP's idle threads spin, so processes side by side that each take every core slow each
+    other down (bench/sweep_threads.py measured it)."""
+    return max(1, len(os.sched_getaffinity(0)) // processes)
 
 
 def compute_tags() -> dict[str, str]:

@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from prefshift.core import locks
+from prefshift.core import host, locks
 from prefshift.core.process_group import adopt_orphans, group_alive, kill_group, reap_adopted
 from prefshift.pipeline.sweep.commands import SweepError, say
 from prefshift.pipeline.sweep.record import FINISHED, SweepRecord, now
@@ -56,7 +56,7 @@ class Pool:
         refusal = _running_elsewhere(record)
         self.lock = locks.take(record.driver_lock, "prefshift sweep", refusal, locks.PROBE_GRACE_S)
         self.record, self.free, self.queued, self.awaited = record, slots.free, [], set()
-        self.threads = str(max(1, len(os.sched_getaffinity(0)) // len(slots.free)))
+        self.threads = str(host.core_share(len(slots.free)))
         self.running: dict[int, tuple[subprocess.Popen, tuple[str, ...] | None]] = {}
         adopt_orphans()  # a container's init may never reap a task's orphans: this process does
 
