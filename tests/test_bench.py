@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from e2e_project import REPO
 from prefshift.bench.batching import fixed_collate, random_batches
 from prefshift.bench.common import (
     BenchError,
@@ -381,23 +382,72 @@ def test_method_costs_are_train_stages_against_naive():
     assert method_costs({"train@lp_ft": 3.0})["lp_ft"]["vs_naive"] is None  # no naive to compare with
 
 
-def test_pipeline_only_times_the_pipeline_alone(tmp_path, monkeypatch):
-    """`--pipeline-only` runs none of the in-process benchmarks, names itself in the regenerate
-    line, and is refused with a README block to write (that block needs the other sections)."""
+def _timed_pipeline(monkeypatch) -> dict:
+    """The pipeline section `bench_pipeline` returns, without the minutes of `dvc repro`; and no
+    in-process benchmark may run."""
     from prefshift.bench import pipeline, run
-    from prefshift.bench.common import BenchError
 
     measured = {"full_repro_s": 1.0, "noop_repro_s": 0.1, "max_stage_peak_rss_mb": 1.0}
     section = {**measured, "stages_s": {"train@naive": 1.0}, "method_costs": {}, "noop_ran_stages": []}
     section["targets"] = {key: {"max": 9e9, "met": True} for key in measured}
     monkeypatch.setattr(pipeline, "bench_pipeline", lambda repo, log, keep, params: section)
     monkeypatch.setattr(run, "_one_invocation", lambda *a: pytest.fail("a benchmark ran"))
+    return section
+
+
+def test_pipeline_only_times_the_pipeline_alone(tmp_path, monkeypatch):
+    """`--pipeline-only` runs none of the in-process benchmarks and names itself in the regenerate
+    line; with no full result to complete, a README block (which needs the other sections) is
+    refused before anything runs."""
+    from prefshift.bench import run
+    from prefshift.bench.common import BenchError
+
+    section = _timed_pipeline(monkeypatch)
+    with pytest.raises(BenchError, match=r"--pipeline-only --readme .* there is none"):
+        run.run_bench(tmp_path, pipeline_only=True, readme=tmp_path / "README.md", log=lambda line: None)
+    assert not (tmp_path / "bench.json").exists()
     result = run.run_bench(tmp_path, pipeline_only=True, log=lambda line: None)
     assert result["pipeline"] == section and "training" not in result
     markdown = (tmp_path / "bench.md").read_text()
-    assert "Regenerate: `prefshift bench --pipeline-only`" in markdown and "## Training" not in markdown
-    with pytest.raises(BenchError, match="--pipeline-only"):
+    assert f"Regenerate: `prefshift bench --out {tmp_path} --pipeline-only`" in markdown
+    assert "## Training" not in markdown
+    with pytest.raises(BenchError, match="--pipeline-only --readme"):  # a pipeline-only result is not one
         run.run_bench(tmp_path, pipeline_only=True, readme=tmp_path / "README.md", log=lambda line: None)
+
+
+def test_pipeline_only_into_a_full_result_replaces_its_pipeline_rows_alone(tmp_path, monkeypatch):
+    """Into the directory of a full result (the committed reports/bench.json), `--pipeline-only
+    --readme` keeps every other section as measured and rewrites the README block: the new
+    pipeline rows say when, on what and by which command they were measured."""
+    from prefshift.bench import run
+    from prefshift.bench.common import BenchError, machine
+
+    _timed_pipeline(monkeypatch)
+    full = json.loads((REPO / "reports" / "bench.json").read_text())
+    (tmp_path / "bench.json").write_text(json.dumps(full))
+    readme = tmp_path / "README.md"
+    readme.write_text((REPO / "README.md").read_text())
+    for also in (readme, None):  # other params' pipeline is no row of the default's
+        with pytest.raises(BenchError, match="--pipeline-params"):
+            run.run_bench(
+                tmp_path, pipeline_only=True, readme=also, pipeline_params=readme, log=lambda line: None
+            )
+    result = run.run_bench(tmp_path, pipeline_only=True, readme=readme, log=lambda line: None)
+    written = json.loads((tmp_path / "bench.json").read_text())
+    assert written == result
+    assert {**written, "pipeline": None} == {**full, "pipeline": None}
+    pipeline = written["pipeline"]
+    assert pipeline["full_repro_s"] == 1.0 and pipeline["cpu"] == machine()["cpu"]
+    assert pipeline["command"] == f"prefshift bench --out {tmp_path} --pipeline-only --readme {readme}"
+    text = readme.read_text()
+    when = f"(measured {pipeline['date']} on {pipeline['cpu']} by `{pipeline['command']}`)"
+    assert f"| no-op `dvc repro` {when} | 0.1 s | ≤ 9000000000 s ✓ |" in text
+    training = [line for line in text.splitlines() if line.startswith("| training pairs/s")]
+    assert training and all(line in (REPO / "README.md").read_text() for line in training)
+    assert "| full `dvc repro` of the embedded default (measured" in text
+    # A full bench run with --pipeline-params (no --readme) leaves a block naming what it timed.
+    other = {**written, "pipeline": {**pipeline, "params": "configs/robust-ft-5-seeds.yaml"}}
+    assert "| full `dvc repro` of `configs/robust-ft-5-seeds.yaml` (measured" in readme_block(other)
 
 
 def _hh_file(path: Path, n: int) -> list[str]:

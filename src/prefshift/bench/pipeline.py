@@ -30,6 +30,9 @@ from prefshift.core.process_group import adopt_orphans, kill_group
 from prefshift.core.reading import read_regular
 from prefshift.core.signals import signals_as_exceptions
 
+DEFAULT_PARAMS = "params.yaml (embedded default)"
+"""A pipeline section's `params` when it timed the embedded default, not a `--pipeline-params` file."""
+
 TARGETS = {"noop_repro_s": 5.0, "full_repro_s": 600.0, "max_stage_peak_rss_mb": 2048.0}
 _WRAPPER = (
     "import resource, subprocess, sys\n"
@@ -187,7 +190,7 @@ def bench_pipeline(
     }
     return {
         **measured,
-        "params": str(params_file) if params_file else "params.yaml (embedded default)",
+        "params": str(params_file) if params_file else DEFAULT_PARAMS,
         "method_costs": method_costs(full["stages_s"]),
         "stages_s": full["stages_s"],
         "noop_ran_stages": sorted(noop["stages_s"]),

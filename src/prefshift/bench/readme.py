@@ -12,6 +12,8 @@ import argparse
 import json
 from pathlib import Path
 
+from prefshift.bench.pipeline import DEFAULT_PARAMS
+from prefshift.bench.report import measured_on
 from prefshift.core.atomic import write_text
 from prefshift.core.errors import PrefshiftError
 
@@ -150,17 +152,24 @@ def _pipeline_rows(pipeline: dict | None) -> list[str]:
     if not pipeline:
         return []
     labels = {
-        "full_repro_s": ("full `dvc repro` of the embedded default", "{:.0f} s", "≤ {:.0f} s"),
+        "full_repro_s": (f"full `dvc repro` of {_params_name(pipeline)}", "{:.0f} s", "≤ {:.0f} s"),
         "noop_repro_s": ("no-op `dvc repro`", "{:.1f} s", "≤ {:.0f} s"),
         "max_stage_peak_rss_mb": ("peak RSS of any embedded-default stage", "{:.0f} MB", "≤ {:.0f} MB"),
     }
-    when = f" (measured {pipeline['date']})" if pipeline.get("date") else ""
+    when = f" (measured {pipeline['date']}{measured_on(pipeline)})" if pipeline.get("date") else ""
     rows = []
     for key, (label, value, limit) in labels.items():
         target = pipeline["targets"].get(key)
         goal = f"{limit.format(target['max'])} {_tick(target)}" if target else "—"
         rows.append(f"| {label}{when} | {value.format(pipeline[key])} | {goal} |")
     return rows
+
+
+def _params_name(pipeline: dict) -> str:
+    """What the pipeline rows timed: the embedded default, or the params file `--pipeline-params`
+    named (a full bench run with it, whose block `python -m prefshift.bench.readme` writes)."""
+    params = pipeline.get("params", DEFAULT_PARAMS)
+    return "the embedded default" if params == DEFAULT_PARAMS else f"`{params}`"
 
 
 def readme_block(result: dict) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from prefshift.bench import realistic
+from prefshift.bench.pipeline import DEFAULT_PARAMS
 from prefshift.core.atomic import write_json, write_text
 
 
@@ -186,17 +187,24 @@ def _evaluation(section: dict) -> list[str]:
     return lines
 
 
+def measured_on(pipeline: dict) -> str:
+    """ " on <CPU>" (and the command, where known) for a pipeline section measured apart from the
+    rest of its result (`bench --pipeline-only` into a full result), else nothing."""
+    command = f" by `{pipeline['command']}`" if pipeline.get("command") else ""
+    return f" on {pipeline['cpu']}{command}" if pipeline.get("cpu") else ""
+
+
 def _pipeline(section: dict | None) -> list[str]:
     lines = ["## Pipeline", ""]
     if not section:
         return [*lines, "Not measured in this run (`prefshift bench --pipeline`).", ""]
     if section.get("date"):
-        lines += [f"Measured {section['date']}.", ""]
+        lines += [f"Measured {section['date']}{measured_on(section)}.", ""]
     lines += ["| measure | value | limit | |", "|---|---|---|---|"]
     for key, target in section["targets"].items():
         lines.append(f"| {key} | {section[key]:.1f} | {target['max']:.0f} | {_met(target)} |")
     stages = ", ".join(f"{k} {v:.0f} s" for k, v in section["stages_s"].items())
-    lines += ["", f"Params: {section.get('params', 'params.yaml (embedded default)')}.", ""]
+    lines += ["", f"Params: {section.get('params', DEFAULT_PARAMS)}.", ""]
     return [*lines, *_method_costs(section.get("method_costs") or {}), f"Stages: {stages}.", ""]
 
 

@@ -75,8 +75,9 @@ class ModelPlan:
 QUICK_MODEL = ModelPlan(pairs=16, reps=1)
 
 
-def _previous_pipeline(json_path: Path) -> dict | None:
-    """A pipeline measurement from an earlier run is kept (with its date) until it is re-measured."""
+def _previous(json_path: Path) -> dict | None:
+    """The result an earlier run left in `json_path`, its pipeline section stamped with the date and
+    CPU it was measured on; None if there is none to read."""
     if not json_path.exists():
         return None
     try:
@@ -84,9 +85,9 @@ def _previous_pipeline(json_path: Path) -> dict | None:
     except (OSError, json.JSONDecodeError):
         return None
     section = old.get("pipeline")
-    if section and not section.get("date"):
-        section["date"] = old.get("date")
-    return section
+    if section and not section.get("date"):  # measured in that run, on its machine
+        section |= {"date": old.get("date"), "cpu": (old.get("machine") or {}).get("cpu")}
+    return old
 
 
 def _restoring_threads(fn: Callable[..., dict]) -> Callable[..., dict]:
@@ -167,7 +168,7 @@ def _command(
     model: list[str] | None = None,
 ) -> str:
     flags = [
-        f"--out {out_dir}" if model and out_dir != Path("reports") else "",  # results beside reports/
+        f"--out {out_dir}" if out_dir != Path("reports") else "",
         *(model or []),
         "--pipeline-only" if pipeline_only else "",
         "--quick" if quick else "",
@@ -216,10 +217,12 @@ def run_bench(
     from prefshift.bench.readme import update_readme
     from prefshift.bench.report import write_reports
 
-    if pipeline_only and (readme is not None or invocations > 1):
-        raise BenchError("--pipeline-only times one pipeline: it writes no README block and runs once")
+    if pipeline_only and invocations > 1:
+        raise BenchError("--pipeline-only times one pipeline: it runs once")
     if model_dir is None and (pairs is not None or max_length is not None):
         raise BenchError("--pairs and --max-length set the workload of --model-dir; name the model")
+    if readme is not None and pipeline_params is not None:
+        raise BenchError("--readme writes the embedded default's pipeline rows: drop --pipeline-params")
     if model_dir is not None and (pipeline or pipeline_only or pipeline_params or readme):
         raise BenchError(
             "--model-dir times training and ANCHOR on that model; the pipeline and the README block"
@@ -266,10 +269,28 @@ def run_bench(
         model_flags,
     )
     json_path = out_dir / "bench.json"
+    previous = _previous(json_path)
+    # `--pipeline-only` into a directory holding a full result replaces its pipeline section alone:
+    # bench.json and the README block would otherwise lose the training rows.
+    full = previous if pipeline_only and previous and previous.get("training") else None
+    if pipeline_only and readme is not None and full is None:
+        raise BenchError(
+            f"--pipeline-only --readme rewrites the pipeline rows of the full bench result in {json_path},"
+            " and there is none: run `prefshift bench --pipeline --readme …` first"
+        )
+    if full is not None and pipeline_params is not None:
+        raise BenchError(
+            f"{json_path} holds the full bench result, whose pipeline rows are the embedded default's:"
+            " give --pipeline-params a directory of its own, e.g. --out reports/results/<name>"
+        )
     measure = pipeline or pipeline_only or pipeline_params is not None
     result["pipeline"] = (
-        bench_pipeline(repo, log, keep, pipeline_params) if measure else _previous_pipeline(json_path)
+        bench_pipeline(repo, log, keep, pipeline_params) if measure else (previous or {}).get("pipeline")
     )
+    if full is not None:
+        stamp = {"date": result["date"], "cpu": result["machine"]["cpu"]}
+        stamp["command"] = result["settings"]["command"]
+        result = {**full, "pipeline": {**result["pipeline"], **stamp}}
     paths = write_reports(result, out_dir)
     log(f"wrote {paths[0]} and {paths[1]}")
     if readme is not None:
