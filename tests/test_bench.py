@@ -337,14 +337,14 @@ def test_repro_timing_names_stages_and_the_largest_stage_rss(tmp_path):
     (root / "dvc.yaml").write_text(
         "stages:\n"
         "  small:\n"
-        "    cmd: python -c \"open('a.txt', 'w').write('a')\"\n"
+        "    cmd: python -c \"import os; open('a.txt', 'w').write(os.environ['OMP_NUM_THREADS'])\"\n"
         "    outs: [a.txt]\n"
         "  big:\n"
         "    cmd: python -c \"b = bytearray(200 * 2**20); open('b.txt', 'w').write('b')\"\n"
         "    deps: [a.txt]\n"
         "    outs: [b.txt]\n"
     )
-    env = _environment(root)
+    env = _environment(root, threads=3)  # each stage's torch threads, as the bench's --threads says
     for args in (
         ["git", "init", "-q"],
         ["dvc", "init", "-q"],
@@ -355,6 +355,7 @@ def test_repro_timing_names_stages_and_the_largest_stage_rss(tmp_path):
     first = _repro(root, env, log=lambda line: None)
     assert set(first["stages_s"]) == {"small", "big"}
     assert first["peak_rss_mb"] >= 200  # the bytearray stage, not dvc itself
+    assert (root / "a.txt").read_text() == "3"
     assert _repro(root, env, log=lambda line: None)["stages_s"] == {}
 
 
@@ -390,7 +391,7 @@ def _timed_pipeline(monkeypatch) -> dict:
     measured = {"full_repro_s": 1.0, "noop_repro_s": 0.1, "max_stage_peak_rss_mb": 1.0}
     section = {**measured, "stages_s": {"train@naive": 1.0}, "method_costs": {}, "noop_ran_stages": []}
     section["targets"] = {key: {"max": 9e9, "met": True} for key in measured}
-    monkeypatch.setattr(pipeline, "bench_pipeline", lambda repo, log, keep, params: section)
+    monkeypatch.setattr(pipeline, "bench_pipeline", lambda repo, log, keep, params, threads: section)
     monkeypatch.setattr(run, "_one_invocation", lambda *a: pytest.fail("a benchmark ran"))
     return section
 
@@ -440,7 +441,7 @@ def test_pipeline_only_into_a_full_result_replaces_its_pipeline_rows_alone(tmp_p
     assert pipeline["full_repro_s"] == 1.0 and pipeline["cpu"] == machine()["cpu"]
     assert pipeline["command"] == f"prefshift bench --out {tmp_path} --pipeline-only --readme {readme}"
     text = readme.read_text()
-    when = f"(measured {pipeline['date']} on {pipeline['cpu']} by `{pipeline['command']}`)"
+    when = f"(measured {pipeline['date']} on {pipeline['cpu']}, by `{pipeline['command']}`)"
     assert f"| no-op `dvc repro` {when} | 0.1 s | ≤ 9000000000 s ✓ |" in text
     training = [line for line in text.splitlines() if line.startswith("| training pairs/s")]
     assert training and all(line in (REPO / "README.md").read_text() for line in training)

@@ -96,7 +96,9 @@ def _owned(rel: str, owned: set[PurePosixPath]) -> bool:
     return any(path == out or out in path.parents for out in owned)
 
 
-def _environment(root: Path) -> dict[str, str]:
+def _environment(root: Path, threads: int | None = None) -> dict[str, str]:
+    """The environment `dvc repro` runs in for the project at `root`; with `threads`, each stage's
+    torch takes that many (OMP_NUM_THREADS), as the in-process benchmarks do (`--threads`)."""
     bin_dir = str(Path(sys.executable).parent)
     env = {
         **os.environ,
@@ -104,6 +106,8 @@ def _environment(root: Path) -> dict[str, str]:
         "HF_HUB_OFFLINE": "1",
         "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}",
     }
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
     for who in ("AUTHOR", "COMMITTER"):
         env[f"GIT_{who}_NAME"], env[f"GIT_{who}_EMAIL"] = "prefshift bench", "bench@localhost"
     env.pop("PREFSHIFT_PIPELINE_RUN_ID", None)
@@ -156,10 +160,15 @@ def method_costs(stages_s: dict[str, float]) -> dict[str, dict]:
 
 
 def bench_pipeline(
-    repo: Path, log: Callable[[str], None], keep: bool = False, params_file: Path | None = None
+    repo: Path,
+    log: Callable[[str], None],
+    keep: bool = False,
+    params_file: Path | None = None,
+    threads: int = 1,
 ) -> dict:
     """Full and no-op `dvc repro` of the embedded default (or of `params_file`) in a temporary
-    clone of `repo`."""
+    clone of `repo`, each stage's torch on `threads` threads. Left to torch's default (a thread per
+    core), a lone repro on a 2-vCPU machine took 845 s, against 585 s with one thread (2026-12-05)."""
     # A regular file of params size, read before anything is made: never a device's endless bytes.
     params = None if params_file is None else read_regular(params_file, "params file", MAX_PARAMS_BYTES)
     adopt_orphans()  # so that kill_group sees the end of a stage whose dvc parent died first
@@ -171,7 +180,7 @@ def bench_pipeline(
             copy_project_sources(repo, root)
             if params is not None:
                 (root / "params.yaml").write_bytes(params)
-            env = _environment(root)
+            env = _environment(root, threads)
             for args in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "bench"]):
                 subprocess.run(args, cwd=root, env=env, check=True, capture_output=True)
             log("pipeline: full dvc repro (minutes)")
@@ -191,6 +200,7 @@ def bench_pipeline(
     return {
         **measured,
         "params": str(params_file) if params_file else DEFAULT_PARAMS,
+        "threads": threads,
         "method_costs": method_costs(full["stages_s"]),
         "stages_s": full["stages_s"],
         "noop_ran_stages": sorted(noop["stages_s"]),

@@ -190,8 +190,9 @@ def _evaluation(section: dict) -> list[str]:
 def measured_on(pipeline: dict) -> str:
     """ " on <CPU>" (and the command, where known) for a pipeline section measured apart from the
     rest of its result (`bench --pipeline-only` into a full result), else nothing."""
-    command = f" by `{pipeline['command']}`" if pipeline.get("command") else ""
-    return f" on {pipeline['cpu']}{command}" if pipeline.get("cpu") else ""
+    threads = f", {pipeline['threads']} torch thread(s) per stage" if pipeline.get("threads") else ""
+    command = f", by `{pipeline['command']}`" if pipeline.get("command") else ""
+    return f" on {pipeline['cpu']}{threads}{command}" if pipeline.get("cpu") else ""
 
 
 def _pipeline(section: dict | None) -> list[str]:

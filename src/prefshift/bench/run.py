@@ -284,9 +284,8 @@ def run_bench(
             " give --pipeline-params a directory of its own, e.g. --out reports/results/<name>"
         )
     measure = pipeline or pipeline_only or pipeline_params is not None
-    result["pipeline"] = (
-        bench_pipeline(repo, log, keep, pipeline_params) if measure else (previous or {}).get("pipeline")
-    )
+    timed = bench_pipeline(repo, log, keep, pipeline_params, threads) if measure else None
+    result["pipeline"] = timed or (previous or {}).get("pipeline")
     if full is not None:
         stamp = {"date": result["date"], "cpu": result["machine"]["cpu"]}
         stamp["command"] = result["settings"]["command"]
