@@ -39,6 +39,7 @@ waiting for the whole suite to end and then running alone."""
 
 HEAVY = (
     "test_real_rehearsal.py",
+    "test_target_scoring.py",
     "test_sweep.py",
     "test_resume.py",
     "test_bench.py",
@@ -49,7 +50,10 @@ HEAVY = (
 right after LONGEST_FIRST, so the other worker takes them while the pipeline builds and the
 short files fill both workers at the end. Alphabetical order started the rehearsals and the
 sweeps late, behind the short files (947 s of wall time in that run, of which the pipeline file
-took 470 s on its worker)."""
+took 470 s on its worker). The target-scoring file (a copy of the reproduced pipeline and two
+repros of it, 273 s in CI) comes right after the rehearsals, which outlast the pipeline's build:
+in alphabetical order it started last, on the pipeline's worker, and ran alone for its last
+250 s (timeline of a CI run, 2026-12-06)."""
 
 LAST = ("test_pipeline_ui.py",)
 """Files that read the pipeline LONGEST_FIRST reproduces, from the other worker: collected last,
