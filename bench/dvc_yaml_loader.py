@@ -4,6 +4,8 @@ one, which is what DVC got once ruamel.yaml 0.19 made the C parser an optional p
     python bench/dvc_yaml_loader.py                  # the embedded default at HEAD
     python bench/dvc_yaml_loader.py --small          # the test suite's shrunken embedded default
     python bench/dvc_yaml_loader.py --workdir DIR    # keep the clone there; a committed one is reused
+    python bench/dvc_yaml_loader.py --project DIR    # time a project reproduced already (it reruns
+                                                     # `inputs` and evaluate@naive there)
 
 A fresh clone of this repository at HEAD gets its baseline reproduced and committed, untimed (set-up
 and timing are bench/sweep_executors.py's). Then, in ABBA rounds so that drifting load weighs on
@@ -67,7 +69,8 @@ def write(result: dict, out: Path) -> None:
                 f"{result['date']}, {result['machine']['cpu']}, {result['machine']['cores']} cores, "
                 f"commit {result['commit'][:7]}, DVC {result['versions']['dvc']}, the {result['pipeline']}"
                 f" ({result['lock_lines']} lines of dvc.lock). Regenerate: "
-                f"`python bench/dvc_yaml_loader.py{' --small' if result['small'] else ''}`.",
+                f"`python bench/dvc_yaml_loader.py{' --small' if result['small'] else ''}"
+                f"{' --project ' + result['project'] if result.get('project') else ''}`.",
                 "",
                 f"{result['rounds']} ABBA round(s) of each command; wall seconds in the order run.",
                 "",
@@ -88,13 +91,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", action="store_true", help="the test suite's shrunken embedded default")
     parser.add_argument("--workdir", type=Path, help="where the clone goes (kept); a committed one is reused")
+    parser.add_argument("--project", type=Path, help="a reproduced project to time instead of a new clone")
     parser.add_argument("--rounds", type=int, default=3, help="ABBA rounds: each command twice a side")
     parser.add_argument("--out", type=Path, default=REPO / "reports/results/dvc-yaml-loader")
     parser.add_argument("--note", default="", help="a line for the result, e.g. who else used the machine")
     opts = parser.parse_args()
     tmp = opts.workdir or Path(tempfile.mkdtemp(prefix="prefshift-bench-yaml-"))
     commit = git("rev-parse", "HEAD")
-    clone = set_up("yaml", commit, tmp, opts.small, metrics=False)
+    clone = opts.project.resolve() if opts.project else set_up("yaml", commit, tmp, opts.small, metrics=False)
+    (tmp / "yaml").mkdir(exist_ok=True)
     shim = tmp / "pure-yaml"
     shim.mkdir(exist_ok=True)
     (shim / "_ruamel_yaml.py").write_text('raise ImportError("no C parser: the bench\'s pure-Python side")\n')
@@ -104,8 +109,13 @@ def main() -> None:
         "machine": machine(),
         "versions": {name: versions()[name] for name in ("dvc", "torch")},
         "commit": commit,
-        "pipeline": "test suite's shrunken embedded default" if opts.small else "embedded default",
+        "pipeline": f"project {opts.project}"
+        if opts.project
+        else "test suite's shrunken embedded default"
+        if opts.small
+        else "embedded default",
         "small": opts.small,
+        "project": str(opts.project) if opts.project else None,
         "lock_lines": len((clone / "dvc.lock").read_text().splitlines()),
         "rounds": opts.rounds,
         "note": opts.note,
