@@ -25,6 +25,7 @@ from prefshift.core.errors import PrefshiftError, boundary_line, naming
 from prefshift.core.paths import Layout
 from prefshift.core.progress import lines_to
 from prefshift.core.signals import Terminated, exit_code
+from prefshift.core.standard_streams import reopen_closed
 
 err_console = messages()
 
@@ -827,6 +828,7 @@ def main() -> None:
     MLflow runs ended), so the exit handlers run, the streams are flushed and the process ends.
     A thread still running keeps the ordinary shutdown, which waits for it.
     """
+    reopen_closed()  # before anything is opened: no file may land on a closed 0, 1 or 2
     try:
         app()
     except SystemExit as stop:
