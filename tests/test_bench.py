@@ -391,9 +391,43 @@ def _timed_pipeline(monkeypatch) -> dict:
     measured = {"full_repro_s": 1.0, "noop_repro_s": 0.1, "max_stage_peak_rss_mb": 1.0}
     section = {**measured, "stages_s": {"train@naive": 1.0}, "method_costs": {}, "noop_ran_stages": []}
     section["targets"] = {key: {"max": 9e9, "met": True} for key in measured}
-    monkeypatch.setattr(pipeline, "bench_pipeline", lambda repo, log, keep, params, threads: section)
+
+    def timed(repo, log, keep, params, threads):
+        section["stage_threads_asked"] = threads
+        return section
+
+    monkeypatch.setattr(pipeline, "bench_pipeline", timed)
     monkeypatch.setattr(run, "_one_invocation", lambda *a: pytest.fail("a benchmark ran"))
     return section
+
+
+def test_pipeline_stages_take_torch_s_default_threads_unless_told(tmp_path, monkeypatch):
+    """A user's `dvc repro` leaves torch its default (a thread per core), so the pipeline's stages
+    do too, whatever the caller exports; `--stage-threads N` pins them, apart from `--threads`
+    (the in-process benchmarks'), and the regenerate line and the section say which."""
+    from prefshift.bench import run
+    from prefshift.bench.pipeline import _environment
+    from prefshift.bench.report import measured_on, render_markdown
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    assert "OMP_NUM_THREADS" not in _environment(tmp_path)
+    assert _environment(tmp_path, 2)["OMP_NUM_THREADS"] == "2"
+    section = _timed_pipeline(monkeypatch)
+    result = run.run_bench(tmp_path, pipeline_only=True, threads=3, log=lambda line: None)
+    assert section["stage_threads_asked"] is None and result["settings"]["threads"] == 3
+    assert result["settings"]["command"] == f"prefshift bench --out {tmp_path} --pipeline-only"
+    result = run.run_bench(tmp_path, pipeline_only=True, stage_threads=1, log=lambda line: None)
+    assert section["stage_threads_asked"] == 1
+    command = f"prefshift bench --out {tmp_path} --pipeline-only --stage-threads 1"
+    assert result["settings"]["command"] == command
+    stamp = {"date": "2026-12-06 09:00 UTC", "cpu": "Xeon"}
+    assert measured_on({**stamp, "threads": None, "cores": 2}) == (
+        " on Xeon, torch's default threads per stage (one per core: 2)"
+    )
+    assert measured_on({**stamp, "threads": 1, "cores": 2}) == " on Xeon, 1 torch thread(s) per stage"
+    assert measured_on(stamp) == " on Xeon"  # recorded before stages' threads were
+    section.update(threads=None, cores=2)
+    assert "Threads: torch's default threads per stage (one per core: 2)." in render_markdown(result)
 
 
 def test_pipeline_only_times_the_pipeline_alone(tmp_path, monkeypatch):

@@ -547,6 +547,12 @@ def bench(
     pipeline: Annotated[bool, typer.Option("--pipeline", help="Also time full and no-op dvc repro.")] = False,
     keep: Annotated[bool, typer.Option("--keep", help="Keep the --pipeline clone (path printed).")] = False,
     threads: Annotated[int, typer.Option("--threads", min=1, help="torch intra-op threads per run.")] = 1,
+    stage_threads: Annotated[
+        int | None,
+        typer.Option(
+            "--stage-threads", min=1, help="torch threads per pipeline stage (default: torch's, a core each)."
+        ),
+    ] = None,
     note: Annotated[str | None, typer.Option("--note", help="A line for the report.")] = None,
     invocations: Annotated[
         int, typer.Option("--invocations", min=1, help="Run the bench N times, one process each; merge.")
@@ -610,6 +616,7 @@ def bench(
         pipeline=pipeline,
         keep=keep,
         threads=threads,
+        stage_threads=stage_threads,
         note=note,
         invocations=invocations,
         trl_as_shipped=trl_as_shipped,

@@ -16,6 +16,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pipeline", action="store_true", help="Also time a full and a no-op dvc repro.")
     parser.add_argument("--keep", action="store_true", help="Keep the --pipeline clone and print its path.")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads per run.")
+    parser.add_argument(
+        "--stage-threads", type=int, default=None, help="torch threads per pipeline stage (torch's default)."
+    )
     parser.add_argument("--note", default=None, help="A line for the report (e.g. machine load).")
     parser.add_argument(
         "--invocations", type=int, default=1, help="Run the bench this many times, one process each; merge."
@@ -49,6 +52,7 @@ def main(argv: list[str] | None = None) -> None:
         pipeline=args.pipeline,
         keep=args.keep,
         threads=args.threads,
+        stage_threads=args.stage_threads,
         note=args.note,
         invocations=args.invocations,
         trl_as_shipped=args.trl_as_shipped,

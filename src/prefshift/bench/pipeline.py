@@ -26,6 +26,7 @@ from pathlib import Path, PurePosixPath
 
 from prefshift.bench.common import BenchError
 from prefshift.config.params import MAX_PARAMS_BYTES
+from prefshift.core.host import core_share
 from prefshift.core.process_group import adopt_orphans, kill_group
 from prefshift.core.reading import read_regular
 from prefshift.core.signals import signals_as_exceptions
@@ -97,8 +98,9 @@ def _owned(rel: str, owned: set[PurePosixPath]) -> bool:
 
 
 def _environment(root: Path, threads: int | None = None) -> dict[str, str]:
-    """The environment `dvc repro` runs in for the project at `root`; with `threads`, each stage's
-    torch takes that many (OMP_NUM_THREADS), as the in-process benchmarks do (`--threads`)."""
+    """The environment `dvc repro` runs in for the project at `root`. Each stage's torch takes
+    `threads` threads (OMP_NUM_THREADS); with None, torch's default of one per core, as a user's
+    `dvc repro` gets, whatever the caller's shell exports."""
     bin_dir = str(Path(sys.executable).parent)
     env = {
         **os.environ,
@@ -106,6 +108,7 @@ def _environment(root: Path, threads: int | None = None) -> dict[str, str]:
         "HF_HUB_OFFLINE": "1",
         "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}",
     }
+    env.pop("OMP_NUM_THREADS", None)
     if threads is not None:
         env["OMP_NUM_THREADS"] = str(threads)
     for who in ("AUTHOR", "COMMITTER"):
@@ -164,11 +167,12 @@ def bench_pipeline(
     log: Callable[[str], None],
     keep: bool = False,
     params_file: Path | None = None,
-    threads: int = 1,
+    threads: int | None = None,
 ) -> dict:
     """Full and no-op `dvc repro` of the embedded default (or of `params_file`) in a temporary
-    clone of `repo`, each stage's torch on `threads` threads. Left to torch's default (a thread per
-    core), a lone repro on a 2-vCPU machine took 845 s, against 585 s with one thread (2026-12-05)."""
+    clone of `repo`. Each stage's torch runs on `threads` threads, by default torch's own (one per
+    core), because that is what `dvc repro` costs a user: pinned to one thread, the default's
+    repro took 809 s against 655 s on a 2-core Intel Xeon (2026-12-06, one run after the other)."""
     # A regular file of params size, read before anything is made: never a device's endless bytes.
     params = None if params_file is None else read_regular(params_file, "params file", MAX_PARAMS_BYTES)
     adopt_orphans()  # so that kill_group sees the end of a stage whose dvc parent died first
@@ -200,7 +204,8 @@ def bench_pipeline(
     return {
         **measured,
         "params": str(params_file) if params_file else DEFAULT_PARAMS,
-        "threads": threads,
+        "threads": threads,  # None: torch's default, one per core
+        "cores": core_share(1),
         "method_costs": method_costs(full["stages_s"]),
         "stages_s": full["stages_s"],
         "noop_ran_stages": sorted(noop["stages_s"]),

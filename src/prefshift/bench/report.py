@@ -187,10 +187,20 @@ def _evaluation(section: dict) -> list[str]:
     return lines
 
 
+def _stage_threads(pipeline: dict) -> str:
+    """Each stage's torch threads, for sections that recorded them (since 2026-12-06)."""
+    if pipeline.get("threads"):
+        return f"{pipeline['threads']} torch thread(s) per stage"
+    if "cores" in pipeline:
+        return f"torch's default threads per stage (one per core: {pipeline['cores']})"
+    return ""
+
+
 def measured_on(pipeline: dict) -> str:
-    """ " on <CPU>" (and the command, where known) for a pipeline section measured apart from the
-    rest of its result (`bench --pipeline-only` into a full result), else nothing."""
-    threads = f", {pipeline['threads']} torch thread(s) per stage" if pipeline.get("threads") else ""
+    """The words `on <CPU>` (with its threads and command, where known) for a pipeline section
+    measured apart from the rest of its result (`bench --pipeline-only` into a full result), else
+    nothing."""
+    threads = f", {threads}" if (threads := _stage_threads(pipeline)) else ""
     command = f", by `{pipeline['command']}`" if pipeline.get("command") else ""
     return f" on {pipeline['cpu']}{threads}{command}" if pipeline.get("cpu") else ""
 
@@ -201,6 +211,8 @@ def _pipeline(section: dict | None) -> list[str]:
         return [*lines, "Not measured in this run (`prefshift bench --pipeline`).", ""]
     if section.get("date"):
         lines += [f"Measured {section['date']}{measured_on(section)}.", ""]
+    elif threads := _stage_threads(section):
+        lines += [f"Threads: {threads}.", ""]
     lines += ["| measure | value | limit | |", "|---|---|---|---|"]
     for key, target in section["targets"].items():
         lines.append(f"| {key} | {section[key]:.1f} | {target['max']:.0f} | {_met(target)} |")

@@ -166,11 +166,13 @@ def _command(
     pipeline_only: bool = False,
     out_dir: Path = Path("reports"),
     model: list[str] | None = None,
+    stage_threads: int | None = None,
 ) -> str:
     flags = [
         f"--out {out_dir}" if out_dir != Path("reports") else "",
         *(model or []),
         "--pipeline-only" if pipeline_only else "",
+        f"--stage-threads {stage_threads}" if stage_threads is not None else "",
         "--quick" if quick else "",
         f"--invocations {invocations}" if invocations > 1 else "",
         "--trl-as-shipped" if trl_as_shipped else "",
@@ -190,6 +192,7 @@ def run_bench(
     pipeline: bool = False,
     keep: bool = False,
     threads: int = 1,
+    stage_threads: int | None = None,
     repo: Path = Path("."),
     note: str | None = None,
     invocations: int = 1,
@@ -209,6 +212,8 @@ def run_bench(
     each as its own process, and are merged (`bench.invocations`); the pipeline runs once.
     With `readme`, that file's numbers block is rewritten from the result (`bench.readme`).
     `pipeline_only` times the pipeline alone, e.g. each method's cost in another params file.
+    `threads` is the in-process benchmarks' torch threads; the pipeline's stages take
+    `stage_threads`, by default torch's own, as a user's `dvc repro` does (`bench.pipeline`).
     `model_dir` runs the training and ANCHOR rows of `ModelPlan` on that local model instead,
     on the HH-style pairs file `pairs` (synthetic pairs without it) cut to `max_length`.
     """
@@ -267,6 +272,7 @@ def run_bench(
         pipeline_only,
         out_dir,
         model_flags,
+        stage_threads,
     )
     json_path = out_dir / "bench.json"
     previous = _previous(json_path)
@@ -284,7 +290,7 @@ def run_bench(
             " give --pipeline-params a directory of its own, e.g. --out reports/results/<name>"
         )
     measure = pipeline or pipeline_only or pipeline_params is not None
-    timed = bench_pipeline(repo, log, keep, pipeline_params, threads) if measure else None
+    timed = bench_pipeline(repo, log, keep, pipeline_params, stage_threads) if measure else None
     result["pipeline"] = timed or (previous or {}).get("pipeline")
     if full is not None:
         stamp = {"date": result["date"], "cpu": result["machine"]["cpu"]}
