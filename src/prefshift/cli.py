@@ -140,6 +140,23 @@ def _each_seed(
     return [(one, Layout(root).for_seed(one.seed)) for one in seeded]
 
 
+def _method_stage(
+    stage: str,
+    method: str,
+    path: Path,
+    overrides: list[str] | None,
+    seed: int | None,
+    all_seeds: bool,
+    root: Path,
+) -> None:
+    """Run a method's stage (`stage`.run) for each seed asked, after loading the method (its
+    contract is checked there) and checking params list it."""
+    _call(_stage("methods.registry", "get"), method)
+    for loaded, layout in _each_seed(path, overrides, seed, all_seeds, root):
+        _call(check_listed, loaded, method)
+        _call(_stage(stage), loaded, layout, method)
+
+
 @app.command()
 def inputs(params: ParamsOption = Path("params.yaml"), set_: SetOption = None, root: RootOption = Path(".")):
     """Version the local data and model files params name: data/inputs/*.json (DVC runs it always)."""
@@ -259,10 +276,7 @@ def targets(
     root: RootOption = Path("."),
 ):
     """Write what student M trains on (data/targets/<M>/seed-<k>/): teacher q, gold, or SEAM's labels."""
-    _call(_stage("methods.registry", "get"), method)  # loads it: its contract is checked here
-    for loaded, layout in _each_seed(params, set_, seed, all_seeds, root):
-        _call(check_listed, loaded, method)
-        _call(_stage("pipeline.stages.targets"), loaded, layout, method)
+    _method_stage("pipeline.stages.targets", method, params, set_, seed, all_seeds, root)
 
 
 @app.command()
@@ -275,10 +289,7 @@ def train(
     root: RootOption = Path("."),
 ):
     """Train strong student M for one seed or every seed (models/students/<M>/seed-<k>/)."""
-    _call(_stage("methods.registry", "get"), method)  # loads it: its contract is checked here
-    for loaded, layout in _each_seed(params, set_, seed, all_seeds, root):
-        _call(check_listed, loaded, method)
-        _call(_stage("pipeline.stages.train"), loaded, layout, method)
+    _method_stage("pipeline.stages.train", method, params, set_, seed, all_seeds, root)
 
 
 @app.command()
@@ -291,10 +302,7 @@ def evaluate(
     root: RootOption = Path("."),
 ):
     """Metrics of student M from its held-out scores, per seed: reports/metrics/<M>/seed-<k>.json."""
-    _call(_stage("methods.registry", "get"), method)  # loads it: its contract is checked here
-    for loaded, layout in _each_seed(params, set_, seed, all_seeds, root):
-        _call(check_listed, loaded, method)
-        _call(_stage("pipeline.stages.evaluate"), loaded, layout, method)
+    _method_stage("pipeline.stages.evaluate", method, params, set_, seed, all_seeds, root)
 
 
 @app.command("score-target")
