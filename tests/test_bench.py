@@ -420,6 +420,9 @@ def test_pipeline_stages_take_torch_s_default_threads_unless_told(tmp_path, monk
     assert section["stage_threads_asked"] == 1
     command = f"prefshift bench --out {tmp_path} --pipeline-only --stage-threads 1"
     assert result["settings"]["command"] == command
+    for refused, pipeline_only in ((0, True), (2, False)):  # no thread at all; no pipeline to time
+        with pytest.raises(BenchError, match="--stage-threads"):
+            run.run_bench(tmp_path, pipeline_only=pipeline_only, stage_threads=refused, log=lambda line: None)
     stamp = {"date": "2026-12-06 09:00 UTC", "cpu": "Xeon"}
     assert measured_on({**stamp, "threads": None, "cores": 2}) == (
         " on Xeon, torch's default threads per stage (one per core: 2)"

@@ -224,6 +224,10 @@ def run_bench(
 
     if pipeline_only and invocations > 1:
         raise BenchError("--pipeline-only times one pipeline: it runs once")
+    if stage_threads is not None and stage_threads < 1:
+        raise BenchError(f"--stage-threads {stage_threads}: give 1 or more, or omit it for torch's default")
+    if stage_threads is not None and not (pipeline or pipeline_only or pipeline_params):
+        raise BenchError("--stage-threads sets the pipeline's stages: add --pipeline or --pipeline-only")
     if model_dir is None and (pairs is not None or max_length is not None):
         raise BenchError("--pairs and --max-length set the workload of --model-dir; name the model")
     if readme is not None and pipeline_params is not None:
