@@ -61,7 +61,12 @@ COMMANDS: dict[str, list[str]] = {
     "ui --check": ["ui", "--check", "-p", "{p}", "--screenshot", "{dir}/shot.png"],
     "preset": ["preset", "laptop-helpful", "--out", "{dir}/preset.yaml"],
     "sweep": ["sweep", "--dry-run"],
+    "sweep status": ["sweep", "status", "s1", "--scratch", "{dir}/sweeps"],
+    "sweep collect": ["sweep", "collect", "s1", "--scratch", "{dir}/sweeps"],
+    "sweep resume": ["sweep", "resume", "s1", "--scratch", "{dir}/sweeps"],
+    "sweep task": ["sweep", "task", "{dir}/sweeps/s1", "0"],
 }
+NO_ROOT = ("preset", "sweep task")  # commands without --root
 PARAMS_COMMANDS = tuple(k for k, v in COMMANDS.items() if "{p}" in v)
 OVERRIDE_COMMANDS = (*(c for c in PARAMS_COMMANDS if c != "ui --check"), "preset")  # ui takes no -S
 
@@ -69,11 +74,28 @@ OVERRIDE_COMMANDS = (*(c for c in PARAMS_COMMANDS if c != "ui --check"), "preset
 NOT_RUN = {
     "datasets": "reads no input: it prints the adapter catalogue",
     "bench": "its inputs are the --pipeline-params file, checked by click (exists, not a directory)",
-    "sweep status": "reads only the sweep record prefshift wrote (tests/test_sweep*.py)",
-    "sweep collect": "reads only the sweep record prefshift wrote (tests/test_sweep*.py)",
-    "sweep resume": "reads only the sweep record prefshift wrote (tests/test_sweep*.py)",
-    "sweep task": "hidden: what a SLURM task runs on a record prefshift wrote",
 }
+SWEEP_RECORD = ("sweep status", "sweep collect", "sweep resume", "sweep task")
+RECORD = {
+    "id": "s1",
+    "root": "<dir>",
+    "baseline": "0" * 40,
+    "points": [{"seed": "1"}],
+    "names": ["sweep-seed-1"],
+    "methods": ["naive"],
+    "report": False,
+    "tracking_uri": "sqlite:///mlflow.db",
+    "git_remote": "<dir>",
+    "dvc_cache": None,
+    "executor": {"kind": "local", "jobs": 1, "devices": [], "resources": {}},
+    "jobs": [],
+}
+
+
+def _record(drop: str = "", **changes) -> dict[str, str]:
+    """A sweep record as `prefshift sweep` writes it, field `drop` left out and `changes` applied."""
+    record = {k: v for k, v in {**RECORD, **changes}.items() if k != drop}
+    return {"sweeps/s1/sweep.json": json.dumps(record)}
 
 
 def _locked(path: Path) -> Callable[[], Callable[[], None]]:
@@ -201,6 +223,24 @@ CORPUS = [
         files={"grid.yaml": f"blocks:\n- axes:\n    anchor.lambda: [{BIG}]\n"}, args=GRID),
     Bad("grid file: not UTF-8", ("sweep",), "grid.yaml: not UTF-8", files={"grid.yaml": b"\xff\xfe"},
         args=GRID),
+    # sweep records and point states: prefshift's own files, edited or cut short (a full disk)
+    Bad("sweep record: an empty object", SWEEP_RECORD, "sweep.json: id: Field required",
+        files={"sweeps/s1/sweep.json": "{}"}),
+    Bad("sweep record: a list", SWEEP_RECORD, "sweep.json: (top level): Input should be a valid dict",
+        files={"sweeps/s1/sweep.json": "[]"}),
+    Bad("sweep record: no executor", SWEEP_RECORD, "sweep.json: executor: Field required",
+        files=_record(drop="executor")),
+    Bad("sweep record: a name short", SWEEP_RECORD, "sweep.json: names: not one per point",
+        files=_record(names=[])),
+    Bad("sweep record: a stopped point's index as text", SWEEP_RECORD,
+        "sweep.json: stops.0.points.0: Input should be a valid integer",
+        files=_record(stops=[{"time": "t", "signal": "SIGINT", "points": ["0"], "done": []}])),
+    Bad("sweep record: --jobs as text", ("sweep resume",), "sweep.json: executor.jobs: Input should be",
+        files=_record(executor={**RECORD["executor"], "jobs": "two"})),
+    Bad("point state: a list", SWEEP_RECORD, "0.json: (top level): Input should be a valid dict",
+        files={**_record(), "sweeps/s1/points/0.json": "[]"}),
+    Bad("point state: an attempt as text", SWEEP_RECORD, "0.json: attempt: Input should be a valid integer",
+        files={**_record(), "sweeps/s1/points/0.json": '{"state": "failed", "attempt": "2"}'}),
 ]  # fmt: skip
 
 CASES = [pytest.param(bad, c, id=f"{c} | {bad.name}") for bad in CORPUS for c in bad.commands]
@@ -260,7 +300,7 @@ def test_a_malformed_input_is_one_line_and_exit_2(bad, command, tmp_path, tmp_pa
     args = [a.format(**values) for a in [*COMMANDS[command], *bad.args]]
     try:
         result = CliRunner().invoke(
-            app, [*args, "--root", str(tmp_path)] if "--root" not in args and command != "preset" else args,
+            app, args if "--root" in args or command in NO_ROOT else [*args, "--root", str(tmp_path)],
             env={"MLFLOW_TRACKING_URI": uri, "PREFSHIFT_PIPELINE_RUN_ID": "boundary"},
         )  # fmt: skip
     finally:

@@ -5,6 +5,7 @@ is in test_pipeline_e2e.py, beside the tests it shares that pipeline with."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -21,12 +22,21 @@ from prefshift.core import locks
 from prefshift.core.errors import PrefshiftError
 from prefshift.pipeline.sweep.commands import SweepError
 from prefshift.pipeline.sweep.grid import experiment_name, grid_points, parse_grid
+from prefshift.pipeline.sweep.record import SweepRecord, create
 from prefshift.pipeline.sweep.results import sweep_filename
+from prefshift.pipeline.sweep.run import Executor
 from prefshift.pipeline.sweep_points import ablation_keys, replicate_seed
 from proc_support import processes
 
 BIN = Path(sys.executable).parent
 GIT_ID = {f"GIT_{w}_{x}": "t" for w in ("AUTHOR", "COMMITTER") for x in ("NAME", "EMAIL")}
+
+
+def _record(folder: Path, points: list, names: list) -> SweepRecord:
+    """A new sweep record holding every field its readers check, as `start` writes it."""
+    data = {"root": str(folder), "baseline": "0" * 40, "points": points, "names": names, "methods": ["naive"]}
+    data.update(report=False, tracking_uri="sqlite:///mlflow.db", git_remote=str(folder), dvc_cache=None)
+    return create(folder, {**data, "executor": dataclasses.asdict(Executor())})
 
 
 def test_grid_keeps_list_values_whole_and_crosses_axes():
@@ -54,6 +64,75 @@ def test_names_are_readable_and_ref_safe():
     assert experiment_name({"anchor.mid_fractions": "[0.25, 0.5]"}) == "sweep-anchor.mid_fractions-0.25_0.5"
     assert sweep_filename("anchor_mid", {"anchor.mid_fractions": [0.25, 0.5]}) == (
         "anchor_mid__anchor.mid_fractions=[0.25,0.5].json"
+    )
+
+
+NASTY_VALUES = [
+    "2.",
+    "1e-4.",
+    "foo..bar",
+    "...",
+    "model.lock",
+    ".lock",
+    "a/b.lock",
+    "@{u}",
+    "a\\b",
+    "x y~^:?*[",
+]
+
+
+def test_every_name_is_an_experiment_name_dvc_takes(tmp_path):
+    """Before, `-S anchor.lambda=2.` (a YAML float) passed every check and failed in the point's
+    `dvc exp run` ("Invalid exp name"), and again on every resume. DVC's own check of a name, on a
+    real repository, over the values git refuses in a ref and 5,000 random strings of such characters."""
+    import random
+
+    from dvc.repo.experiments.refs import ExpRefInfo
+    from dvc.repo.experiments.utils import check_ref_format
+    from scmrepo.git import Git
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    scm, rng, baseline = Git(str(tmp_path)), random.Random(0), "ab" + "c" * 38
+    randoms = [
+        "".join(rng.choice("./-_@{}:~^?*[ \\lock09") for _ in range(rng.randint(1, 10))) for _ in range(5000)
+    ]
+    for value in [*NASTY_VALUES, *randoms]:
+        check_ref_format(scm, ExpRefInfo(baseline, experiment_name({"anchor.lambda": value})))
+    for value in NASTY_VALUES:  # git itself agrees, through the ref the task reads
+        ref = f"refs/exps/ab/{'c' * 38}/{experiment_name({'anchor.lambda': value})}"
+        assert subprocess.run(["git", "check-ref-format", ref]).returncode == 0, value
+    assert experiment_name({"anchor.lambda": "2."}) == "sweep-anchor.lambda-2_"
+    assert (
+        experiment_name({"backbone.strong.name_or_path": "m.lock"})
+        == "sweep-backbone.strong.name_or_path-m_lock"
+    )
+
+
+def test_methods_to_collect_that_a_point_or_the_grid_does_not_train_are_refused_before_anything_runs(
+    tmp_path,
+):
+    """Before, `--methods grm` (not in params.yaml's methods) or `-S methods=[naive] --methods
+    anchor_last` ran every point, then failed when filing: no numbers for the method. And the paper
+    grid, whose blocks train different methods, would have failed so after all 252 points: each
+    point now files those of `--methods` that it trains."""
+    from prefshift.pipeline.sweep.grid import check_distinct
+    from prefshift.pipeline.sweep.run import start
+
+    shutil.copy2(REPO / "params.yaml", tmp_path / "params.yaml")
+    for specs, methods, message in (
+        (["anchor.lambda=0.5,2"], ["grm"], "grid point 'anchor.lambda=0.5' trains none of --methods grm"),
+        (
+            ["methods=[naive],[anchor_last]"],
+            ["anchor_last"],
+            r"trains none of --methods anchor_last \(its methods: naive\)",
+        ),
+        (["anchor.lambda=0.5,2"], ["naive", "grm"], "^--methods grm: no grid point trains it"),
+    ):
+        with pytest.raises(SweepError, match=message) as err:
+            start(tmp_path, grid_points(parse_grid(specs)), methods)  # no git or DVC here: refused first
+        assert str(err.value).endswith("nothing was run") and "\n" not in str(err.value)
+    check_distinct(
+        tmp_path / "params.yaml", grid_points(parse_grid(["methods=[naive],[seam]"])), ["naive", "seam"]
     )
 
 
@@ -92,7 +171,7 @@ def test_grid_points_that_are_one_experiment_are_refused_before_anything_is_queu
 
     shutil.copy2(REPO / "params.yaml", tmp_path / "params.yaml")
     with pytest.raises(SweepError, match="give the same params: list each value once") as err:
-        start(tmp_path, grid_points(parse_grid(specs)))  # no git or DVC here: refused before either is used
+        start(tmp_path, grid_points(parse_grid(specs)), ["naive"])  # no git or DVC here: refused first
     assert "nothing was run" in str(err.value)
 
 
@@ -201,11 +280,10 @@ def test_status_names_each_unfinished_point_with_why_and_its_log(tmp_path):
     import socket
 
     from prefshift.core.atomic import write_json
-    from prefshift.pipeline.sweep.record import create
     from prefshift.pipeline.sweep.run import status_lines
 
     names = [f"sweep-seed-{i}" for i in range(4)]
-    record = create(tmp_path, {"points": [{"seed": str(i)} for i in range(4)], "names": names})
+    record = _record(tmp_path, [{"seed": str(i)} for i in range(4)], names)
     record.data["executor"] = {"kind": "local-gpus"}
     here = socket.gethostname()
     error = "`dvc exp run ...` failed (exit 1):\nRunning stage 'report':\nERROR: failed to reproduce 'report'"
@@ -251,10 +329,9 @@ def test_a_point_runs_while_its_task_holds_its_lock_whatever_its_pid_now_names(t
     import socket
 
     from prefshift.core.atomic import write_json
-    from prefshift.pipeline.sweep.record import create
     from prefshift.pipeline.sweep.run import point_states
 
-    record = create(tmp_path, {"points": [{"seed": str(i)} for i in range(3)], "names": list("abc")})
+    record = _record(tmp_path, [{"seed": str(i)} for i in range(3)], list("abc"))
     record.data["executor"] = {"kind": "local"}
     for index, pid in enumerate([1, os.getpid(), 2**22 + 1]):
         entry = {"state": "running", "step": "run", "host": socket.gethostname(), "pid": pid}
@@ -277,10 +354,10 @@ def test_the_sweep_waits_for_a_task_that_said_success_until_it_exits_and_prints_
 
     from prefshift.core.atomic import write_json
     from prefshift.pipeline.sweep import local
-    from prefshift.pipeline.sweep.record import TASK_HEADER, create
+    from prefshift.pipeline.sweep.record import TASK_HEADER
     from prefshift.pipeline.sweep.run import wait_for
 
-    record = create(tmp_path, {"points": [{"seed": "1"}], "names": ["sweep-seed-1"]})
+    record = _record(tmp_path, [{"seed": "1"}], ["sweep-seed-1"])
     record.data["executor"] = {"kind": "local"}
     record.log(0).write_text(f"{TASK_HEADER} point 0 ===\nexperiment committed\n")
     pool = local.Pool(record, local.Slots(1))
@@ -307,7 +384,6 @@ def test_the_sweep_waits_for_a_task_that_said_success_until_it_exits_and_prints_
 def test_a_task_reuses_an_earlier_experiment_only_with_the_points_params(tmp_path, earlier, reused):
     """What a repeated sweep's task finds under the point's experiment ref decides whether it runs:
     only an experiment whose params hold the point's values is pushed back as the point's result."""
-    from prefshift.pipeline.sweep.record import create
     from prefshift.pipeline.sweep.task import _fetch_earlier, experiment_commit, experiment_ref
 
     env = {**os.environ, **GIT_ID}
@@ -325,7 +401,7 @@ def test_a_task_reuses_an_earlier_experiment_only_with_the_points_params(tmp_pat
     _run(["git", "update-ref", ref, "HEAD"], user, env)
     _run(["git", "clone", "-q", str(user), str(clone)], tmp_path, env)
     _run(["git", "checkout", "-q", "--detach", baseline], clone, env)
-    record = create(tmp_path / "sweeps", {"points": [point], "names": [experiment_name(point)]})
+    record = _record(tmp_path / "sweeps", [point], [experiment_name(point)])
     record.data.update(baseline=baseline)
     said = []
     _fetch_earlier(record, 0, clone, said.append)
@@ -337,10 +413,9 @@ def test_a_task_reuses_an_earlier_experiment_only_with_the_points_params(tmp_pat
 def test_a_task_refuses_an_index_that_is_no_point_of_its_sweep(tmp_path, index):
     """`sweep task` is run by the executors with indices they took from the record; by hand, -1
     would run the last point under a state file of its own and 2 would fail with an IndexError."""
-    from prefshift.pipeline.sweep.record import create
     from prefshift.pipeline.sweep.task import run_point
 
-    record = create(tmp_path, {"points": [{"seed": "1"}, {"seed": "2"}], "names": ["a", "b"]})
+    record = _record(tmp_path, [{"seed": "1"}, {"seed": "2"}], ["a", "b"])
     with pytest.raises(SweepError, match=rf"sweep {record.id}: no point {index}; its points are 0 to 1"):
         run_point(record.folder, index)
     assert not list((record.folder / "points").iterdir()) and not list((record.folder / "clones").iterdir())
@@ -369,14 +444,12 @@ def test_a_sweep_run_by_a_live_process_shows_its_queue_as_pending_and_refuses_a_
     """A local sweep's points wait in its own process until a slot frees. Another shell saw them as
     never started, and its `resume` started them too: two tasks of one point in one clone. The
     process running the sweep holds `sweep.lock`, and the record lists what it queued."""
-    import dataclasses
-
     from prefshift.core.atomic import write_json
     from prefshift.pipeline.sweep import local
-    from prefshift.pipeline.sweep.record import create, load
-    from prefshift.pipeline.sweep.run import Executor, point_states, resume
+    from prefshift.pipeline.sweep.record import load
+    from prefshift.pipeline.sweep.run import point_states, resume
 
-    record = create(tmp_path, {"points": [{"seed": str(i)} for i in range(4)], "names": list("abcd")})
+    record = _record(tmp_path, [{"seed": str(i)} for i in range(4)], list("abcd"))
     record.data["executor"] = dataclasses.asdict(Executor())
     record.data["driver"] = {"points": [1, 2, 3], "since": "2026-12-05T10:00:00Z"}
     record.save()
@@ -434,9 +507,8 @@ def test_a_task_killed_alone_has_its_group_ended_before_its_slot_is_reused(tmp_p
     first so that a stage records its run stopped, before the slot is free."""
     from prefshift.core.process_group import group_alive, kill_group
     from prefshift.pipeline.sweep import local
-    from prefshift.pipeline.sweep.record import create
 
-    record = create(tmp_path, {"points": [{"seed": "1"}], "names": ["sweep-seed-1"]})
+    record = _record(tmp_path, [{"seed": "1"}], ["sweep-seed-1"])
     record.data["executor"] = {"kind": "local"}
     pool, task = local.Pool(record, local.Slots(1)), None
     try:
@@ -468,9 +540,8 @@ def test_the_pool_reaps_the_orphans_it_adopts_and_leaves_its_tasks_exit_status_t
     a zombie until the sweep ended (a real sweep showed two per point). A task's own end is its
     Popen's to read, exit status and all."""
     from prefshift.pipeline.sweep import local
-    from prefshift.pipeline.sweep.record import create
 
-    record = create(tmp_path, {"points": [{"seed": "1"}], "names": ["sweep-seed-1"]})
+    record = _record(tmp_path, [{"seed": "1"}], ["sweep-seed-1"])
     pool = local.Pool(record, local.Slots(1))
     try:
         task = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"], start_new_session=True)

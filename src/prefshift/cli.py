@@ -21,7 +21,7 @@ from typer.core import TyperGroup
 from prefshift.config.params import ConfigError, Params, check_listed, for_seed, load_params
 from prefshift.core.atomic import STDOUT, check_output
 from prefshift.core.console import error_text, messages
-from prefshift.core.errors import PrefshiftError, boundary_line, naming
+from prefshift.core.errors import boundary_line, naming
 from prefshift.core.paths import Layout
 from prefshift.core.progress import lines_to
 from prefshift.core.signals import Terminated, exit_code
@@ -747,7 +747,7 @@ def sweep(
     chosen = sweep_run.Executor(executor, jobs, devices, resources)
     _call(chosen.check, wait)
     if dry_run:
-        _dry_run(root, grid, points, chosen, scratch)
+        _dry_run(root, grid, points, listed, chosen, scratch)
         return
     result = _call(sweep_run.start, root, points, listed, chosen, scratch, report, wait)
     _print_sweep(result)
@@ -759,9 +759,10 @@ def _grid(path: Path, max_points: int) -> Any:
         return _stage("pipeline.sweep.grid_file", "load_grid_file")(path, max_points)
 
 
-def _dry_run(root: Path, grid: Any, points: list, chosen: Any, scratch: Path | None) -> None:
-    """What a sweep would run and cost, printed; nothing is written, run or submitted."""
-    _call(_stage("pipeline.sweep.grid", "check_distinct"), root / "params.yaml", points)
+def _dry_run(root: Path, grid: Any, points: list, methods: list, chosen: Any, scratch: Path | None) -> None:
+    """What a sweep would run and cost, printed; nothing is written, run or submitted. A grid the
+    sweep would refuse is refused; what the workspace lacks is noted, after the plan."""
+    _call(_stage("pipeline.sweep.grid", "check_distinct"), root / "params.yaml", points, methods)
     typer.echo(f"points: {len(points)}")
     if grid is not None:
         grid_module = importlib.import_module("prefshift.pipeline.sweep.grid_file")
@@ -770,12 +771,13 @@ def _dry_run(root: Path, grid: Any, points: list, chosen: Any, scratch: Path | N
         if grid.spec.estimate:
             for line in _call(grid_module.estimate, grid, root / "params.yaml").lines()[1:]:
                 typer.echo(line)
+    problems = _call(
+        _stage("pipeline.sweep.run", "workspace_problems"), root, scratch, chosen.kind == "slurm"
+    )
+    for problem in problems:
+        typer.echo(f"note: the sweep itself would stop here: {problem}")
     if chosen.kind == "slurm":
         slurm = importlib.import_module("prefshift.pipeline.sweep.slurm")
-        try:
-            slurm.check_tracking(slurm.tracking_uri(Layout(root)))
-        except PrefshiftError as err:
-            typer.echo(f"note: the sweep itself would stop here: {err}")
         typer.echo("sbatch script:")
         typer.echo(_call(slurm.dry_run_script, root, chosen.resources, points, scratch), nl=False)
 

@@ -43,7 +43,20 @@ def commit_command(paths: Sequence[str]) -> str:
 
 
 def check_committed(root: Path) -> None:
-    """Refuse a workspace that holds anything a task cloning HEAD would miss."""
+    """Refuse a workspace that holds anything a task cloning HEAD would miss, or no baseline at all:
+    with no dvc.lock every point would compute every stage, the shared ones too."""
+    try:
+        run_git(root, "rev-parse", "--verify", "--quiet", "HEAD^{commit}")
+    except SweepError:
+        raise SweepError(
+            f"{root}: no git commit to start from (not a git repository, or one without a commit); each "
+            "point runs in a clone of the baseline commit: commit the project, then its baseline"
+        ) from None
+    if not (root / "dvc.lock").exists():
+        raise SweepError(
+            f"{root}: no dvc.lock, so no baseline: every point would compute every stage, the ones they "
+            "share too. Run `dvc repro` (`make repro`) first; the sweep then names what to commit"
+        )
     changed = [p for p in run_git(root, "diff", "HEAD", "--name-only", "--no-renames", "-z").split("\0") if p]
     if missing := sorted(set(changed) | set(uncommitted_baseline(root))):
         raise SweepError(

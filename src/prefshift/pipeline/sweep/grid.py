@@ -18,7 +18,7 @@ MAX_POINTS = 1000
 """Points a sweep takes unless `--max-points` raises it: the paper's grid is 252, and every point
 is a training run, so a bigger grid is far more often a typo than a plan."""
 MAX_NAME = 120
-_REF_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_REF_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+|\.{2,}")  # outside git's ref characters, or git's `..`
 
 
 def split_values(text: str) -> list[str]:
@@ -50,6 +50,8 @@ def parse_grid(specs: Sequence[str]) -> dict[str, list[str]]:
 
 def check_size(count: int, max_points: int, where: str) -> None:
     """Refuse a grid past the cap before a single point is built."""
+    if max_points < 1:
+        raise SweepError(f"--max-points {max_points}: give the most points a sweep may take, 1 or more")
     if count > max_points:
         raise SweepError(
             f"{where}: {count:,} grid points, more than the {max_points:,} a sweep takes; "
@@ -63,17 +65,28 @@ def grid_points(grid: Mapping[str, Sequence[str]], max_points: int = MAX_POINTS)
     return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(grid[k] for k in keys))]
 
 
-def check_distinct(params_path: Path, points: Iterable[Mapping[str, str]]) -> None:
+def check_distinct(
+    params_path: Path, points: Iterable[Mapping[str, str]], collected: Sequence[str] = ()
+) -> None:
     """Load each point's params (a typo or a bad value fails here, before anything runs) and refuse
     two points that are one experiment: compared as parsed (`1` and `1.0`, two axes setting one
-    param), and by experiment name, which must be unique too. params.yaml is parsed once."""
+    param), and by experiment name, which must be unique too. Each point files the methods to be
+    `collected` that it trains (a grid file's blocks train different ones), so a point that trains
+    none of them, or a method that no point trains, is refused too: it would fail only when filed,
+    after every point ran. params.yaml is parsed once."""
     load_params(params_path)  # the file itself, checked once with its own errors
     raw = read_yaml(Path(params_path).read_text(encoding="utf-8"), str(params_path))
-    points, seen = list(points), {}  # by resolved params (JSON, "{...") and by name ("sweep-..."): index
+    points, seen, trained = list(points), {}, set()  # seen: by resolved params (JSON) and by name
     for index, point in enumerate(points):
         overrides = [f"{k}={v}" for k, v in point.items()]
         tree = apply_overrides(copy.deepcopy(raw), overrides)
         params = parse_params(tree, " -S ".join([str(params_path), *overrides]))
+        if collected and not (mine := [m for m in collected if m in params.methods]):
+            raise SweepError(
+                f"grid point {' '.join(overrides)!r} trains none of --methods {','.join(collected)} (its "
+                f"methods: {', '.join(params.methods)}); collect what it trains; nothing was run"
+            )
+        trained.update(mine if collected else ())
         for key, why in (
             (json.dumps(params.resolved(), sort_keys=True), "give the same params"),
             (experiment_name(point), "get the same experiment name"),
@@ -84,13 +97,16 @@ def check_distinct(params_path: Path, points: Iterable[Mapping[str, str]]) -> No
                     f"grid points {shown[0]!r} and {shown[1]!r} {why}: list each value once "
                     "(values are compared as parsed, so 1 and 1.0 are one value); nothing was run"
                 )
+    if unused := [m for m in collected if m not in trained]:
+        raise SweepError(f"--methods {','.join(unused)}: no grid point trains it; nothing was run")
 
 
 def experiment_name(point: Mapping[str, str]) -> str:
-    """A git-ref-safe readable name, e.g. `sweep-anchor.lambda-0.01`; past MAX_NAME (a grid file's
-    bundles), its readable start and a hash of the whole: still one name per point, stable."""
+    """A readable name that git takes as a ref (git-check-ref-format, as DVC checks it), e.g.
+    `sweep-anchor.lambda-0.01`: no `..`, no end in `.` or `.lock` (`2.` is a number). Past MAX_NAME
+    (a grid file's bundles), its readable start and a hash of the whole: one name per point, stable."""
     parts = [f"{key}-{_REF_UNSAFE.sub('_', value).strip('_')}" for key, value in point.items()]
-    name = "sweep-" + "-".join(parts)
+    name = re.sub(r"\.(lock)?$", r"_\1", "sweep-" + "-".join(parts))
     if len(name) <= MAX_NAME:
         return name
     digest = hashlib.sha256(name.encode()).hexdigest()[:12]

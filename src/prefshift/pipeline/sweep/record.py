@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, ValidationError
+
 from prefshift.core.atomic import write_json
 from prefshift.core.locks import private_dir
 from prefshift.pipeline.sweep.commands import SweepError
@@ -32,6 +34,81 @@ FINISHED, STOPPED, MISSING = "success", "stopped", "missing"
 LIVE = ("pending", "running")
 TASK_HEADER = "=== sweep task"
 """Starts each attempt's part of a point's log, so the gatherer reads the last attempt alone."""
+
+
+class _Checked(BaseModel):
+    model_config = ConfigDict(strict=True)  # JSON's types as written: "1" is no index, 1 no name
+
+
+class _Executor(_Checked):
+    kind: str  # the rest is run.Executor's, checked where it is rebuilt
+
+
+class _Job(_Checked):
+    job: str
+    indices: list[int]
+
+
+class _Stop(_Checked):
+    time: str
+    signal: str
+    points: list[int]
+    done: list[str]
+
+
+class _Driver(_Checked):
+    points: list[int]
+    since: str
+
+
+class _Stored(_Checked):
+    """What the readers of sweep.json index, checked as it is opened: a damaged record (edited, cut
+    short by a full disk) is one line naming the field, not a KeyError wherever it is first read."""
+
+    id: str
+    root: str
+    baseline: str
+    points: list[dict[str, str]]
+    names: list[str]
+    methods: list[str]
+    report: bool
+    tracking_uri: str
+    git_remote: str
+    dvc_cache: str | None
+    executor: _Executor
+    jobs: list[_Job]
+    stops: list[_Stop] = []
+    driver: _Driver | None = None
+
+
+class _PointState(_Checked):
+    """What a point's task writes about itself (write_state); every key may be absent."""
+
+    state: str | None = None
+    step: str | None = None
+    error: str | None = None
+    commit: str | None = None
+    attempt: int | None = None
+    time: str | None = None
+
+
+DAMAGED = "the sweep record is damaged; start the sweep again (finished points are reused)"
+
+
+def field_error(path: Path, err: ValidationError, what: str, prefix: str = "") -> SweepError:
+    """One line: the file, the first field `err` found wrong (under `prefix`) and what to do."""
+    first = err.errors()[0]
+    where = prefix + (".".join(str(part) for part in first["loc"]) or "(top level)")
+    return SweepError(f"{path}: {where}: {first['msg']}; {what}")
+
+
+def _checked(path: Path, data: Any, model: type[BaseModel], what: str) -> dict[str, Any]:
+    """`data`, once it has the fields `model` names with their types."""
+    try:
+        model.model_validate(data)
+    except ValidationError as err:
+        raise field_error(path, err, what) from None
+    return data
 
 
 def default_scratch(root: Path) -> Path:
@@ -86,15 +163,14 @@ class SweepRecord:
         self.save()
 
     def read_state(self, index: int) -> dict[str, Any]:
-        path = self.state_file(index)
+        path, fix = self.state_file(index), "delete it to rerun the point"
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return {}
         except (OSError, ValueError) as err:
-            raise SweepError(
-                f"{path}: cannot read the point's state ({err}); delete it to rerun the point"
-            ) from None
+            raise SweepError(f"{path}: cannot read the point's state ({err}); {fix}") from None
+        return _checked(path, data, _PointState, fix)
 
     def write_state(self, index: int, state: str, **fields: Any) -> None:
         """What the point's task says about itself, with where and in which process it runs."""
@@ -129,9 +205,12 @@ def open_folder(folder: Path) -> SweepRecord:
         hint = f"known there: {', '.join(known)}" if known else "no sweep has been started there"
         raise SweepError(f"sweep {path.parent.name!r}: no {path} ({hint}); pass the --scratch the sweep used")
     try:
-        return SweepRecord(Path(folder), json.loads(path.read_text(encoding="utf-8")))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise SweepError(f"{path}: cannot read the sweep record ({err})") from None
+    if len(_checked(path, data, _Stored, DAMAGED)["names"]) != len(data["points"]):
+        raise SweepError(f"{path}: names: not one per point; {DAMAGED}")
+    return SweepRecord(Path(folder), data)
 
 
 def point_state(entry: Mapping[str, Any], live: str | None) -> str:

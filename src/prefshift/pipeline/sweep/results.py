@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from prefshift.config.params import get_dotted, is_finite_number, load_params, read_yaml
+from prefshift.config.params import get_dotted, is_finite_number, load_params, parse_params, read_yaml
 from prefshift.core.atomic import write_json
 from prefshift.core.paths import Layout
 from prefshift.pipeline.sweep.commands import SweepError, run_git
@@ -44,17 +44,19 @@ def _missing(block: Any, prefix: str) -> list[str]:
 def point_results(
     root: Path, rev: str, point: Mapping[str, str], methods: Sequence[str], layout: Layout
 ) -> tuple[list[tuple[Path, dict]], list[str]]:
-    """The records to file for one experiment commit, and every headline number it lacks."""
+    """The records to file for one experiment commit (each of `methods` that it trains), and every
+    headline number it lacks."""
     params = read_yaml(run_git(root, "show", f"{rev}:params.yaml"), where := f"{rev[:7]}:params.yaml")
     try:
         sweep = {key: get_dotted(params, key) for key in point}
     except KeyError as err:
         raise SweepError(f"{where}: no param {err.args[0]!r}") from None
+    parsed, missing = parse_params(params, where), []  # the experiment's own, defaults included
     summary_rel = layout.metrics_summary.relative_to(layout.root).as_posix()
-    summary, records, missing = _json_at(root, rev, summary_rel), [], []
-    for method in methods:
+    summary, records = _json_at(root, rev, summary_rel), []
+    for method in (m for m in methods if m in parsed.methods):
         missing += _missing(summary.get(method), f"{summary_rel}:{method}.")
-        for seed in params.get("seeds") or [0]:
+        for seed in parsed.seeds:
             rel = layout.for_seed(seed).metrics(method).relative_to(layout.root).as_posix()
             missing += _missing(own := _json_at(root, rev, rel), f"{rel}:")
             record = sweep if "seed" in sweep else {**sweep, "seed": seed}
@@ -70,7 +72,7 @@ def file_results(
     report: bool,
 ) -> dict[str, Any]:
     """File every point's records in reports/sweeps/ and rebuild the report; nothing unless every
-    point has a finite WRG, mean AOG and mean NTS for every method."""
+    point has a finite WRG, mean AOG and mean NTS for every one of `methods` that it trains."""
     layout, experiments, filed, problems = Layout(root), [], [], []
     for point, rev in zip(points, commits, strict=True):
         records, missing = point_results(root, rev, point, methods, layout)

@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
+
 from prefshift.config.params import check_method
 from prefshift.core.paths import Layout
 from prefshift.core.signals import exit_code, signals_as_exceptions, signals_ignored, stop_signal
@@ -21,7 +23,17 @@ from prefshift.pipeline.sweep import local, slurm
 from prefshift.pipeline.sweep.baseline import check_committed, check_scratch
 from prefshift.pipeline.sweep.commands import SweepError, run_dvc, run_git, say
 from prefshift.pipeline.sweep.grid import check_distinct, experiment_name
-from prefshift.pipeline.sweep.record import FINISHED, LIVE, MISSING, SweepRecord, create, load, point_state
+from prefshift.pipeline.sweep.record import (
+    DAMAGED,
+    FINISHED,
+    LIVE,
+    MISSING,
+    SweepRecord,
+    create,
+    field_error,
+    load,
+    point_state,
+)
 from prefshift.pipeline.sweep.results import file_results
 from prefshift.tracking.runs import tracking_uri
 
@@ -53,9 +65,11 @@ class Executor:
 
     @classmethod
     def of(cls, record: SweepRecord) -> Executor:
-        """The executor a sweep was started with, as its record keeps it (`asdict`)."""
-        saved = {**record.data["executor"], "devices": tuple(record.data["executor"]["devices"])}
-        return cls(**{**saved, "resources": slurm.SlurmResources(**saved["resources"])})
+        """The executor a sweep was started with, as its record keeps it (`asdict`), its fields checked."""
+        try:
+            return TypeAdapter(cls).validate_python(record.data["executor"])
+        except ValidationError as err:
+            raise field_error(record.folder / "sweep.json", err, DAMAGED, "executor.") from None
 
 
 def start(
@@ -73,9 +87,9 @@ def start(
     if not methods or len(set(methods)) != len(methods):
         raise SweepError(f"--methods {','.join(methods)!r}: name each method to collect once, e.g. naive")
     executor.check(wait)
-    check_distinct(root / "params.yaml", points)
-    check_committed(root)
-    check_scratch(root, scratch)
+    check_distinct(root / "params.yaml", points, methods)
+    if problems := workspace_problems(root, scratch, executor.kind == "slurm"):
+        raise SweepError(problems[0])
     uri, baseline = tracking_uri(Layout(root)), run_git(root, "rev-parse", "HEAD").strip()
     cluster = executor.kind == "slurm"
     # One machine: the tasks clone this project and share its DVC cache; a cluster's, the remotes.
@@ -86,6 +100,21 @@ def start(
     record = create(scratch, {**data, "tracking_uri": uri, **where, "executor": asdict(executor)}, root)
     say(f"sweep {record.id}: {len(points)} point(s), folder {record.folder}")
     return _launch(root, record, executor, range(len(points)), wait)
+
+
+def workspace_problems(root: Path, scratch: Path | None, cluster: bool) -> list[str]:
+    """Each refusal the workspace earns before a sweep starts: `start` raises the first, and a dry
+    run prints them all, so that it passes only what the sweep itself would."""
+    checks = [lambda: check_committed(root), lambda: check_scratch(root, scratch)]
+    if cluster:  # the rest of a cluster's checks need its remotes (slurm.prepare)
+        checks.append(lambda: slurm.check_tracking(tracking_uri(Layout(root))))
+    problems = []
+    for check in checks:
+        try:
+            check()
+        except SweepError as err:
+            problems.append(str(err))
+    return problems
 
 
 def _launch(
