@@ -209,6 +209,50 @@ def test_uncommitted_baseline_names_lock_and_metrics_not_in_head_with_the_comman
     assert uncommitted_baseline(tmp_path) == []
 
 
+def test_a_workspace_the_sweep_cannot_start_from_is_refused_in_one_line_and_the_dry_run_says_so(
+    tmp_path, monkeypatch
+):
+    """Before, a fresh clone without `dvc repro` was swept (every point computed every stage), a
+    folder without git or DVC gave a git usage page or a NotDvcRepoError traceback, and `--dry-run`
+    passed an uncommitted params.yaml that the sweep itself refuses."""
+    from typer.testing import CliRunner
+
+    from prefshift.cli import app
+
+    for key, value in GIT_ID.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("PATH", f"{BIN}{os.pathsep}{os.environ['PATH']}")
+    shutil.copy2(REPO / "params.yaml", tmp_path / "params.yaml")
+    sweep = ["sweep", "-S", "anchor.lambda=0.5,2", "--root", str(tmp_path)]
+
+    def refused(says: str) -> None:
+        real, dry = CliRunner().invoke(app, sweep), CliRunner().invoke(app, [*sweep, "--dry-run"])
+        assert real.exit_code == 2 and real.stderr.count("\n") == 1 and says in real.stderr, real.stderr
+        assert (
+            dry.exit_code == 0 and f"note: the sweep itself would stop here: {tmp_path}: {says}" in dry.stdout
+        )
+        assert not (tmp_path / ".prefshift").exists()
+
+    refused("no git commit to start from")
+    _run(["git", "init", "-q"], tmp_path, os.environ)
+    _run(["git", "add", "-A"], tmp_path, os.environ)
+    _run(["git", "commit", "-qm", "params"], tmp_path, os.environ)
+    refused("not a DVC project (no .dvc)")
+    _run(["dvc", "init", "-q"], tmp_path, os.environ)
+    _run(["git", "commit", "-qm", "dvc"], tmp_path, os.environ)
+    refused("no dvc.lock, so no baseline")
+    (tmp_path / "dvc.yaml").write_text("stages: [\n")
+    (tmp_path / "dvc.lock").write_text("schema: '2.0'\nstages: {}\n")
+    _run(["git", "add", "-A"], tmp_path, os.environ)
+    _run(["git", "commit", "-qm", "pipeline"], tmp_path, os.environ)
+    refused("DVC cannot read the pipeline")
+    (tmp_path / "dvc.yaml").write_text("stages:\n  report: {cmd: 'true'}\n")
+    _run(["git", "commit", "-qam", "fixed"], tmp_path, os.environ)
+    with (tmp_path / "params.yaml").open("a") as params:
+        params.write("# an edit\n")
+    refused("not committed: params.yaml")
+
+
 def test_device_sets_are_disjoint_and_jobs_are_plain_slots():
     from prefshift.pipeline.sweep.local import Slots, parse_devices
 

@@ -17,15 +17,28 @@ from prefshift.pipeline.sweep.record import default_scratch
 
 
 def pipeline_outputs(root: Path) -> list[tuple[Path, bool, bool]]:
-    """(path relative to root, DVC-cached?, declared as metrics?) of every stage output."""
+    """(path relative to root, DVC-cached?, declared as metrics?) of every stage output; a folder
+    that is no DVC project, or a dvc.yaml DVC cannot read, is a SweepError naming it."""
+    from dvc.exceptions import DvcException, NotDvcRepoError
     from dvc.repo import Repo
 
-    with Repo(str(root)) as repo:
-        return [
-            (Path(out.fs_path).resolve().relative_to(root.resolve()), out.use_cache, bool(out.metric))
-            for stage in repo.index.stages
-            for out in stage.outs
-        ]
+    try:
+        with Repo(str(root)) as repo:
+            return [
+                (
+                    Path(out.fs_path).resolve().relative_to(Path(root).resolve()),
+                    out.use_cache,
+                    bool(out.metric),
+                )
+                for stage in repo.index.stages
+                for out in stage.outs
+            ]
+    except NotDvcRepoError:
+        raise SweepError(
+            f"{root}: not a DVC project (no .dvc); a sweep runs its pipeline: `dvc init`"
+        ) from None
+    except DvcException as err:
+        raise SweepError(f"{root}: DVC cannot read the pipeline ({err}); fix dvc.yaml") from None
 
 
 def uncommitted_baseline(root: Path) -> list[str]:
@@ -52,13 +65,14 @@ def check_committed(root: Path) -> None:
             f"{root}: no git commit to start from (not a git repository, or one without a commit); each "
             "point runs in a clone of the baseline commit: commit the project, then its baseline"
         ) from None
+    changed = [p for p in run_git(root, "diff", "HEAD", "--name-only", "--no-renames", "-z").split("\0") if p]
+    missing = sorted(set(changed) | set(uncommitted_baseline(root)))  # no DVC project is refused here
     if not (root / "dvc.lock").exists():
         raise SweepError(
             f"{root}: no dvc.lock, so no baseline: every point would compute every stage, the ones they "
             "share too. Run `dvc repro` (`make repro`) first; the sweep then names what to commit"
         )
-    changed = [p for p in run_git(root, "diff", "HEAD", "--name-only", "--no-renames", "-z").split("\0") if p]
-    if missing := sorted(set(changed) | set(uncommitted_baseline(root))):
+    if missing:
         raise SweepError(
             f"{root}: not committed: {', '.join(missing[:6])}{' ...' if len(missing) > 6 else ''}; "
             f"each point runs in a clone of the baseline commit, so commit first: {commit_command(missing)}"

@@ -105,6 +105,7 @@ def start(
 def workspace_problems(root: Path, scratch: Path | None, cluster: bool) -> list[str]:
     """Each refusal the workspace earns before a sweep starts: `start` raises the first, and a dry
     run prints them all, so that it passes only what the sweep itself would."""
+    root = Path(root).resolve()
     checks = [lambda: check_committed(root), lambda: check_scratch(root, scratch)]
     if cluster:  # the rest of a cluster's checks need its remotes (slurm.prepare)
         checks.append(lambda: slurm.check_tracking(tracking_uri(Layout(root))))
@@ -113,7 +114,7 @@ def workspace_problems(root: Path, scratch: Path | None, cluster: bool) -> list[
         try:
             check()
         except SweepError as err:
-            problems.append(str(err))
+            problems += [str(err)] if str(err) not in problems else []
     return problems
 
 
