@@ -493,3 +493,56 @@ def test_a_task_killed_alone_leaves_its_point_running_until_its_work_ends(tmp_pa
         (root / "reports" / "sweeps" / "anchor_last__anchor.lambda=2__seed=0.json").read_text()
     )
     assert filed["wrg"] == 4.0
+
+
+@pytest.mark.slow
+def test_a_resume_waiting_for_a_dead_task_s_work_gives_it_a_slot_and_its_stop_ends_that_work(
+    tmp_path, monkeypatch
+):
+    """Sweep and task of point 0 killed (`kill -9`), its stage still working. A resume waits for
+    that work, as the test above shows. It started point 1 beside it, past `--jobs 1`; and Ctrl-C on
+    the resume ended point 1 alone, leaving point 0's work running, which no command could then stop.
+    The awaited work now holds a slot, and a stop ends it as it ends the tasks the resume started."""
+    from prefshift.pipeline.sweep.record import load
+    from prefshift.pipeline.sweep.run import point_states
+
+    env = _env()
+    for key in ("PATH", *(k for k in env if k.startswith("GIT_"))):
+        monkeypatch.setenv(key, env[key])
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    root, trace = _project(tmp_path, env, remotes=False)
+    scratch, log = tmp_path / "scratch", tmp_path / "sweep.log"
+    at = ["--scratch", str(scratch), "--root", str(root)]
+    (trace / "hold-2").write_text("")  # point 0 (lambda 2) holds mid-run until this goes
+
+    def start(*command: str) -> subprocess.Popen:
+        with open(log, "w") as out:
+            return subprocess.Popen(
+                [str(BIN / "prefshift"), *command], cwd=root, env=env, stdout=out, stderr=out,
+                preexec_fn=_take_ctrl_c,
+            )  # fmt: skip
+
+    driver = start("sweep", "-S", "anchor.lambda=2,3", "--methods", "anchor_last", "--no-report", *at)
+    _wait(lambda: len(_traces(trace, "start")) == 1, "point 0 to run its stage", 300)
+    record = load(scratch, next(scratch.glob("*/sweep.json")).parent.name)
+    task, stage = record.read_state(0)["pid"], _traces(trace, "start")[0]["pid"]
+    for pid in (driver.pid, task):
+        os.kill(pid, signal.SIGKILL)
+    driver.wait()
+    assert _alive(stage) and point_states(record) == {0: "running", 1: "missing"}
+
+    resumed = start("sweep", "resume", record.id, *at)
+    _wait(lambda: "rerunning point 1" in log.read_text(), "the resume to take its points")
+    time.sleep(4)  # four of the pool's polls: time enough to start point 1, were a slot free
+    assert [t["lambda"] for t in _traces(trace, "start")] == [2], "point 1 waits for the slot"
+    resumed.send_signal(signal.SIGINT)
+    assert resumed.wait(timeout=120) == 130, log.read_text()
+    assert not _alive(stage) and _in_group(task) == [], "the stop ended point 0's work"
+    said = log.read_text()
+    assert f"point 0: ended process group {task}" in said
+    assert load(scratch, record.id).data["stops"][-1]["points"] == [0]
+    assert point_states(load(scratch, record.id)) == {0: "stopped", 1: "missing"}
+
+    (trace / "hold-2").unlink()
+    _cli("sweep", "resume", record.id, *at)
+    assert point_states(load(scratch, record.id)) == {0: "success", 1: "success"}

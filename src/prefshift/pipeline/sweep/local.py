@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -55,7 +56,8 @@ class Pool:
         its clone."""
         refusal = _running_elsewhere(record)
         self.lock = locks.take(record.driver_lock, "prefshift sweep", refusal, locks.PROBE_GRACE_S)
-        self.record, self.free, self.queued, self.awaited = record, slots.free, [], set()
+        self.record, self.free, self.queued = record, slots.free, []
+        self.awaited: dict[int, list[tuple[str, ...] | None]] = {}
         self.threads = str(host.core_share(len(slots.free)))
         self.running: dict[int, tuple[subprocess.Popen, tuple[str, ...] | None]] = {}
         adopt_orphans()  # a container's init may never reap a task's orphans: this process does
@@ -66,12 +68,18 @@ class Pool:
     def launch(self, indices: Sequence[int], awaited: Sequence[int] = ()) -> None:
         """Queue points `indices`, noted in the record so that other processes show them as pending
         (not as never started) while this one lives. Points `awaited` still run the work of a task
-        that ended (a resume found them so); each is queued once that work ends without a result."""
+        that ended (a resume found them so): each holds a slot (its devices, where it recorded them)
+        until that work ends, and is queued then if it left no result."""
         self.record.data["driver"] = {"points": [*indices, *awaited], "since": now()}
         self.record.save()
         self.queued += indices
-        self.awaited.update(awaited)
         say(f"sweep {self.record.id}: {len(self.free)} point(s) at a time")
+        for index in awaited:  # the slot each holds: its recorded devices', or any; none if none is free
+            used = self.record.read_state(index).get("devices")
+            held = [s for s in self.free if s is not None and ",".join(s) == used][:1] or self.free[:1]
+            self.awaited[index] = held
+            for slot in held:
+                self.free.remove(slot)
 
     def _start(self, index: int, slot: tuple[str, ...] | None) -> subprocess.Popen:
         """A task in a process group of its own. Unless OMP_NUM_THREADS is set, its torch threads are
@@ -100,7 +108,7 @@ class Pool:
                 self.free.append(slot)  # only now: the slot's device is free of the point's work
         reap_adopted({proc.pid for proc, _ in self.running.values()})
         for index in [i for i in self.awaited if not locks.held(self.record.task_lock(i))]:
-            self.awaited.discard(index)
+            self.free += self.awaited.pop(index)
             if self.record.read_state(index).get("state") != FINISHED:
                 say(f"point {index}: the work left by its earlier task ended without a result; rerunning it")
                 self.queued.append(index)
@@ -114,8 +122,10 @@ class Pool:
         }
 
     def stop(self) -> tuple[list[int], list[str]]:
-        """End each running task's process group: (the points it ended, what was done)."""
+        """End each running task's process group, and the group of each awaited point's dead task
+        (its work, still running): (the points it ended, what was done)."""
         groups = {index: proc.pid for index, (proc, _) in self.running.items()}
+        groups |= {index: pgid for index in self.awaited if (pgid := left_group(self.record, index))}
         forced = end_groups(list(groups.values()))
         for proc, _ in self.running.values():
             proc.wait()
@@ -136,6 +146,17 @@ def end_groups(pgids: Sequence[int]) -> dict[int, str]:
     for pgid in (pgid for pgid, alive in forced.items() if alive):
         kill_group(pgid)
     return {pgid: " (SIGKILL)" if alive else "" for pgid, alive in forced.items()}
+
+
+def left_group(record: SweepRecord, index: int) -> int | None:
+    """The process group that a point's dead task left working, or None. The task led its own group
+    (the pool starts it so) and recorded its pid, which is that group's id; the group counts only
+    while it has members on this host and the point's lock is held, which its members hold."""
+    state = record.read_state(index)
+    pgid, here = state.get("pid"), state.get("host") == socket.gethostname()
+    if here and isinstance(pgid, int) and locks.held(record.task_lock(index)) and group_alive(pgid):
+        return pgid
+    return None
 
 
 def _running_elsewhere(record: SweepRecord) -> Callable[[str], str]:
