@@ -136,6 +136,13 @@ def test_methods_to_collect_that_a_point_or_the_grid_does_not_train_are_refused_
     )
 
 
+def test_a_cap_below_one_point_is_refused():
+    """Before, `--max-points -5` was taken as a cap: "more than the -5 a sweep takes"."""
+    for cap in (0, -5):
+        with pytest.raises(SweepError, match=rf"^--max-points {cap}: give the most points a sweep may take"):
+            grid_points({"seed": ["1"]}, cap)
+
+
 @pytest.mark.parametrize(
     ("specs", "message"),
     [
