@@ -460,6 +460,34 @@ def test_a_task_reuses_an_earlier_experiment_only_with_the_points_params(tmp_pat
     assert bool(said) is not reused  # "... has other params; running the point"
 
 
+def test_a_clone_an_attempt_left_half_made_is_removed_by_the_next_and_nothing_else(tmp_path):
+    """Before, a task killed mid-clone left its staging copy (`clones/.<i>.<pid>.tmp`, a checkout)
+    in the sweep's folder for good. The clone is now made in scratch prefshift can prove its own,
+    so the next attempt removes what a killed one left, and a lookalike it did not make stays."""
+    from prefshift.core import scratch
+    from prefshift.pipeline.sweep.task import _clone
+
+    env, origin = {**os.environ, **GIT_ID}, tmp_path / "origin"
+    origin.mkdir()
+    (origin / "params.yaml").write_text("seed: 1\n")
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "baseline"]):
+        _run(["git", *args], origin, env)
+    record = _record(tmp_path / "sweeps", [{"seed": "1"}], ["sweep-seed-1"])
+    record.data.update(
+        baseline=_run(["git", "rev-parse", "HEAD"], origin, env).strip(), git_remote=str(origin)
+    )
+    killed = scratch.create(record.clone(0), directory=True)
+    (killed.work / "half-a-checkout").write_text("")
+    killed.release()  # its writer is gone: the kernel dropped the lock
+    lookalike = record.clone(0).with_name(".0.4242.tmp")  # the old staging name, and a user's folder
+    lookalike.mkdir()
+    (lookalike / "keep").write_text("mine")
+    _clone(record, 0, lambda line: None)
+    assert (record.clone(0) / "params.yaml").read_text() == "seed: 1\n"
+    assert sorted(p.name for p in record.clone(0).parent.iterdir()) == [".0.4242.tmp", "0"]
+    assert (lookalike / "keep").read_text() == "mine"
+
+
 @pytest.mark.parametrize("index", [-1, 2])
 def test_a_task_refuses_an_index_that_is_no_point_of_its_sweep(tmp_path, index):
     """`sweep task` is run by the executors with indices they took from the record; by hand, -1

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from prefshift.config.params import ConfigError, get_dotted, read_yaml
 from prefshift.core import locks
+from prefshift.core.atomic import atomic_path
 from prefshift.core.signals import Terminated, exit_code, signals_as_exceptions
 from prefshift.pipeline.sweep.commands import SweepError, run_dvc, run_git
 from prefshift.pipeline.sweep.record import FINISHED, STOPPED, TASK_HEADER, SweepRecord, open_folder
@@ -58,21 +59,22 @@ def _fetch_earlier(record: SweepRecord, index: int, clone: Path, say) -> None:
 
 def _clone(record: SweepRecord, index: int, say) -> Path:
     """The point's clone: made once, atomically (a half-made clone is never taken for one), reused by
-    later attempts. Its DVC locks are then a dead attempt's (one killed mid-write leaves an unreadable
-    one): the point's lock, handed down to all an attempt starts, is free only once none of it runs."""
-    clone = record.clone(index)
+    later attempts. It is made in scratch that prefshift can prove its own (`core.scratch`), so what
+    an attempt killed mid-clone left is removed by the next, and nothing else. A reused clone's DVC
+    locks are a dead attempt's (one killed mid-write leaves an unreadable one): the point's lock,
+    handed down to all an attempt starts, is free only once none of it runs."""
+    clone, remote = record.clone(index), record.data["git_remote"]
     if (clone / ".git").is_dir():
         say(f"reusing {clone} (an earlier attempt's checkpoints stay)")
         for name in DVC_LOCKS:
             (clone / ".dvc" / "tmp" / name).unlink(missing_ok=True)
-    else:
-        staging, remote = clone.with_name(f".{index}.{os.getpid()}.tmp"), record.data["git_remote"]
-        say(f"cloning {remote} at {record.data['baseline'][:12]} into {clone}")
+        return clone
+    say(f"cloning {remote} at {record.data['baseline'][:12]} into {clone}")
+    with atomic_path(clone, directory=True) as staging:
         run_git(clone.parent, "clone", "--quiet", "--no-checkout", remote, str(staging))
         run_git(staging, "checkout", "--quiet", "--detach", record.data["baseline"])
         if cache := record.data.get("dvc_cache"):  # one machine: what `dvc cache dir --local` writes
             (staging / ".dvc" / "config.local").write_text(f"[cache]\n    dir = {cache}\n", encoding="utf-8")
-        os.replace(staging, clone)
     return clone
 
 
