@@ -90,6 +90,25 @@ def _env(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
+def _in_sweep_env(monkeypatch) -> dict[str, str]:
+    """`_env()`, also set in this process (its PATH and git identity): `resume` and the CLI run
+    here, and sbatch hands its environment on."""
+    env = _env()
+    for key in ("PATH", *(k for k in env if k.startswith("GIT_"))):
+        monkeypatch.setenv(key, env[key])
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    return env
+
+
+def _started(root: Path, env: dict[str, str], log: Path, *command: str) -> subprocess.Popen:
+    """`prefshift <command>` in the background, its output into `log`, Ctrl-C taken (not ignored)."""
+    with open(log, "w") as out:
+        return subprocess.Popen(
+            [str(BIN / "prefshift"), *command], cwd=root, env=env, stdout=out, stderr=out,
+            preexec_fn=_take_ctrl_c,
+        )  # fmt: skip
+
+
 def _run(args, cwd, env) -> str:
     done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True)
     assert done.returncode == 0, f"{args}: {done.stdout}\n{done.stderr}"
@@ -246,10 +265,7 @@ def test_a_stopped_sweep_leaves_no_process_and_resume_finishes_only_what_stopped
         pytest.skip(reason)
     if via == "tmux" and shutil.which("tmux") is None:
         pytest.skip("tmux not installed (apt-get install tmux)")
-    env = _env()
-    for key in ("PATH", *(k for k in env if k.startswith("GIT_"))):
-        monkeypatch.setenv(key, env[key])  # resume runs in this process; sbatch hands its env on
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    env = _in_sweep_env(monkeypatch)
     with ExitStack() as stack:
         root, trace = _project(tmp_path, env, remotes=cluster)
         if cluster:
@@ -340,10 +356,7 @@ def test_a_local_sweep_refuses_an_uncommitted_workspace_as_slurm_does_and_names_
     the points start from the commit (the shared stage is restored, the changed source is used); a
     failed point is named with why and its log. A later sweep of a finished point reuses its
     experiment instead of running it (test_sweep.py tries what else an experiment ref may hold)."""
-    env = _env()
-    for key in ("PATH", *(k for k in env if k.startswith("GIT_"))):
-        monkeypatch.setenv(key, env[key])
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    env = _in_sweep_env(monkeypatch)
     root, trace = _project(tmp_path, env, remotes=False, committed=False)
     (root / "evaluate.py").write_text(EVALUATE.replace("2.0 * lam", "3.0 * lam"))  # not committed
     sweep = ["sweep", "--methods", "anchor_last", "--no-report", "--root", str(root)]
@@ -397,10 +410,7 @@ def test_the_documented_baseline_commit_then_a_sweep_runs(tmp_path, monkeypatch)
     embedded default's are (`reports/metrics/<method>`). Before, the sweep then stopped with a
     StopIteration traceback (a committed `cache: false` directory left no untracked ancestor to
     carry). The full workflow, report included, runs on the real pipeline in test_pipeline_e2e.py."""
-    env = _env()
-    for key in ("PATH", *(k for k in env if k.startswith("GIT_"))):
-        monkeypatch.setenv(key, env[key])
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    env = _in_sweep_env(monkeypatch)
     root = tmp_path / "project"
     root.mkdir()
     shutil.copy2(REPO / "params.yaml", root / "params.yaml")
@@ -443,10 +453,7 @@ def test_a_task_killed_alone_leaves_its_point_running_until_its_work_ends(tmp_pa
     from prefshift.pipeline.sweep.record import load
     from prefshift.pipeline.sweep.run import point_states
 
-    env = _env()
-    for key in ("PATH", *(k for k in env if k.startswith("GIT_"))):
-        monkeypatch.setenv(key, env[key])
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    env = _in_sweep_env(monkeypatch)
     root, trace = _project(tmp_path, env, remotes=False)
     scratch, log = tmp_path / "scratch", tmp_path / "sweep.log"
     sweep = ["sweep", "-S", "anchor.lambda=2", "--methods", "anchor_last", "--no-report"]
@@ -459,13 +466,7 @@ def test_a_task_killed_alone_leaves_its_point_running_until_its_work_ends(tmp_pa
         record = load(scratch, next(scratch.glob("*/sweep.json")).parent.name)
         return record.id, record.read_state(0)["pid"], _traces(trace, "start")[-1]["pid"]
 
-    def start(*command: str) -> subprocess.Popen:
-        with open(log, "w") as out:
-            return subprocess.Popen(
-                [str(BIN / "prefshift"), *command], cwd=root, env=env, stdout=out, stderr=out
-            )
-
-    driver = start(*sweep, *at)
+    driver = _started(root, env, log, *sweep, *at)
     sweep_id, task, stage = running(1)
     os.kill(task, signal.SIGKILL)
     assert driver.wait(timeout=300) == 2, log.read_text()  # no result for the point
@@ -473,7 +474,7 @@ def test_a_task_killed_alone_leaves_its_point_running_until_its_work_ends(tmp_pa
     assert "point 0: its task ended and left processes of its group; ended them" in log.read_text()
     assert point_states(load(scratch, sweep_id)) == {0: "stopped"}
 
-    driver = start("sweep", "resume", sweep_id, *at)
+    driver = _started(root, env, log, "sweep", "resume", sweep_id, *at)
     _, task, stage = running(2)
     for pid in (driver.pid, task):  # the sweep, then its task: the task's dvc and stage work on
         os.kill(pid, signal.SIGKILL)
@@ -506,23 +507,15 @@ def test_a_resume_waiting_for_a_dead_task_s_work_gives_it_a_slot_and_its_stop_en
     from prefshift.pipeline.sweep.record import load
     from prefshift.pipeline.sweep.run import point_states
 
-    env = _env()
-    for key in ("PATH", *(k for k in env if k.startswith("GIT_"))):
-        monkeypatch.setenv(key, env[key])
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    env = _in_sweep_env(monkeypatch)
     root, trace = _project(tmp_path, env, remotes=False)
     scratch, log = tmp_path / "scratch", tmp_path / "sweep.log"
     at = ["--scratch", str(scratch), "--root", str(root)]
     (trace / "hold-2").write_text("")  # point 0 (lambda 2) holds mid-run until this goes
 
-    def start(*command: str) -> subprocess.Popen:
-        with open(log, "w") as out:
-            return subprocess.Popen(
-                [str(BIN / "prefshift"), *command], cwd=root, env=env, stdout=out, stderr=out,
-                preexec_fn=_take_ctrl_c,
-            )  # fmt: skip
-
-    driver = start("sweep", "-S", "anchor.lambda=2,3", "--methods", "anchor_last", "--no-report", *at)
+    driver = _started(
+        root, env, log, "sweep", "-S", "anchor.lambda=2,3", "--methods", "anchor_last", "--no-report", *at
+    )
     _wait(lambda: len(_traces(trace, "start")) == 1, "point 0 to run its stage", 300)
     record = load(scratch, next(scratch.glob("*/sweep.json")).parent.name)
     task, stage = record.read_state(0)["pid"], _traces(trace, "start")[0]["pid"]
@@ -531,7 +524,7 @@ def test_a_resume_waiting_for_a_dead_task_s_work_gives_it_a_slot_and_its_stop_en
     driver.wait()
     assert _alive(stage) and point_states(record) == {0: "running", 1: "missing"}
 
-    resumed = start("sweep", "resume", record.id, *at)
+    resumed = _started(root, env, log, "sweep", "resume", record.id, *at)
     _wait(lambda: "rerunning point 1" in log.read_text(), "the resume to take its points")
     time.sleep(4)  # four of the pool's polls: time enough to start point 1, were a slot free
     assert [t["lambda"] for t in _traces(trace, "start")] == [2], "point 1 waits for the slot"

@@ -81,12 +81,12 @@ def check_distinct(
         overrides = [f"{k}={v}" for k, v in point.items()]
         tree = apply_overrides(copy.deepcopy(raw), overrides)
         params = parse_params(tree, " -S ".join([str(params_path), *overrides]))
-        if collected and not (mine := [m for m in collected if m in params.methods]):
+        trained.update(mine := [m for m in collected if m in params.methods])
+        if collected and not mine:
             raise SweepError(
                 f"grid point {' '.join(overrides)!r} trains none of --methods {','.join(collected)} (its "
                 f"methods: {', '.join(params.methods)}); collect what it trains; nothing was run"
             )
-        trained.update(mine if collected else ())
         for key, why in (
             (json.dumps(params.resolved(), sort_keys=True), "give the same params"),
             (experiment_name(point), "get the same experiment name"),
