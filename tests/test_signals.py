@@ -77,3 +77,67 @@ def test_nohup_keeps_a_command_through_the_terminal_closing_and_sigterm_still_st
     proc = _start(60)  # without nohup, SIGHUP stops it the way SIGTERM does
     proc.send_signal(signal.SIGHUP)
     assert proc.communicate(timeout=60)[0] == "cleaned up\n" and proc.returncode == 128 + signal.SIGHUP
+
+
+DISCARDED = """
+import os, signal, sys, time
+from prefshift.core.signals import Terminated, discarded_stop, heed_discarded_stops, signals_as_exceptions
+signum = int(sys.argv[1])
+heed_discarded_stops()
+
+
+class Cleanup:
+    def __del__(self):  # the stop comes while a finalizer runs: Python discards what it raises here
+        os.kill(os.getpid(), signum)
+        time.sleep(5)
+
+
+start = time.monotonic()
+try:
+    with signals_as_exceptions():
+        Cleanup()  # no reference kept: its finalizer runs at once
+        while time.monotonic() - start < 60:
+            time.sleep(0.01)
+    print("ran on")
+except (KeyboardInterrupt, Terminated) as stop:
+    print(f"stopped by {type(stop).__name__} after {time.monotonic() - start:.1f} s, kept {discarded_stop()}")
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_python_discards_in_a_finalizer_is_raised_once_the_finalizer_ends(signum):
+    """Without the hook the discarded stop is lost: the body runs on for its 60 s, then 'ran on'."""
+    done = subprocess.run(
+        [sys.executable, "-c", DISCARDED, str(int(signum))],
+        capture_output=True, text=True, timeout=120, preexec_fn=default_stops,
+    )  # fmt: skip
+    kind = "KeyboardInterrupt" if signum == signal.SIGINT else "Terminated"
+    assert done.stdout.startswith(f"stopped by {kind} after "), done.stdout + done.stderr
+    assert float(done.stdout.split()[4]) < 30 and done.stdout.split()[-1] == str(int(signum))
+    assert "Exception ignored" not in done.stderr, done.stderr
+    assert f"{signal.Signals(signum).name} came during a cleanup" in done.stderr
+
+
+AT_EXIT = """
+import atexit, os, signal, sys, time
+from prefshift.cli import main
+
+def flush_something():  # an exit handler that Ctrl-C reaches
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(5)
+
+atexit.register(flush_something)
+sys.argv = ["prefshift", "--help"]
+main()
+"""
+
+
+def test_a_command_stopped_in_an_exit_handler_exits_with_the_stop_s_status_not_0():
+    """`prefshift` ends through its exit handlers; Python discards a Ctrl-C there, and the command
+    exited 0 with a traceback. Now: one line, and 130."""
+    done = subprocess.run(
+        [sys.executable, "-c", AT_EXIT], capture_output=True, text=True, timeout=120, preexec_fn=default_stops
+    )
+    assert done.returncode == exit_code(signal.SIGINT), (done.returncode, done.stderr)
+    assert "Usage" in done.stdout and "Traceback" not in done.stderr, done.stderr
+    assert "SIGINT came during a cleanup" in done.stderr

@@ -24,7 +24,13 @@ from prefshift.core.console import error_text, messages
 from prefshift.core.errors import boundary_line, naming
 from prefshift.core.paths import Layout
 from prefshift.core.progress import lines_to
-from prefshift.core.signals import Terminated, exit_code
+from prefshift.core.signals import (
+    Terminated,
+    discarded_stop,
+    exit_code,
+    heed_discarded_stops,
+    signals_ignored,
+)
 from prefshift.core.standard_streams import reopen_closed
 
 err_console = messages()
@@ -846,6 +852,7 @@ def main() -> None:
     A thread still running keeps the ordinary shutdown, which waits for it.
     """
     reopen_closed()  # before anything is opened: no file may land on a closed 0, 1 or 2
+    heed_discarded_stops()
     try:
         app()
     except SystemExit as stop:
@@ -854,13 +861,21 @@ def main() -> None:
 
 
 def _leave(code: int | str | None) -> NoReturn:
+    """End with `code`, or with a stop's status where Python discarded the stop (a Ctrl-C in an exit
+    handler, say) and the command ran on: it was asked to stop, so it does not say it succeeded."""
     main_thread = threading.main_thread()
     if any(t.is_alive() and not t.daemon and t is not main_thread for t in threading.enumerate()):
-        raise SystemExit(code)
+        raise SystemExit(code or _stopped_status())
     if code is not None and not isinstance(code, int):
         print(code, file=sys.stderr)
         code = 1
     atexit._run_exitfuncs()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code or 0)
+    with signals_ignored():  # a stop sent again now would only cut the flush short
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code or _stopped_status())
+
+
+def _stopped_status() -> int:
+    signum = discarded_stop()
+    return exit_code(signum) if signum is not None else 0
