@@ -21,7 +21,7 @@ from e2e_project import run as _run
 from prefshift.core import locks
 from prefshift.core.errors import PrefshiftError
 from prefshift.pipeline.sweep.commands import SweepError
-from prefshift.pipeline.sweep.grid import experiment_name, grid_points, parse_grid
+from prefshift.pipeline.sweep.grid import POINTS_CEILING, experiment_name, grid_points, parse_grid
 from prefshift.pipeline.sweep.record import SweepRecord, create
 from prefshift.pipeline.sweep.results import sweep_filename
 from prefshift.pipeline.sweep.run import Executor
@@ -136,11 +136,15 @@ def test_methods_to_collect_that_a_point_or_the_grid_does_not_train_are_refused_
     )
 
 
-def test_a_cap_below_one_point_is_refused():
-    """Before, `--max-points -5` was taken as a cap: "more than the -5 a sweep takes"."""
-    for cap in (0, -5):
-        with pytest.raises(SweepError, match=rf"^--max-points {cap}: give the most points a sweep may take"):
+def test_a_cap_below_one_point_or_past_the_ceiling_is_refused():
+    """Before, `--max-points -5` was taken as a cap ("more than the -5 a sweep takes"), and
+    `--max-points 1000000000` let a dry run build points until memory ran out (883 MB in 20 s)."""
+    for cap in (0, -5, POINTS_CEILING + 1, 10**9):
+        with pytest.raises(
+            SweepError, match=rf"^--max-points {cap}: give the most points a sweep may take, 1 to"
+        ):
             grid_points({"seed": ["1"]}, cap)
+    assert len(grid_points({"seed": ["1", "2"]}, POINTS_CEILING)) == 2
 
 
 @pytest.mark.parametrize(

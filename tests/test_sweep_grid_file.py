@@ -122,12 +122,13 @@ def test_a_million_point_grid_is_refused_within_seconds_with_the_bound(tmp_path)
         line = _refused(args)
         elapsed = time.monotonic() - started
         assert "1,000,000 grid points, more than the 1,000 a sweep takes" in line
-        assert "--max-points 1000000" in line
+        assert "a sweep takes at most 100,000: split the grid" in line
         assert elapsed < 5, f"{elapsed:.1f} s to refuse"
     raised = CliRunner().invoke(
         app, ["sweep", "-S", "anchor.lambda=1,2,3", "--max-points", "2", "--dry-run", "--root", str(REPO)]
     )
     assert raised.exit_code == 2 and "3 grid points, more than the 2" in raised.stderr
+    assert "pass --max-points 3 if you mean it" in raised.stderr
     allowed = CliRunner().invoke(
         app, ["sweep", "-S", "anchor.lambda=1,2,3", "--max-points", "3", "--dry-run", "--root", str(REPO)]
     )

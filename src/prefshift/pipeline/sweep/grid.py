@@ -17,6 +17,10 @@ from prefshift.pipeline.sweep.commands import SweepError
 MAX_POINTS = 1000
 """Points a sweep takes unless `--max-points` raises it: the paper's grid is 252, and every point
 is a training run, so a bigger grid is far more often a typo than a plan."""
+POINTS_CEILING = 100_000
+"""What `--max-points` may raise the cap to: checking a grid parses params.yaml once per point
+(about 1 ms each, so 100,000 points take minutes), and a raised cap of 10^9 let a dry run build
+points until memory ran out."""
 MAX_NAME = 120
 _REF_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+|\.{2,}")  # outside git's ref characters, or git's `..`
 
@@ -50,12 +54,16 @@ def parse_grid(specs: Sequence[str]) -> dict[str, list[str]]:
 
 def check_size(count: int, max_points: int, where: str) -> None:
     """Refuse a grid past the cap before a single point is built."""
-    if max_points < 1:
-        raise SweepError(f"--max-points {max_points}: give the most points a sweep may take, 1 or more")
-    if count > max_points:
+    if not 1 <= max_points <= POINTS_CEILING:
         raise SweepError(
-            f"{where}: {count:,} grid points, more than the {max_points:,} a sweep takes; "
-            f"pass --max-points {count} if you mean it (each point is a pipeline run)"
+            f"--max-points {max_points}: give the most points a sweep may take, 1 to {POINTS_CEILING:,}"
+        )
+    if count > max_points:
+        advice = f"pass --max-points {count} if you mean it (each point is a pipeline run)"
+        if count > POINTS_CEILING:
+            advice = f"a sweep takes at most {POINTS_CEILING:,}: split the grid"
+        raise SweepError(
+            f"{where}: {count:,} grid points, more than the {max_points:,} a sweep takes; {advice}"
         )
 
 
