@@ -79,7 +79,8 @@ def heed_discarded_stops() -> None:
                   "the command once that cleanup ends", file=sys.stderr)  # fmt: skip
         again = threading.Timer(REDELIVERY_DELAY_S, signal.raise_signal, (signum,))
         again.daemon = True
-        again.start()
+        with contextlib.suppress(RuntimeError):  # the interpreter is shutting down: it is ending anyway
+            again.start()
 
     hook.heeds_stops = True  # type: ignore[attr-defined]
     sys.unraisablehook = hook
