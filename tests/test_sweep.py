@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -293,33 +295,61 @@ def test_a_point_state_reads_silence_after_running_as_stopped():
     assert point_state({}, None) == "missing"  # cancelled while pending
 
 
-def test_the_sbatch_script_carries_resources_then_the_users_template(tmp_path):
+def test_sbatch_gets_the_sweep_s_own_options_and_the_resources_on_its_command_line(tmp_path):
+    """The job's name (how squeue and scancel find the sweep's jobs), its array and its logs went in
+    as `#SBATCH` lines, which a template's later line or an `SBATCH_*` variable overrode: a template
+    naming the job hid it from the sweep, which started its points again beside the running ones.
+    sbatch's command line wins over both, and takes each value as one argument (a newline in
+    `--partition` wrote directives into the script; a space in the folder broke `--output`)."""
+    from prefshift.core.reading import InputFileError
     from prefshift.pipeline.sweep.record import SweepRecord
-    from prefshift.pipeline.sweep.slurm import SlurmResources, array_spec, render_script
+    from prefshift.pipeline.sweep.slurm import SlurmResources, array_spec, render_script, sbatch_options
 
     template = tmp_path / "extra.sh"
-    template.write_text("#SBATCH --qos=long\nmodule load cuda\n")
+    template.write_text("#SBATCH --qos=long\n#SBATCH --job-name=mine\nmodule load cuda\n")
     resources = SlurmResources(
-        gpus_per_task=2, partition="gpu", time="1-00:00:00", account="lab", template=str(template)
+        gpus_per_task=2, partition="gpu,gpu-long", time="1-00:00:00", account="lab", template=str(template)
     )
     resources.check()
-    record = SweepRecord(tmp_path / "s1", {"id": "s1", "points": [{}] * 5, "names": [], "jobs": []})
-    script = render_script(record, [0, 1, 2, 4], resources, {"MLFLOW_TRACKING_URI": "http://h:5000"})
-    lines = script.splitlines()
-    assert (
-        "#SBATCH --array=0-2,4" in lines
-        and "#SBATCH --gres=gpu:2" in lines
-        and "#SBATCH --account=lab" in lines
-    )
-    # Every #SBATCH line comes before the first command, or sbatch would ignore it.
+    folder = tmp_path / "sweeps with space" / "s1"
+    record = SweepRecord(folder, {"id": "s1", "points": [{}] * 5, "names": [], "jobs": []})
+    options = sbatch_options(record, [0, 1, 2, 4], resources)
+    assert options == [
+        "--job-name=prefshift-s1",
+        "--array=0-2,4",
+        f"--output={folder}/logs/%a.log",
+        f"--chdir={folder}",
+        "--open-mode=append",
+        "--gres=gpu:2",
+        "--partition=gpu,gpu-long",
+        "--time=1-00:00:00",
+        "--account=lab",
+    ]
+    lines = render_script(
+        record, [0, 1, 2, 4], resources, {"MLFLOW_TRACKING_URI": "http://h:5000"}
+    ).splitlines()
+    assert not [
+        line for line in lines if line.startswith("#SBATCH") and "qos" not in line and "mine" not in line
+    ]
+    assert any("--job-name=prefshift-s1" in line for line in lines if line.startswith("# "))  # said, not set
+    # The template's #SBATCH lines come before the first command, or sbatch would ignore them.
     first_command = lines.index("module load cuda")
     assert lines.index("#SBATCH --qos=long") < first_command < lines.index("set -euo pipefail")
-    assert lines[-1].endswith(f'sweep task {tmp_path / "s1"} "$SLURM_ARRAY_TASK_ID"')
+    assert lines[-1].endswith(f'sweep task {shlex.quote(str(folder))} "$SLURM_ARRAY_TASK_ID"')
     assert array_spec([3, 1, 2, 7]) == "1-3,7"
-    with pytest.raises(SweepError, match="SLURM's form"):
-        SlurmResources(time="12h").check()
-    with pytest.raises(SweepError, match="no such file"):
+    for bad, message in (
+        (SlurmResources(time="12h"), "SLURM's form"),
+        (SlurmResources(partition="debug\n#SBATCH --array=0-3"), "has no spaces"),
+        (SlurmResources(account="my lab"), "has no spaces"),
+        (SlurmResources(cpus_per_task=0), "give 1 or more"),
+    ):
+        with pytest.raises(SweepError, match=message):
+            bad.check()
+    with pytest.raises(InputFileError, match="sbatch template not found"):
         SlurmResources(template=str(tmp_path / "absent.sh")).check()
+    (tmp_path / "latin1.sh").write_bytes(b"# caf\xe9\n")
+    with pytest.raises(SweepError, match=rf"^{tmp_path / 'latin1.sh'}: not UTF-8 text"):
+        SlurmResources(template=str(tmp_path / "latin1.sh")).check()
 
 
 def test_a_long_point_gets_a_short_stable_name():
@@ -547,11 +577,9 @@ def test_a_sweep_run_by_a_live_process_shows_its_queue_as_pending_and_refuses_a_
             2: "pending",
             3: "failed",
         }
-        message = (
-            rf"sweep {record.id} is being run by process {other.pid} \(`holder`, since .*\) on this machine"
-        )
-        with pytest.raises(locks.LockedError, match=message):
-            local.Pool(load(tmp_path, record.id), local.Slots(1))
+        message = rf"sweep {record.id} is being run by process {other.pid} \(`holder`, since .*\); stop it"
+        with pytest.raises(locks.LockedError, match=message), local.driving(load(tmp_path, record.id)):
+            pass
         with pytest.raises(locks.LockedError, match=message):
             resume(tmp_path, record.id, scratch=tmp_path)
         assert "stops" not in load(tmp_path, record.id).data, "a refusal is no stop"
@@ -559,13 +587,11 @@ def test_a_sweep_run_by_a_live_process_shows_its_queue_as_pending_and_refuses_a_
         other.kill()
         other.wait()
     assert point_states(load(tmp_path, record.id)) == {0: "missing", 1: "missing", 2: "failed", 3: "failed"}
-    pool = local.Pool(load(tmp_path, record.id), local.Slots(1))  # the other is gone: this one takes over
-    try:
-        pool.launch([1])
+    with local.driving(load(tmp_path, record.id)) as held:  # the other is gone: this one takes over
+        local.Pool(held, local.Slots(1)).launch([1])
         assert point_states(load(tmp_path, record.id))[1] == "pending"
-    finally:
-        pool.close()
-    local.Pool(load(tmp_path, record.id), local.Slots(1)).close()  # closed, the lock is free again
+    with local.driving(load(tmp_path, record.id)):  # left, the lock is free again
+        pass
 
 
 ORPHANING_TASK = """
@@ -614,7 +640,6 @@ def test_a_task_killed_alone_has_its_group_ended_before_its_slot_is_reused(tmp_p
     finally:
         if task:
             kill_group(task.pid)  # what the old pool left
-        pool.close()
 
 
 def test_the_pool_reaps_the_orphans_it_adopts_and_leaves_its_tasks_exit_status_to_them(tmp_path):
@@ -626,24 +651,128 @@ def test_the_pool_reaps_the_orphans_it_adopts_and_leaves_its_tasks_exit_status_t
 
     record = _record(tmp_path, [{"seed": "1"}], ["sweep-seed-1"])
     pool = local.Pool(record, local.Slots(1))
-    try:
-        task = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"], start_new_session=True)
-        pool.running[0] = (task, pool.free.pop())
-        daemon = subprocess.run(  # as dvc does: a grandchild that outlives its parent, adopted here
-            ["sh", "-c", "sleep 0.5 & echo $!"], capture_output=True, text=True, check=True
-        )
-        orphan = int(daemon.stdout)
-        deadline = time.monotonic() + 30
-        while not {orphan, task.pid} <= _zombies():
-            assert time.monotonic() < deadline, "the orphan and the task to end"
-            time.sleep(0.05)
-        pool.live()
-        assert not Path(f"/proc/{orphan}").exists(), "the adopted orphan was reaped"
-        assert task.returncode == 3, "the task's exit status was left to its Popen"
-    finally:
-        pool.close()
+    task = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"], start_new_session=True)
+    pool.running[0] = (task, pool.free.pop())
+    daemon = subprocess.run(  # as dvc does: a grandchild that outlives its parent, adopted here
+        ["sh", "-c", "sleep 0.5 & echo $!"], capture_output=True, text=True, check=True
+    )
+    orphan = int(daemon.stdout)
+    deadline = time.monotonic() + 30
+    while not {orphan, task.pid} <= _zombies():
+        assert time.monotonic() < deadline, "the orphan and the task to end"
+        time.sleep(0.05)
+    pool.live()
+    assert not Path(f"/proc/{orphan}").exists(), "the adopted orphan was reaped"
+    assert task.returncode == 3, "the task's exit status was left to its Popen"
 
 
 def _zombies() -> set[int]:
     """This process's children that ended and wait to be reaped."""
     return {pid for pid, state, ppid, _ in processes() if state == "Z" and ppid == os.getpid()}
+
+
+def _git_env() -> dict[str, str]:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return {**env, **{f"GIT_{w}_{x}": "t" for w in ("AUTHOR", "COMMITTER") for x in ("NAME", "EMAIL")}}
+
+
+def test_a_cluster_sweep_checks_its_remotes_as_the_tasks_clones_will_see_them(tmp_path):
+    """Each of these passed the checks and then failed every point on the cluster, or quietly cost
+    every point the shared stages: an `origin` or a DVC remote given as a relative path (the tasks
+    read it from the sweep's folder, or from their clone's .dvc/), a default DVC remote set with
+    --local (the clones never get config.local), a baseline pushed to another remote only."""
+    from prefshift.pipeline.sweep.slurm import check_pushed, dvc_remote, git_origin
+
+    env, root = _git_env(), tmp_path / "project"
+    root.mkdir()
+    for args in (
+        ["git", "init", "-q", "-b", "main"],
+        ["dvc", "init", "-q"],
+        ["git", "commit", "-qm", "init"],
+    ):
+        _run(args, root, env)
+    for name in ("shared.git", "backup.git"):
+        _run(["git", "init", "-q", "--bare", str(tmp_path / name)], tmp_path, env)
+    _run(["git", "remote", "add", "origin", "../shared.git"], root, env)
+    assert git_origin(root) == str(tmp_path / "shared.git")
+    _run(["git", "remote", "set-url", "origin", "git@host.example:lab/project.git"], root, env)
+    assert git_origin(root) == "git@host.example:lab/project.git"
+    _run(["git", "remote", "set-url", "origin", str(tmp_path / "shared.git")], root, env)
+
+    _run(["git", "remote", "add", "backup", "../backup.git"], root, env)
+    _run(["git", "push", "-q", "backup", "main"], root, env)
+    baseline = _run(["git", "rev-parse", "HEAD"], root, env).strip()
+    with pytest.raises(SweepError, match=f"baseline {baseline[:12]} is not on origin"):
+        check_pushed(root, baseline, git_origin(root))
+    _run(["git", "push", "-q", "origin", "main"], root, env)
+    check_pushed(root, baseline, git_origin(root))
+
+    with pytest.raises(SweepError, match=r"no default DVC remote.*commit \.dvc/config"):
+        dvc_remote(root)
+    _run(["dvc", "remote", "add", "--local", "-d", "mine", str(tmp_path / "store")], root, env)
+    with pytest.raises(SweepError, match="no default DVC remote"):
+        dvc_remote(root)
+    _run(["dvc", "remote", "add", "-d", "shared", "../store"], root, env)
+    with pytest.raises(SweepError, match=re.escape("DVC remote 'shared' is the relative path '../../store'")):
+        dvc_remote(root)
+    _run(["dvc", "remote", "modify", "shared", "url", str(tmp_path / "store")], root, env)
+    assert dvc_remote(root) == "shared"
+    _run(["dvc", "remote", "add", "-d", "-f", "cloud", "s3://bucket/prefshift"], root, env)
+    assert dvc_remote(root) == "cloud"
+
+
+def test_a_cluster_sweep_refuses_an_mlflow_server_that_does_not_answer(tmp_path):
+    """The URI's form was all that was checked: a server that was down failed every point after the
+    queue, and each resume again."""
+    import http.server
+    import threading
+
+    from mlflow_support import free_port
+    from prefshift.pipeline.sweep.slurm import check_tracking
+
+    with pytest.raises(SweepError, match="the server does not answer"):
+        check_tracking(f"http://127.0.0.1:{free_port()}")
+    with pytest.raises(SweepError, match="cannot log to a sqlite file"):
+        check_tracking("sqlite:///mlflow.db")
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)  # 501 to all
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:  # a refusal (an auth proxy's, say) is an answer: the server is up; URI schemes ignore case
+        check_tracking(f"HTTP://127.0.0.1:{server.server_port}")
+    finally:
+        server.shutdown()
+
+
+def test_a_new_attempt_starts_its_point_s_state_afresh(tmp_path):
+    """A resumed point said `running` with the stopped attempt's error: had the new attempt died
+    without a word, status would have shown the old attempt's reason as its own."""
+    record = _record(tmp_path, [{"seed": "1"}], ["sweep-seed-1"])
+    record.write_state(0, "stopped", attempt=1, step="run", error="stopped by a signal during run")
+    record.write_state(0, "running", new_attempt=True, attempt=2, step="clone")
+    assert "error" not in record.read_state(0) and record.read_state(0)["attempt"] == 2
+    record.write_state(0, "running", step="run")
+    assert record.read_state(0)["attempt"] == 2, "within an attempt, what it said stays"
+
+
+def test_options_of_another_executor_are_refused_not_ignored():
+    """`--jobs 4` with slurm and `--partition` with a local executor were taken and ignored."""
+    from prefshift.pipeline.sweep.slurm import SlurmResources
+
+    with pytest.raises(SweepError, match="--jobs 4: for the local executors"):
+        Executor("slurm", jobs=4).check()
+    for resources in (SlurmResources(partition="gpu"), SlurmResources(time="1:00:00")):
+        with pytest.raises(SweepError, match="slurm's alone"):
+            Executor("local", resources=resources).check()
+    Executor("local-gpus", devices=("0", "1"), resources=SlurmResources(gpus_per_task=2)).check()
+
+
+def test_a_job_that_ended_before_its_task_began_says_so_from_its_log(tmp_path):
+    """A template's set-up that fails (`module load` of a missing module) ends the job before
+    prefshift's task writes a word: status said `never started`, while the log held the reason."""
+    from prefshift.pipeline.sweep.run import status_lines
+
+    record = _record(tmp_path, [{"seed": "1"}, {"seed": "2"}], ["sweep-seed-1", "sweep-seed-2"])
+    record.data["executor"] = {"kind": "local"}
+    record.log(0).write_text("module: command not found\nLmod has detected the following error: no cuda/99\n")
+    lines = status_lines(record)
+    assert "(its job ended before prefshift's task began: Lmod has detected the following error" in lines[0]
+    assert "(never started)" in lines[1]

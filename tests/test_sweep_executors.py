@@ -279,6 +279,13 @@ def test_a_stopped_sweep_leaves_no_process_and_resume_finishes_only_what_stopped
         scratch = tmp_path / "scratch"
         command = [str(BIN / "prefshift"), "sweep", "-S", "anchor.lambda=0.5,2", "--methods", "anchor_last"]
         command += ["--no-report", "--scratch", str(scratch), *EXECUTORS[executor]]
+        if cluster:  # a user's template and environment that rename the job, move its logs, widen its
+            # array: sbatch's command line, where the sweep's own options go, wins over them all
+            template = tmp_path / "extra.sh"
+            lines = ["--job-name=mine", f"--output={tmp_path}/elsewhere-%a.log", "--array=0-7"]
+            template.write_text("".join(f"#SBATCH {line}\n" for line in lines))
+            command += ["--sbatch-template", str(template)]
+            env["SBATCH_JOB_NAME"] = "theirs"
         (trace / "hold-2").write_text("")  # point 1 (lambda 2) holds mid-run until the sweep is stopped
         if via == "pipe":
             stop, status = _through_pipe(command, root, env)
@@ -294,6 +301,8 @@ def test_a_stopped_sweep_leaves_no_process_and_resume_finishes_only_what_stopped
 
         _wait(point_0_done_and_1_running, "point 0 to finish while point 1 runs", 600)
         record = load(scratch, next(scratch.glob("*/sweep.json")).parent.name)
+        refused = _cli("sweep", "resume", record.id, "--scratch", str(scratch), "--root", str(root), code=2)
+        assert f"sweep {record.id} is being run by process" in refused.stderr, "a second driver is refused"
         task_pid = record.read_state(1)["pid"]
         (stage,) = [t for t in _traces(trace, "start") if t["lambda"] == 2]
         assert stop() == 128 + signal.SIGINT
@@ -310,7 +319,8 @@ def test_a_stopped_sweep_leaves_no_process_and_resume_finishes_only_what_stopped
         assert "stopped by SIGINT" in status_lines and "1  sweep-anchor.lambda-2  stopped" in status_lines
 
         (trace / "hold-2").unlink()
-        resumed = _cli("sweep", "resume", record.id, "--scratch", str(scratch), "--root", str(root))
+        # from another folder: the experiments still go to the project the sweep ran from
+        resumed = _cli("sweep", "resume", record.id, "--scratch", str(scratch), "--root", str(tmp_path))
         assert "rerunning point 1 (sweep-anchor.lambda-2, stopped)" in resumed.stderr
         if cluster:
             client = MlflowClient(uri)
@@ -344,6 +354,8 @@ def test_a_stopped_sweep_leaves_no_process_and_resume_finishes_only_what_stopped
         (root / "reports" / "sweeps" / "anchor_last__anchor.lambda=2__seed=0.json").read_text()
     )
     assert filed["wrg"] == 4.0 and filed["sweep"] == {"anchor.lambda": 2, "seed": 0}
+    assert sorted(p.name for p in record.log(0).parent.iterdir()) == ["0.log", "1.log"]
+    assert not list(tmp_path.glob("elsewhere-*")), "the template's --output and --array did not win"
 
 
 @pytest.mark.slow

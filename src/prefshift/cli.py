@@ -747,7 +747,7 @@ def sweep(
     points = grid.points if grid else _call(grid_module.grid_points, axes, max_points)
     default_methods = ",".join((grid.spec.methods_collected if grid else None) or sweep_run.SWEEP_METHODS)
     listed = [m.strip() for m in (methods or default_methods).split(",") if m.strip()]
-    template = str(sbatch_template) if sbatch_template else None
+    template = str(sbatch_template.resolve()) if sbatch_template else None  # resume may run elsewhere
     resources = SlurmResources(gpus_per_task, partition, time_limit, account, cpus_per_task, template)
     devices = tuple(_call(parse_devices, gpus)) if gpus is not None else ()
     chosen = sweep_run.Executor(executor, jobs, devices, resources)

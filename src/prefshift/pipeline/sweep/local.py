@@ -8,18 +8,19 @@ ends the groups.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Iterator, Sequence
 
 from prefshift.core import host, locks
 from prefshift.core.process_group import adopt_orphans, group_alive, kill_group, reap_adopted
 from prefshift.pipeline.sweep.commands import SweepError, say
-from prefshift.pipeline.sweep.record import FINISHED, SweepRecord, now
+from prefshift.pipeline.sweep.record import FINISHED, SweepRecord, now, open_folder
 
 POLL_S = 1.0
 STOP_GRACE_S = 30.0  # what a task gets after SIGTERM to record itself stopped (SLURM's KillWait)
@@ -51,19 +52,12 @@ class Pool:
     """The tasks this command runs, as many at once as there are slots, started as slots free up."""
 
     def __init__(self, record: SweepRecord, slots: Slots):
-        """A pool holding the sweep's `sweep.lock` until `close`: a second process that would run the
-        sweep's tasks (a resume from another shell) is refused, as two tasks of one point would share
-        its clone."""
-        refusal = _running_elsewhere(record)
-        self.lock = locks.take(record.driver_lock, "prefshift sweep", refusal, locks.PROBE_GRACE_S)
+        """A pool for a process that holds the sweep (`drive`)."""
         self.record, self.free, self.queued = record, slots.free, []
         self.awaited: dict[int, list[tuple[str, ...] | None]] = {}
         self.threads = str(host.core_share(len(slots.free)))
         self.running: dict[int, tuple[subprocess.Popen, tuple[str, ...] | None]] = {}
         adopt_orphans()  # a container's init may never reap a task's orphans: this process does
-
-    def close(self) -> None:
-        os.close(self.lock)
 
     def launch(self, indices: Sequence[int], awaited: Sequence[int] = ()) -> None:
         """Queue points `indices`, noted in the record so that other processes show them as pending
@@ -159,18 +153,38 @@ def left_group(record: SweepRecord, index: int) -> int | None:
     return None
 
 
-def _running_elsewhere(record: SweepRecord) -> Callable[[str], str]:
-    """The refusal a second process gets, given who holds the sweep's lock."""
-    return lambda holder: (
-        f"sweep {record.id} is being run by {holder} on this machine; stop it (Ctrl-C) or let it "
-        f"finish, then `prefshift sweep resume {record.id}`"
-    )
+@contextlib.contextmanager
+def driving(record: SweepRecord, required: bool = True) -> Iterator[SweepRecord]:
+    """Hold the sweep's `sweep.lock` inside: the one process that starts or submits its tasks and
+    records them. A second one (a resume from another shell, or beside a waiting sweep) is refused,
+    since it would start a point twice (two tasks in one clone) and write over the record. Yields
+    the record as it stands once the lock is held. Where the sweep's folder cannot be locked (a
+    cluster filesystem mounted without flock), a SLURM sweep goes on unlocked and says so."""
+    lock = _take_driver(record, required)
+    try:
+        yield open_folder(record.folder)
+    finally:
+        if lock is not None:
+            os.close(lock)
 
 
-def check_undriven(record: SweepRecord) -> None:
-    """Refuse, before anything is said or done, a sweep that another process runs the tasks of."""
-    if locks.held(record.driver_lock):
-        raise locks.LockedError(_running_elsewhere(record)(locks.holder(record.driver_lock)))
+def _take_driver(record: SweepRecord, required: bool) -> int | None:
+
+    def refusal(holder: str) -> str:
+        return (f"sweep {record.id} is being run by {holder}; stop it (Ctrl-C) or let it finish, "
+                f"then `prefshift sweep resume {record.id}`")  # fmt: skip
+
+    try:
+        return locks.take(record.driver_lock, "prefshift sweep", refusal, locks.PROBE_GRACE_S)
+    except OSError as err:
+        if err.errno not in (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP):
+            raise
+        if required:
+            raise SweepError(
+                f"{record.folder}: cannot be locked here ({err}); pass a --scratch on a local disk"
+            ) from None
+        say(f"sweep {record.id}: its folder cannot be locked ({err}); run one resume of it at a time")
+        return None
 
 
 def tasks_alive(record: SweepRecord) -> dict[int, str]:

@@ -172,9 +172,10 @@ class SweepRecord:
             raise SweepError(f"{path}: cannot read the point's state ({err}); {fix}") from None
         return _checked(path, data, _PointState, fix)
 
-    def write_state(self, index: int, state: str, **fields: Any) -> None:
-        """What the point's task says about itself, with where and in which process it runs."""
-        entry = {**self.read_state(index), **fields, "state": state}
+    def write_state(self, index: int, state: str, new_attempt: bool = False, **fields: Any) -> None:
+        """What the point's task says about itself, with where and in which process it runs; a
+        `new_attempt` starts afresh, so no earlier attempt's error or commit is read as its own."""
+        entry = {**({} if new_attempt else self.read_state(index)), **fields, "state": state}
         entry.update(host=socket.gethostname(), pid=os.getpid(), time=now())
         write_json(self.state_file(index), entry)
 

@@ -7,10 +7,11 @@ groups, or `scancel`), the record notes the points left without a result, and th
 
 from __future__ import annotations
 
+import shutil
 import signal
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,12 @@ class Executor:
             raise SweepError(f"--executor {self.kind!r}: choose one of {', '.join(EXECUTORS)}")
         if (self.kind == "local-gpus") != bool(self.devices):
             raise SweepError("--executor local-gpus takes its devices with --gpus 0,1,2,3, and only it")
+        if self.kind == "slurm" and self.jobs != 1:
+            raise SweepError(f"--jobs {self.jobs}: for the local executors; SLURM runs what it schedules")
+        if self.kind != "slurm" and replace(self.resources, gpus_per_task=0) != slurm.SlurmResources():
+            raise SweepError(
+                "--partition, --time, --account, --cpus-per-task, --sbatch-template: slurm's alone"
+            )
         if self.kind != "slurm" and not wait:
             raise SweepError(f"--no-wait: {self.kind} runs its points from this command; slurm leaves")
         self.resources.check() if self.kind == "slurm" else self.slots()
@@ -99,7 +106,14 @@ def start(
     data.update(names=[experiment_name(p) for p in points], methods=methods, report=report)
     record = create(scratch, {**data, "tracking_uri": uri, **where, "executor": asdict(executor)}, root)
     say(f"sweep {record.id}: {len(points)} point(s), folder {record.folder}")
-    return _launch(root, record, executor, range(len(points)), wait)
+    with local.driving(record, not cluster) as record:
+        try:
+            return _launch(root, record, executor, range(len(points)), wait)
+        except SweepError:
+            if cluster and not record.data["jobs"]:  # sbatch refused it (a partition, a resource)
+                shutil.rmtree(record.folder, ignore_errors=True)  # new, and this process's alone
+                say(f"sweep {record.id}: nothing was submitted; its folder is removed")
+            raise
 
 
 def workspace_problems(root: Path, scratch: Path | None, cluster: bool) -> list[str]:
@@ -119,11 +133,17 @@ def workspace_problems(root: Path, scratch: Path | None, cluster: bool) -> list[
 
 
 def _launch(
-    root: Path, record: SweepRecord, executor: Executor, indices: Sequence[int], wait: bool, awaited=()
+    root: Path,
+    record: SweepRecord,
+    executor: Executor,
+    indices: Sequence[int],
+    wait: bool,
+    awaited: Sequence[int] = (),
 ) -> dict:
-    """Start (local) or submit (slurm) points `indices`, wait for every point, then file. A stop (or,
-    on one machine, any error) ends the tasks; a cluster's tasks outlive an error of this command.
-    On one machine, points `awaited` run a dead task's work: they are rerun if it ends without a result."""
+    """Start (local) or submit (slurm) points `indices`, wait for every point, then file; the caller
+    holds the sweep (local.driving). A stop (or, on one machine, any error) ends the tasks; a
+    cluster's tasks outlive an error of this command. On one machine, points `awaited` run a dead
+    task's work: they are rerun if it ends without a result."""
     pool = None if executor.kind == "slurm" else local.Pool(record, executor.slots())
     try:
         with signals_as_exceptions():
@@ -136,6 +156,11 @@ def _launch(
             wait_for(record, pool)
     except BaseException as stopped:
         if (signum := stop_signal(stopped)) is None and pool is None:
+            if isinstance(stopped, SweepError) and record.data["jobs"]:
+                raise SweepError(  # squeue's controller gone a while, say: the jobs are SLURM's
+                    f"{stopped}; the sweep's SLURM jobs go on: `prefshift sweep status {record.id}`, then "
+                    f"`prefshift sweep collect {record.id}` (or `resume`)"
+                ) from None
             raise
         with signals_ignored():
             name = signal.Signals(signum).name if signum else type(stopped).__name__
@@ -147,9 +172,6 @@ def _launch(
         say(f"sweep {record.id}: stopped by {name}; `prefshift sweep resume {record.id}` reruns "
             "the points without a result, finished ones are kept")  # fmt: skip
         raise SystemExit(exit_code(signum)) from None
-    finally:
-        if pool:
-            pool.close()
     return collect(root, record)
 
 
@@ -176,6 +198,14 @@ def wait_for(record: SweepRecord, pool: local.Pool | None = None) -> None:
         time.sleep(local.POLL_S if pool else POLL_S)
 
 
+def _never_started(record: SweepRecord, index: int) -> str:
+    """Why a point's task never said a word: its job ended first (a template's set-up failed, say,
+    which its log shows), or it never ran."""
+    if (log := record.log(index)).exists() and (text := log.read_text(errors="replace").strip()):
+        return f"its job ended before prefshift's task began: {text.splitlines()[-1][-200:]}"
+    return "never started"
+
+
 def status_lines(record: SweepRecord) -> list[str]:
     """One line per grid point: its state, and for one without a result why and where its log is."""
     lines = []
@@ -186,7 +216,9 @@ def status_lines(record: SweepRecord) -> list[str]:
             line += f"  (failed during {entry.get('step')}: {error[-1]})"
         elif state not in (FINISHED, *LIVE):
             silent = f"ended during {entry.get('step')} without a word: cancelled, preempted or killed"
-            line += f"  ({'never started' if state == MISSING else entry.get('error') or silent})"
+            line += (
+                f"  ({_never_started(record, index) if state == MISSING else entry.get('error') or silent})"
+            )
         lines.append(line + (f"  log: {record.log(index)}" if state not in (FINISHED, *LIVE) else ""))
     return lines
 
@@ -196,8 +228,9 @@ def collect(root: Path, record: SweepRecord) -> dict[str, Any]:
     root = Path(root).resolve()
     if unfinished := [line for line in status_lines(record) if line.split()[2] != FINISHED]:
         raise SweepError(
-            f"sweep {record.id}: {len(unfinished)} point(s) without a result; "
-            f"`prefshift sweep resume {record.id}` reruns only those:\n  " + "\n  ".join(unfinished)
+            f"sweep {record.id}: {len(unfinished)} point(s) without a result; `prefshift sweep resume "
+            f"{record.id}` reruns those stopped or failed, and waits for the rest:\n  "
+            + "\n  ".join(unfinished)
         )
     if (head := run_git(root, "rev-parse", "HEAD").strip()) != (baseline := record.data["baseline"]):
         raise SweepError(
@@ -215,12 +248,17 @@ def resume(root: Path, sweep_id: str, scratch: Path | None = None, wait: bool = 
     """Rerun only the points that are missing, failed or stopped; finished ones never rerun, and
     ones still pending or running are waited for (on one machine, such a point runs what a dead task
     left, and is rerun if that ends without a result). A resumed point reuses its clone, so its
-    training resumes from the checkpoint an earlier attempt left."""
+    training resumes from the checkpoint an earlier attempt left. `root` finds the sweep's folder;
+    the experiments go to the project it ran from, wherever resume runs."""
     record = load(scratch, sweep_id, root)
     executor = Executor.of(record)
     executor.check(wait)
-    if executor.kind != "slurm":
-        local.check_undriven(record)
+    with local.driving(record, executor.kind != "slurm") as record:
+        return _rerun(Path(record.data["root"]), record, executor, wait)
+
+
+def _rerun(root: Path, record: SweepRecord, executor: Executor, wait: bool) -> dict[str, Any]:
+    """`resume`'s work, once it holds the sweep; `root` is the project the sweep ran from."""
     states = point_states(record)
     todo = [i for i, state in states.items() if state not in (FINISHED, *LIVE)]
     awaited = [i for i, state in states.items() if state in LIVE]
@@ -229,7 +267,7 @@ def resume(root: Path, sweep_id: str, scratch: Path | None = None, wait: bool = 
         say(f"sweep {record.id}: {what} point {index} ({record.names[index]}, {states[index]})")
     if not todo and not awaited:
         say(f"sweep {record.id}: no point is missing, failed or stopped; nothing to rerun")
-    return {**_launch(Path(root), record, executor, todo, wait, awaited), "resubmitted": todo}
+    return {**_launch(root, record, executor, todo, wait, awaited), "resubmitted": todo}
 
 
 def status(root: Path, sweep_id: str, scratch: Path | None = None) -> list[str]:
@@ -242,4 +280,6 @@ def status(root: Path, sweep_id: str, scratch: Path | None = None) -> list[str]:
 
 
 def collect_id(root: Path, sweep_id: str, scratch: Path | None = None) -> dict[str, Any]:
-    return collect(root, load(scratch, sweep_id, root))
+    """Collect the sweep into the project it ran from (its record's root), wherever this runs."""
+    record = load(scratch, sweep_id, root)
+    return collect(Path(record.data["root"]), record)

@@ -1,9 +1,12 @@
 """`--executor slurm`: the sweep's points as one SLURM job array, through a generated sbatch script.
 
 The script is written into the sweep's folder before `sbatch` reads it, so what ran is there to
-read; the user's `--sbatch-template` goes in verbatim after the sweep's own `#SBATCH` lines. While
-a task waits or runs `squeue` lists it; afterwards only its own state file tells (many clusters keep
-`sacct` to admins). The tasks reach the project through remotes: git, DVC and an MLflow server.
+read; the user's `--sbatch-template` goes in verbatim. What the sweep relies on (the job's name, its
+array, its logs' paths) and the resources its options ask for go on sbatch's command line, which
+wins over a template's `#SBATCH` line and an `SBATCH_*` variable: a template that names the job
+would hide it from the sweep. While a task waits or runs `squeue` lists it by that name; afterwards
+only its own state file tells (many clusters keep `sacct` to admins). The tasks reach the project
+through remotes: git, DVC and an MLflow server.
 """
 
 from __future__ import annotations
@@ -13,12 +16,15 @@ import shlex
 import shutil
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from prefshift.core.paths import Layout
+from prefshift.core.reading import MIB, read_regular
 from prefshift.pipeline.sweep.commands import SweepError, run, run_dvc, run_git, say
 from prefshift.pipeline.sweep.record import SweepRecord, default_scratch
 from prefshift.tracking.runs import tracking_uri
@@ -26,8 +32,10 @@ from prefshift.tracking.runs import tracking_uri
 SQUEUE_STATES = {"PENDING": "pending", "CONFIGURING": "pending", "REQUEUED": "pending", "RUNNING": "running"}
 """squeue's states that still hold a task; the others asked for (COMPLETING, SUSPENDED...) show as running."""
 LIVE_STATES = "PENDING,CONFIGURING,REQUEUED,RUNNING,COMPLETING,SUSPENDED,STOPPED,RESIZING"
-CANCEL_WAIT_S = 120.0  # SLURM's KillWait (30 s by default) and the tasks' own shutdown
+CANCEL_WAIT_S = 120.0
+HEALTH_TIMEOUT_S = 10.0  # SLURM's KillWait (30 s by default) and the tasks' own shutdown
 _TIME = re.compile(r"^(\d+-)?\d+(:\d+){0,2}$")
+_NAME = re.compile(r"^[^\s,]+(,[^\s,]+)*$")  # a partition or account name, or a comma list of them
 
 
 @dataclass(frozen=True)
@@ -44,26 +52,98 @@ class SlurmResources:
     def check(self) -> None:
         if self.gpus_per_task < 0:
             raise SweepError(f"--gpus-per-task {self.gpus_per_task}: give 0 (CPU only) or more")
+        if self.cpus_per_task is not None and self.cpus_per_task < 1:
+            raise SweepError(f"--cpus-per-task {self.cpus_per_task}: give 1 or more")
         if self.time is not None and not _TIME.match(self.time):
             raise SweepError(f"--time {self.time!r}: use SLURM's form, e.g. 4:00:00 or 1-12:00:00")
-        if self.template is not None and not Path(self.template).is_file():
-            raise SweepError(f"--sbatch-template {self.template}: no such file (extra #SBATCH lines)")
+        for flag, value in (("--partition", self.partition), ("--account", self.account)):
+            if value is not None and not _NAME.match(value):
+                raise SweepError(f"{flag} {value!r}: a SLURM name (or names, comma-separated) has no spaces")
+        self.template_text()
 
-    def directives(self) -> list[str]:
+    def template_text(self) -> str | None:
+        """The template's lines, or None; a template that is no readable UTF-8 file is refused by name."""
+        if self.template is None:
+            return None
+        try:
+            return read_regular(Path(self.template), "sbatch template", MIB).decode("utf-8").rstrip("\n")
+        except UnicodeDecodeError as err:
+            raise SweepError(
+                f"{self.template}: not UTF-8 text (byte {err.start}); save it as UTF-8"
+            ) from None
+
+    def options(self) -> list[str]:
+        """sbatch's options for what each task asks for; None leaves the cluster's default."""
         options = {"gres": f"gpu:{self.gpus_per_task}" if self.gpus_per_task else None}
         options.update(partition=self.partition, time=self.time, account=self.account)
         options["cpus-per-task"] = self.cpus_per_task
-        return [f"#SBATCH --{flag}={value}" for flag, value in options.items() if value is not None]
+        return [f"--{flag}={value}" for flag, value in options.items() if value is not None]
 
 
 def check_tracking(uri: str) -> None:
-    """Many nodes write to one MLflow store only through a server (no sqlite file over NFS)."""
-    if not uri.startswith(("http://", "https://", "databricks")):
+    """Many nodes write to one MLflow store only through a server (no sqlite file over NFS), and
+    that server answers now: one that does not would fail every point, after the queue."""
+    if not uri.lower().startswith(("http://", "https://", "databricks")):
         raise SweepError(
             f"MLflow tracking URI {uri!r}: a multi-machine sweep cannot log to a sqlite file or a folder; "
             "start `mlflow server --host 0.0.0.0 --port 5000 --backend-store-uri sqlite:///mlflow.db` on one "
             "machine and export MLFLOW_TRACKING_URI=http://<that host>:5000 before sweeping"
         )
+    if uri.lower().startswith("http"):
+        try:
+            urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=HEALTH_TIMEOUT_S).close()
+        except urllib.error.HTTPError:  # it answered (a proxy's or an auth's refusal): it is up
+            pass
+        except (OSError, ValueError) as err:
+            raise SweepError(
+                f"MLflow tracking URI {uri}: the server does not answer ({err}); start it, or export the "
+                "MLFLOW_TRACKING_URI of one that runs, before sweeping"
+            ) from None
+
+
+def git_origin(root: Path) -> str:
+    """`origin`'s URL as the tasks' clones must see it: a local path given relative to the project
+    (git takes `../shared.git`) made absolute, since the tasks clone from the sweep's folder."""
+    try:
+        url = run_git(root, "remote", "get-url", "origin").strip()
+    except SweepError:
+        raise SweepError(
+            f"{root}: no git remote `origin`; the tasks clone the baseline from it and push their "
+            "experiments to it: `git remote add origin <url>` (a bare repository on the shared filesystem)"
+        ) from None
+    local = "://" not in url and not re.match(r"^[^/]+:", url)  # not a URL, not git's host:path
+    return str((root / url).resolve()) if local and not Path(url).is_absolute() else url
+
+
+def check_pushed(root: Path, baseline: str, url: str) -> None:
+    """The baseline is on `origin` itself: another remote holding it is no use to the tasks."""
+    run_git(root, "fetch", "--quiet", "origin")
+    if not run_git(root, "branch", "--remotes", "--list", "origin/*", "--contains", baseline).strip():
+        raise SweepError(f"baseline {baseline[:12]} is not on origin ({url}): `git push origin HEAD`")
+
+
+def dvc_remote(root: Path) -> str:
+    """The default DVC remote's name, as the tasks' clones see it: set in the committed
+    .dvc/config (not config.local, which stays in this workspace), with a URL that means the same
+    in every clone (DVC reads a relative path from the clone's own .dvc/ folder)."""
+    from configobj import ConfigObj
+
+    config, where = ConfigObj(str(root / ".dvc" / "config")), f"{root / '.dvc' / 'config'}"
+    if not (name := config.get("core", {}).get("remote")):
+        raise SweepError(
+            f"{where}: no default DVC remote; the tasks pull the shared stages' outputs from it and push "
+            "theirs: `dvc remote add -d <name> <url>` (a folder on the shared filesystem or an object "
+            "store), then commit .dvc/config (a remote set with --local stays in this workspace)"
+        )
+    url = config.get(f'remote "{name}"', {}).get("url", "")
+    if not url:
+        raise SweepError(f"{where}: DVC remote {name!r} has no url there (one in config.local stays here)")
+    if "://" not in url and not Path(url).is_absolute():
+        raise SweepError(
+            f"{where}: DVC remote {name!r} is the relative path {url!r}, which each task's clone reads from "
+            f"its own folder: give it whole, `dvc remote modify {name} url <absolute path>`, then commit"
+        )
+    return name
 
 
 def prepare(root: Path, baseline: str, uri: str) -> dict[str, Any]:
@@ -72,21 +152,9 @@ def prepare(root: Path, baseline: str, uri: str) -> dict[str, Any]:
     check_tracking(uri)
     if shutil.which("sbatch") is None:
         raise SweepError("--executor slurm: no `sbatch` on PATH; run the sweep where jobs can be submitted")
-    try:
-        url = run_git(root, "remote", "get-url", "origin").strip()
-    except SweepError:
-        raise SweepError(
-            f"{root}: no git remote `origin`; the tasks clone the baseline from it and push their "
-            "experiments to it: `git remote add origin <url>` (a bare repository on the shared filesystem)"
-        ) from None
-    run_git(root, "fetch", "--quiet", "origin")
-    if not run_git(root, "branch", "--remotes", "--contains", baseline).strip():
-        raise SweepError(f"baseline {baseline[:12]} is not on origin ({url}): `git push origin HEAD`")
-    if not run_dvc(root, ["remote", "default"], echo=False).strip():
-        raise SweepError(
-            f"{root}: no default DVC remote; the tasks pull the shared stages' outputs from it and push "
-            "theirs: `dvc remote add -d <name> <url>` (a folder on the shared filesystem or an object store)"
-        )
+    url = git_origin(root)
+    check_pushed(root, baseline, url)
+    dvc_remote(root)
     say("sweep: dvc push (the baseline's outputs, for the tasks to pull instead of recomputing)")
     run_dvc(root, ["push"])
     return {"git_remote": url, "dvc_cache": None}
@@ -103,6 +171,21 @@ def array_spec(indices: Sequence[int]) -> str:
     return ",".join(str(low) if low == high else f"{low}-{high}" for low, high in runs)
 
 
+def job_name(record: SweepRecord) -> str:
+    """The name every job of the sweep carries: how squeue and scancel find them all."""
+    return f"prefshift-{record.id}"
+
+
+def sbatch_options(record: SweepRecord, indices: Sequence[int], resources: SlurmResources) -> list[str]:
+    """sbatch's command-line options for points `indices`: each value one argument, never a line
+    of the script, and above the template's `#SBATCH` lines and `SBATCH_*` variables (sbatch's
+    precedence), so that the job's name, array and logs are the ones the sweep reads."""
+    folder = record.folder  # on the shared filesystem, wherever the sweep was started
+    own = [f"--job-name={job_name(record)}", f"--array={array_spec(indices)}"]
+    own += [f"--output={folder}/logs/%a.log", f"--chdir={folder}", "--open-mode=append"]
+    return [*own, *resources.options()]
+
+
 def render_script(
     record: SweepRecord, indices: Sequence[int], resources: SlurmResources, env: Mapping[str, str]
 ) -> str:
@@ -112,15 +195,10 @@ def render_script(
         "#!/bin/bash",
         f"# Sweep {record.id}: {len(record.points)} grid point(s) of `prefshift sweep --executor slurm`;",
         "# array task i runs grid point i in its own clone (see sweep.json beside this file).",
-        f"#SBATCH --job-name=prefshift-{record.id}",
-        f"#SBATCH --array={array_spec(indices)}",
-        f"#SBATCH --output={folder}/logs/%a.log",
-        f"#SBATCH --chdir={folder}",  # on the shared filesystem, wherever the sweep was started
-        "#SBATCH --open-mode=append",
-        *resources.directives(),
+        "# Submitted with these options, which win over any #SBATCH line below:",
+        f"#   sbatch {shlex.join(sbatch_options(record, indices, resources))}",
     ]
-    if resources.template is not None:
-        text = Path(resources.template).read_text(encoding="utf-8").rstrip("\n")
+    if (text := resources.template_text()) is not None:
         lines += [f"# --- from {resources.template} (yours to edit) ---", text, "# --- end of template ---"]
     lines += ["set -euo pipefail", f'export PATH={shlex.quote(str(python.parent))}:"$PATH"']
     lines += [f"export {key}={shlex.quote(value)}" for key, value in env.items()]
@@ -143,11 +221,12 @@ def _slurm(*args: str) -> str:
 
 
 def submit(record: SweepRecord, indices: Sequence[int], resources: SlurmResources) -> None:
-    """Write the script into the sweep's folder, then `sbatch` it."""
+    """Write the script into the sweep's folder, then `sbatch` it (the caller holds the sweep)."""
     script = record.folder / f"job-{len(record.data['jobs']) + 1}.sbatch"
     env = {"MLFLOW_TRACKING_URI": record.data["tracking_uri"]}
     script.write_text(render_script(record, indices, resources, env), encoding="utf-8")
-    job = _slurm("sbatch", "--parsable", str(script)).strip().split(";")[0]
+    options = sbatch_options(record, indices, resources)
+    job = _slurm("sbatch", "--parsable", *options, str(script)).strip().split(";")[0]
     record.data["jobs"].append({"job": job, "indices": list(indices), "script": str(script)})
     record.save()
     say(f"sweep {record.id}: submitted job {job} ({len(indices)} array task(s)), script {script}")
@@ -155,30 +234,29 @@ def submit(record: SweepRecord, indices: Sequence[int], resources: SlurmResource
 
 def live(record: SweepRecord) -> dict[int, str]:
     """Grid point → pending/running for every task of the sweep that squeue still lists (one line
-    per array task, `--array`); asked by job name, never by id, which squeue refuses once the
-    controller forgot it."""
-    if not (jobs := {entry["job"] for entry in record.data["jobs"]}):
-        return {}
+    per array task, `--array`); asked by the sweep's job name, never by id, which squeue refuses
+    once the controller forgot it. By name it also sees a job the record missed (one submitted
+    as a stop came)."""
     states: dict[int, str] = {}
-    query = ("--array", f"--name=prefshift-{record.id}", f"--states={LIVE_STATES}", "--format=%i %T")
+    query = ("--array", f"--name={job_name(record)}", f"--states={LIVE_STATES}", "--format=%i %T")
     for line in _slurm("squeue", "-h", *query).splitlines():
-        job, _, rest = line.strip().partition("_")
-        task, _, state = rest.partition(" ")
-        if job in jobs and task.isdigit():
+        task, _, state = line.strip().partition("_")[2].partition(" ")
+        if task.isdigit():
             states[int(task)] = SQUEUE_STATES.get(state.strip(), "running")
     return states
 
 
 def stop(record: SweepRecord) -> tuple[list[int], list[str]]:
-    """`scancel` the sweep's jobs and wait for squeue to let go of them: (points held, what was done)."""
-    if not (held := sorted(live(record))):
+    """`scancel` every job of the sweep by its name, and wait for squeue to let go of them:
+    (points held, what was done)."""
+    held = sorted(live(record))
+    _slurm("scancel", f"--name={job_name(record)}")  # also a job sbatch made as the stop came
+    if not held:
         return [], ["no task of the sweep was pending or running"]
-    jobs = [entry["job"] for entry in record.data["jobs"]]
-    _slurm("scancel", *jobs)
     deadline = time.monotonic() + CANCEL_WAIT_S
     while (left := live(record)) and time.monotonic() < deadline:
         time.sleep(1.0)
-    lines = [f"scancel {' '.join(jobs)}: points {', '.join(map(str, held))}"]
+    lines = [f"scancel --name={job_name(record)}: points {', '.join(map(str, held))}"]
     if left:
         lines.append(f"still listed by squeue after {CANCEL_WAIT_S:.0f} s: {sorted(left)}")
     return held, lines

@@ -140,7 +140,7 @@ def _attempt(record: SweepRecord, index: int) -> int:
         say("finished by an earlier attempt; nothing to do")
         return 0
     step = "clone"
-    record.write_state(index, "running", attempt=attempt, step=step, devices=devices)
+    record.write_state(index, "running", new_attempt=True, attempt=attempt, step=step, devices=devices)
     try:
         with signals_as_exceptions():
             clone = _clone(record, index, say)
