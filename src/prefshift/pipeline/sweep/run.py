@@ -258,8 +258,11 @@ def resume(root: Path, sweep_id: str, scratch: Path | None = None, wait: bool = 
 
 
 def _rerun(root: Path, record: SweepRecord, executor: Executor, wait: bool) -> dict[str, Any]:
-    """`resume`'s work, once it holds the sweep; `root` is the project the sweep ran from."""
-    states = point_states(record)
+    """`resume`'s work, once it holds the sweep; `root` is the project the sweep ran from. Holding
+    it, no other process can have points queued: on one machine only live tasks count."""
+    states = point_states(
+        record, slurm.live(record) if executor.kind == "slurm" else local.tasks_alive(record)
+    )
     todo = [i for i, state in states.items() if state not in (FINISHED, *LIVE)]
     awaited = [i for i, state in states.items() if state in LIVE]
     for index in (*todo, *awaited):
