@@ -27,7 +27,7 @@ from e2e_project import REPO
 from mlflow_support import free_port, running_server
 from prefshift.core.host import core_share
 from proc_support import processes
-from slurm_support import running_cluster, why_not
+from slurm_support import restart_controller, running_cluster, why_not
 
 BIN = Path(sys.executable).parent
 PREPARE = """\
@@ -551,3 +551,43 @@ def test_a_resume_waiting_for_a_dead_task_s_work_gives_it_a_slot_and_its_stop_en
     (trace / "hold-2").unlink()
     _cli("sweep", "resume", record.id, *at)
     assert point_states(load(scratch, record.id)) == {0: "success", 1: "success"}
+
+
+@pytest.mark.slow
+def test_a_slurm_sweep_says_why_a_point_waits_and_rides_out_a_controller_restart(tmp_path, monkeypatch):
+    """A point asking for more than any node has waited in silence, `pending` for good; and a
+    waiting sweep ended at the first squeue that failed (a controller restart of some seconds),
+    while its jobs ran on."""
+    if reason := why_not():
+        pytest.skip(reason)
+    env = _in_sweep_env(monkeypatch)
+    with ExitStack() as stack:
+        root, trace = _project(tmp_path, env, remotes=True)
+        uri = stack.enter_context(running_server(tmp_path / "mlflow", free_port()))
+        env.update(stack.enter_context(running_cluster(tmp_path / "slurm")), MLFLOW_TRACKING_URI=uri)
+        for key in ("SLURM_CONF", "MLFLOW_TRACKING_URI"):
+            monkeypatch.setenv(key, env[key])
+        from mlflow import MlflowClient
+
+        MlflowClient(uri).create_experiment("cluster-sweep")
+        scratch = tmp_path / "scratch"
+        at = ["--methods", "anchor_last", "--no-report", "--scratch", str(scratch), "--root", str(root)]
+        at += ["--executor", "slurm"]
+
+        # A task asking for 3 CPUs of a 2-CPU cluster: status says what SLURM says of it.
+        unschedulable = _cli("sweep", "-S", "anchor.lambda=0.25", "--cpus-per-task", "3", "--no-wait", *at)
+        sweep_id = unschedulable.stdout.strip().splitlines()[-1]
+        waiting = _cli("sweep", "status", sweep_id, "--scratch", str(scratch), "--root", str(root)).stdout
+        assert "0  sweep-anchor.lambda-0.25  pending (" in waiting, waiting
+        subprocess.run(["scancel", f"--name=prefshift-{sweep_id}"], env=env, check=True)
+
+        (trace / "hold-2").write_text("")
+        log = tmp_path / "sweep.log"
+        sweep = _started(root, env, log, "sweep", "-S", "anchor.lambda=2", *at)
+        _wait(lambda: any(t["lambda"] == 2 for t in _traces(trace, "start")), "the point to run", 300)
+        restart_controller(tmp_path / "slurm", env, down_s=40)  # past squeue's own retries
+        _wait(lambda: "trying again for up to" in log.read_text(), "the sweep to notice the outage", 120)
+        (trace / "hold-2").unlink()
+        assert sweep.wait(timeout=300) == 0, log.read_text()
+    said = log.read_text()
+    assert "point 0 (sweep-anchor.lambda-2): success" in said, said

@@ -41,6 +41,8 @@ from prefshift.tracking.runs import tracking_uri
 EXECUTORS = ("local", "local-gpus", "slurm")
 SWEEP_METHODS = ("anchor_last", "anchor_mid")
 POLL_S = 10.0
+SQUEUE_PATIENCE_S = 600.0
+"""How long a waiting SLURM sweep rides out squeue failing (a controller restart or failover)."""
 
 
 @dataclass(frozen=True)
@@ -186,16 +188,40 @@ def point_states(record: SweepRecord, live: Mapping[int, str] | None = None) -> 
 def wait_for(record: SweepRecord, pool: local.Pool | None = None) -> None:
     """Poll until no point is pending or running, printing each change of state; a local pool starts
     its queued points as slots free up, and is waited for until its last task has exited (a task
-    says `success` before it removes its clone, and the pool prints its log once it is reaped)."""
+    says `success` before it removes its clone, and the pool prints its log once it is reaped). A
+    SLURM sweep rides out squeue failing for up to SQUEUE_PATIENCE_S: the jobs are SLURM's."""
     shown: dict[int, str] = {}
+    failing_since = None  # since when squeue has failed: a controller restart or failover
     while True:
-        for index, state in (states := point_states(record, pool.live() if pool else None)).items():
+        try:
+            states = point_states(record, pool.live() if pool else None)
+            seen, failing_since = shown_states(record, states), None
+        except SweepError as err:
+            if pool or (failing_since and time.monotonic() - failing_since > SQUEUE_PATIENCE_S):
+                raise
+            if failing_since is None:  # said once an outage; every state is said again after it
+                say(f"sweep {record.id}: {err}; trying again for up to {SQUEUE_PATIENCE_S / 60:.0f} min")
+                failing_since, shown = time.monotonic(), {}
+            time.sleep(POLL_S)
+            continue
+        for index, state in seen.items():
             if shown.get(index) != state:
                 say(f"sweep {record.id}: point {index} ({record.names[index]}): {state}")
         if not any(state in LIVE for state in states.values()) and not (pool and pool.running):
             return
-        shown = states
+        shown = seen
         time.sleep(local.POLL_S if pool else POLL_S)
+
+
+def shown_states(record: SweepRecord, states: Mapping[int, str]) -> dict[int, str]:
+    """States as a person reads them: a SLURM point pending with squeue's reason, so that one that
+    asks for what never comes (PartitionConfig) does not wait in silence."""
+    if record.data["executor"]["kind"] != "slurm" or "pending" not in states.values():
+        return dict(states)
+    why = slurm.pending_reasons(record)
+    return {
+        i: f"{state} ({why[i]})" if state == "pending" and i in why else state for i, state in states.items()
+    }
 
 
 def _never_started(record: SweepRecord, index: int) -> str:
@@ -208,9 +234,10 @@ def _never_started(record: SweepRecord, index: int) -> str:
 
 def status_lines(record: SweepRecord) -> list[str]:
     """One line per grid point: its state, and for one without a result why and where its log is."""
-    lines = []
-    for index, state in point_states(record).items():
-        entry, line = record.read_state(index), f"{index}  {record.names[index]}  {state}"
+    states = point_states(record)
+    lines, shown = [], shown_states(record, states)
+    for index, state in states.items():
+        entry, line = record.read_state(index), f"{index}  {record.names[index]}  {shown[index]}"
         error = (entry.get("error") or "").strip().splitlines() or ["no message"]
         if state == "failed":
             line += f"  (failed during {entry.get('step')}: {error[-1]})"
@@ -264,6 +291,8 @@ def _rerun(root: Path, record: SweepRecord, executor: Executor, wait: bool) -> d
         record, slurm.live(record) if executor.kind == "slurm" else local.tasks_alive(record)
     )
     todo = [i for i, state in states.items() if state not in (FINISHED, *LIVE)]
+    if todo and executor.kind == "slurm":  # the points log to the server the sweep started with
+        slurm.check_tracking(record.data["tracking_uri"])
     awaited = [i for i, state in states.items() if state in LIVE]
     for index in (*todo, *awaited):
         what = "rerunning" if index in todo else "waiting for"

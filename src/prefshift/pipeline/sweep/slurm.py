@@ -232,18 +232,27 @@ def submit(record: SweepRecord, indices: Sequence[int], resources: SlurmResource
     say(f"sweep {record.id}: submitted job {job} ({len(indices)} array task(s)), script {script}")
 
 
+def _listed(record: SweepRecord, states: str, field: str) -> dict[int, str]:
+    """Grid point → squeue's `field` for each task of the sweep in one of `states` (one line per
+    array task, `--array`); asked by the sweep's job name, never by id, which squeue refuses once
+    the controller forgot it. By name it also sees a job the record missed (one submitted as a
+    stop came)."""
+    query = ("--array", f"--name={job_name(record)}", f"--states={states}", f"--format=%i {field}")
+    tasks = (
+        line.strip().partition("_")[2].partition(" ") for line in _slurm("squeue", "-h", *query).splitlines()
+    )
+    return {int(task): value.strip() for task, _, value in tasks if task.isdigit()}
+
+
 def live(record: SweepRecord) -> dict[int, str]:
-    """Grid point → pending/running for every task of the sweep that squeue still lists (one line
-    per array task, `--array`); asked by the sweep's job name, never by id, which squeue refuses
-    once the controller forgot it. By name it also sees a job the record missed (one submitted
-    as a stop came)."""
-    states: dict[int, str] = {}
-    query = ("--array", f"--name={job_name(record)}", f"--states={LIVE_STATES}", "--format=%i %T")
-    for line in _slurm("squeue", "-h", *query).splitlines():
-        task, _, state = line.strip().partition("_")[2].partition(" ")
-        if task.isdigit():
-            states[int(task)] = SQUEUE_STATES.get(state.strip(), "running")
-    return states
+    """Grid point → pending/running for every task of the sweep that squeue still lists."""
+    return {i: SQUEUE_STATES.get(state, "running") for i, state in _listed(record, LIVE_STATES, "%T").items()}
+
+
+def pending_reasons(record: SweepRecord) -> dict[int, str]:
+    """Grid point → why SLURM keeps its task waiting (Resources, Priority; PartitionConfig or
+    ReqNodeNotAvail when what it asks for never comes), as squeue says it."""
+    return {i: why for i, why in _listed(record, "PENDING", "%r").items() if why not in ("", "None")}
 
 
 def stop(record: SweepRecord) -> tuple[list[int], list[str]]:
