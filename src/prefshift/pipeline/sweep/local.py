@@ -52,7 +52,7 @@ class Pool:
     """The tasks this command runs, as many at once as there are slots, started as slots free up."""
 
     def __init__(self, record: SweepRecord, slots: Slots):
-        """A pool for a process that holds the sweep (`drive`)."""
+        """A pool for the process that holds the sweep (`driving`)."""
         self.record, self.free, self.queued = record, slots.free, []
         self.awaited: dict[int, list[tuple[str, ...] | None]] = {}
         self.threads = str(host.core_share(len(slots.free)))
@@ -169,6 +169,7 @@ def driving(record: SweepRecord, required: bool = True) -> Iterator[SweepRecord]
 
 
 def _take_driver(record: SweepRecord, required: bool) -> int | None:
+    """The sweep lock's descriptor; None where the folder cannot be locked and that is `required` not."""
 
     def refusal(holder: str) -> str:
         return (f"sweep {record.id} is being run by {holder}; stop it (Ctrl-C) or let it finish, "
