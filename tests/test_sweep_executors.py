@@ -164,6 +164,19 @@ def _project(tmp: Path, env: dict[str, str], remotes: bool, committed: bool = Tr
     return root, trace
 
 
+def _on_a_cluster(stack: ExitStack, tmp: Path, env: dict[str, str], monkeypatch) -> str:
+    """A one-node SLURM and an MLflow server (with the stages' experiment) for the rest of `stack`,
+    reached from `env` and from this process; returns the server's URI."""
+    uri = stack.enter_context(running_server(tmp / "mlflow", free_port()))
+    env.update(stack.enter_context(running_cluster(tmp / "slurm")), MLFLOW_TRACKING_URI=uri)
+    for key in ("SLURM_CONF", "MLFLOW_TRACKING_URI"):
+        monkeypatch.setenv(key, env[key])
+    from mlflow import MlflowClient
+
+    MlflowClient(uri).create_experiment("cluster-sweep")
+    return uri
+
+
 def _traces(trace: Path, kind: str) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(trace.glob(f"{kind}-*.json"))]
 
@@ -269,13 +282,7 @@ def test_a_stopped_sweep_leaves_no_process_and_resume_finishes_only_what_stopped
     with ExitStack() as stack:
         root, trace = _project(tmp_path, env, remotes=cluster)
         if cluster:
-            uri = stack.enter_context(running_server(tmp_path / "mlflow", free_port()))
-            env.update(stack.enter_context(running_cluster(tmp_path / "slurm")), MLFLOW_TRACKING_URI=uri)
-            for key in ("SLURM_CONF", "MLFLOW_TRACKING_URI"):
-                monkeypatch.setenv(key, env[key])
-            from mlflow import MlflowClient
-
-            MlflowClient(uri).create_experiment("cluster-sweep")
+            uri = _on_a_cluster(stack, tmp_path, env, monkeypatch)
         scratch = tmp_path / "scratch"
         command = [str(BIN / "prefshift"), "sweep", "-S", "anchor.lambda=0.5,2", "--methods", "anchor_last"]
         command += ["--no-report", "--scratch", str(scratch), *EXECUTORS[executor]]
@@ -323,6 +330,8 @@ def test_a_stopped_sweep_leaves_no_process_and_resume_finishes_only_what_stopped
         resumed = _cli("sweep", "resume", record.id, "--scratch", str(scratch), "--root", str(tmp_path))
         assert "rerunning point 1 (sweep-anchor.lambda-2, stopped)" in resumed.stderr
         if cluster:
+            from mlflow import MlflowClient
+
             client = MlflowClient(uri)
             runs = client.search_runs([client.get_experiment_by_name("cluster-sweep").experiment_id])
             assert sorted(
@@ -563,13 +572,7 @@ def test_a_slurm_sweep_says_why_a_point_waits_and_rides_out_a_controller_restart
     env = _in_sweep_env(monkeypatch)
     with ExitStack() as stack:
         root, trace = _project(tmp_path, env, remotes=True)
-        uri = stack.enter_context(running_server(tmp_path / "mlflow", free_port()))
-        env.update(stack.enter_context(running_cluster(tmp_path / "slurm")), MLFLOW_TRACKING_URI=uri)
-        for key in ("SLURM_CONF", "MLFLOW_TRACKING_URI"):
-            monkeypatch.setenv(key, env[key])
-        from mlflow import MlflowClient
-
-        MlflowClient(uri).create_experiment("cluster-sweep")
+        _on_a_cluster(stack, tmp_path, env, monkeypatch)
         scratch = tmp_path / "scratch"
         at = ["--methods", "anchor_last", "--no-report", "--scratch", str(scratch), "--root", str(root)]
         at += ["--executor", "slurm"]

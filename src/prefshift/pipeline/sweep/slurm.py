@@ -32,8 +32,8 @@ from prefshift.tracking.runs import tracking_uri
 SQUEUE_STATES = {"PENDING": "pending", "CONFIGURING": "pending", "REQUEUED": "pending", "RUNNING": "running"}
 """squeue's states that still hold a task; the others asked for (COMPLETING, SUSPENDED...) show as running."""
 LIVE_STATES = "PENDING,CONFIGURING,REQUEUED,RUNNING,COMPLETING,SUSPENDED,STOPPED,RESIZING"
-CANCEL_WAIT_S = 120.0
-HEALTH_TIMEOUT_S = 10.0  # SLURM's KillWait (30 s by default) and the tasks' own shutdown
+CANCEL_WAIT_S = 120.0  # SLURM's KillWait (30 s by default) and the tasks' own shutdown
+HEALTH_TIMEOUT_S = 10.0  # an MLflow server that takes longer to say it is up is as good as down
 _TIME = re.compile(r"^(\d+-)?\d+(:\d+){0,2}$")
 _NAME = re.compile(r"^[^\s,]+(,[^\s,]+)*$")  # a partition or account name, or a comma list of them
 
