@@ -284,6 +284,15 @@ def test_device_sets_are_disjoint_and_jobs_are_plain_slots():
         Slots(0)
 
 
+def test_a_sweep_folder_is_its_user_s_alone(tmp_path):
+    """Its record and the SLURM script carry the tracking URI, which may hold a password; they were
+    readable by every user of a shared filesystem."""
+    import stat
+
+    record = _record(tmp_path, [{"seed": "1"}], ["a"])
+    assert stat.S_IMODE(record.folder.stat().st_mode) == 0o700
+
+
 def test_a_point_state_reads_silence_after_running_as_stopped():
     from prefshift.pipeline.sweep.record import point_state
 
@@ -429,6 +438,66 @@ def test_a_point_runs_while_its_task_holds_its_lock_whatever_its_pid_now_names(t
         task.kill()
         task.wait()
     assert point_states(record)[2] == "stopped", "the kernel dropped the lock with its process"
+
+
+def test_a_slurm_task_waits_for_its_point_s_lock_where_a_local_one_is_refused(tmp_path, monkeypatch):
+    """A task killed alone leaves its dvc and stage working in the point's clone, holding the lock it
+    handed down. SLURM tasks took no lock, so a resumed one started a second dvc in that clone on a
+    cluster whose process tracking lets orphans outlive their job (proctrack/linuxproc). A SLURM
+    task now waits for the lock, saying so; a local pool never starts a held point, so a local task
+    finding one held is refused."""
+    import threading
+
+    from prefshift.core import locks
+    from prefshift.pipeline.sweep import task
+
+    record, said = _record(tmp_path, [{"seed": "1"}], ["a"]), []
+    holder = _hold(record.task_lock(0))
+    try:
+        with pytest.raises(locks.LockedError, match=rf"point 0 of sweep {record.id} is being run by process"):
+            task.take_point(record, 0, said.append)
+        record.data["executor"]["kind"] = "slurm"
+        monkeypatch.setattr(task, "LOCK_REPORT_S", 0.2)
+        threading.Timer(3.0, holder.kill).start()  # past the first probe (PROBE_GRACE_S)
+        lock = task.take_point(record, 0, said.append)
+    finally:
+        holder.kill()
+        holder.wait()
+    try:
+        assert locks.held(record.task_lock(0))
+    finally:
+        os.close(lock)
+    assert len(said) >= 2 and all(line.endswith("or what it started; waiting for it to end") for line in said)
+
+
+def test_where_the_sweep_folder_takes_no_flock_a_slurm_sweep_goes_on_unlocked_and_a_local_one_stops(
+    tmp_path, monkeypatch, capsys
+):
+    """A cluster filesystem mounted without locks answers flock with ENOLCK. A SLURM sweep and its
+    tasks go on unlocked (squeue is their liveness) and say so; a local one, whose liveness is the
+    locks, is refused with a way out."""
+    import errno
+    import fcntl
+
+    from prefshift.pipeline.sweep import local, task
+
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    record = _record(tmp_path, [{"seed": "1"}], ["a"])
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    with pytest.raises(OSError, match="No locks available"):
+        task.take_point(record, 0, print)
+    refused = r"cannot be locked here .*; pass a --scratch on a local disk"
+    with pytest.raises(SweepError, match=refused), local.driving(record):
+        pass
+    record.data["executor"]["kind"], said = "slurm", []
+    assert task.take_point(record, 0, said.append) is None
+    unlocked = f"cannot be locked ([Errno {errno.ENOLCK}] No locks available); running unlocked"
+    assert said == [f"{record.task_lock(0)} {unlocked}"]
+    with local.driving(record, required=False) as again:
+        assert again.id == record.id
+    assert "its folder cannot be locked" in capsys.readouterr().err
 
 
 def test_the_sweep_waits_for_a_task_that_said_success_until_it_exits_and_prints_its_log(tmp_path, capsys):

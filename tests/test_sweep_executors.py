@@ -594,3 +594,51 @@ def test_a_slurm_sweep_says_why_a_point_waits_and_rides_out_a_controller_restart
         assert sweep.wait(timeout=300) == 0, log.read_text()
     said = log.read_text()
     assert "point 0 (sweep-anchor.lambda-2): success" in said, said
+
+
+@pytest.mark.slow
+def test_a_resumed_slurm_point_waits_for_the_work_its_killed_task_left(tmp_path, monkeypatch):
+    """`kill -9` of a SLURM task alone ends its job, and on a cluster that tracks processes by
+    parentage (proctrack/linuxproc, as this one) its dvc and stage work on in the point's clone.
+    A resume resubmitted the point and its task started a second dvc beside them, in the same clone,
+    after deleting DVC's locks there. The resumed task now waits for the point's lock, which that
+    work holds, and runs once it has ended."""
+    from prefshift.pipeline.sweep.record import load
+    from prefshift.pipeline.sweep.run import point_states
+
+    if reason := why_not():
+        pytest.skip(reason)
+    env = _in_sweep_env(monkeypatch)
+    with ExitStack() as stack:
+        root, trace = _project(tmp_path, env, remotes=True)
+        _on_a_cluster(stack, tmp_path, env, monkeypatch)
+        scratch, log = tmp_path / "scratch", tmp_path / "resume.log"
+        at = ["--scratch", str(scratch), "--root", str(root)]
+        (trace / "hold-2").write_text("")
+        submitted = _cli(
+            "sweep", "-S", "anchor.lambda=2", "--methods", "anchor_last", "--no-report", "--executor",
+            "slurm", "--no-wait", *at,
+        )  # fmt: skip
+        record = load(scratch, submitted.stdout.strip().splitlines()[-1])
+        _wait(lambda: len(_traces(trace, "start")) == 1, "the point to run its stage", 300)
+        task, stage = record.read_state(0)["pid"], _traces(trace, "start")[0]["pid"]
+        os.kill(task, signal.SIGKILL)
+        _wait(lambda: point_states(record) == {0: "stopped"}, "SLURM to end the killed task's job")
+        assert _alive(stage), "the cluster let the task's stage outlive its job"
+
+        resumed = _started(root, env, log, "sweep", "resume", record.id, *at)
+        waiting = "or what it started; waiting for it to end"
+        _wait(
+            lambda: waiting in record.last_attempt(0) or len(_traces(trace, "start")) > 1,
+            "the resumed task to wait for the point's lock, or to run",
+        )
+        assert len(_traces(trace, "start")) == 1, "no second attempt beside the first one's work"
+        (trace / "hold-2").unlink()  # the orphaned work may now end
+        assert resumed.wait(timeout=300) == 0, log.read_text()
+        assert point_states(load(scratch, record.id)) == {0: "success"}
+    (orphan,) = [t for t in _traces(trace, "end") if t["pid"] == stage]
+    assert all(t["start"] > orphan["end"] for t in _traces(trace, "start")[1:]), "none ran beside it"
+    filed = json.loads(
+        (root / "reports" / "sweeps" / "anchor_last__anchor.lambda=2__seed=0.json").read_text()
+    )
+    assert filed["wrg"] == 4.0

@@ -15,6 +15,7 @@ holds (a stage's lock, then its output set's); it is released when the outermost
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -32,6 +33,8 @@ LOCKS = Path(PRIVATE) / "locks"
 PROBE_GRACE_S = 2.0
 """How long a `take` that others may probe (`held`) waits out a probe's shared lock: a probe holds it
 for microseconds, a probe descheduled on a loaded machine for longer."""
+UNLOCKABLE = (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP)
+"""What `take` raises where the filesystem takes no flock (a cluster's NFS mounted without locks)."""
 _HELD: dict[Path, list[int]] = {}
 """Lock file → [its descriptor, how many nested holders in this process] (flock is per open file)."""
 

@@ -8,7 +8,6 @@ ends the groups.
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import signal
 import socket
@@ -178,7 +177,7 @@ def _take_driver(record: SweepRecord, required: bool) -> int | None:
     try:
         return locks.take(record.driver_lock, "prefshift sweep", refusal, locks.PROBE_GRACE_S)
     except OSError as err:
-        if err.errno not in (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP):
+        if err.errno not in locks.UNLOCKABLE:
             raise
         if required:
             raise SweepError(

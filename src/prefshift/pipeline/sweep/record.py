@@ -188,8 +188,9 @@ def create(scratch: Path | None, data: Mapping[str, Any], root: Path = Path(".")
     sweep_id = time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
     folder = Path(scratch or default_scratch(root)).resolve() / sweep_id
     record = SweepRecord(folder, {**data, "id": sweep_id, "jobs": []})
+    folder.mkdir(parents=True, mode=0o700)  # the user's alone: its files carry the tracking URI
     for sub in ("logs", "points", "clones"):
-        (record.folder / sub).mkdir(parents=True, exist_ok=True)
+        (record.folder / sub).mkdir()
     record.save()
     return record
 

@@ -7,6 +7,8 @@ where it stands (`points/<i>.json`) before each step and at its end (docs/cluste
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import shutil
 import socket
@@ -24,6 +26,8 @@ TARGET = "report"
 """One consistent pipeline state per experiment: every stage a point's overrides invalidate reruns,
 and DVC commits every `cache: false` output of the target's pipeline. `promote` never runs."""
 DVC_LOCKS = ("lock", "rwlock", "rwlock.lock")
+LOCK_REPORT_S = 600.0
+"""How often a SLURM task that waits for its point's lock says so in the point's log."""
 
 
 def experiment_ref(baseline: str, name: str) -> str:
@@ -104,43 +108,68 @@ def _push(record: SweepRecord, index: int, clone: Path, say) -> str:
 
 
 def run_point(folder: Path, index: int) -> int:
-    """Run grid point `index` of the sweep in `folder`; return the task's exit status. On one machine
-    the point's lock is its liveness for every other process (a cluster's is squeue's, and a shared
-    filesystem may not lock). The task holds it and hands it down to its dvc and the stages dvc runs:
-    a task killed alone (`kill -9 <pid>`) leaves them working in the clone, and the point must count
-    as running, not be started a second time beside them, until the last of them ends."""
+    """Run grid point `index` of the sweep in `folder`; return the task's exit status. The task holds
+    the point's lock and hands it down to its dvc and the stages dvc runs: a task killed alone
+    (`kill -9 <pid>`) leaves them working in the clone, and no later attempt may start beside them
+    (two dvc in one clone) until the last of them ends. On one machine the lock is also the point's
+    liveness for every other process (a cluster's is squeue's)."""
     record = open_folder(folder)
     if not 0 <= index < len(record.points):  # a negative one would run another point under its own name
         raise SweepError(f"sweep {record.id}: no point {index}; its points are 0 to {len(record.points) - 1}")
-    if record.data["executor"]["kind"] == "slurm":
-        return _attempt(record, index)
-    lock = locks.take(
-        record.task_lock(index),
-        f"prefshift sweep task {index}",
-        lambda holder: f"point {index} of sweep {record.id} is being run by {holder} or what it started",
-        locks.PROBE_GRACE_S,
-    )
-    try:
-        with locks.handed_down(lock):
-            return _attempt(record, index)
-    finally:
-        os.close(lock)
-
-
-def _attempt(record: SweepRecord, index: int) -> int:
-    name, before = record.names[index], record.read_state(index)
-
-    def say(message: str) -> None:
-        print(f"{time.strftime('%H:%M:%S')} [{name}] {message}", flush=True)
-
-    attempt, devices = int(before.get("attempt", 0)) + 1, os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)")
+    name, say = record.names[index], functools.partial(_say, record.names[index])
+    attempt = int(record.read_state(index).get("attempt", 0)) + 1
+    devices = os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)")
     print(f"{TASK_HEADER} {record.id} point {index} ({name}) attempt {attempt} on {socket.gethostname()}, "
           f"CUDA_VISIBLE_DEVICES={devices} ===", flush=True)  # fmt: skip
-    if before.get("state") == FINISHED:
+    lock = take_point(record, index, say)
+    try:
+        with locks.handed_down(lock) if lock is not None else contextlib.nullcontext():
+            return _attempt(record, index, say, attempt=attempt, devices=devices)
+    finally:
+        if lock is not None:
+            os.close(lock)
+
+
+def take_point(record: SweepRecord, index: int, say) -> int | None:
+    """The point's lock, held. On one machine the pool never starts a task whose point is held, so a
+    held one is refused. A SLURM task waits for it: a resume resubmits a point whose task was killed
+    alone, and a cluster that tracks processes by parentage (proctrack/linuxproc) lets the work that
+    task started outlive its job. Where the sweep's folder takes no flock (a cluster filesystem
+    mounted without locks), a SLURM task goes on unlocked, as squeue is its liveness there."""
+    cluster, path = record.data["executor"]["kind"] == "slurm", record.task_lock(index)
+
+    def held_by(holder: str) -> str:
+        return f"point {index} of sweep {record.id} is being run by {holder} or what it started"
+
+    patience = locks.PROBE_GRACE_S  # then, waiting, a line every LOCK_REPORT_S
+    while True:
+        try:
+            return locks.take(path, f"prefshift sweep task {index}", held_by, patience)
+        except locks.LockedError as err:
+            if not cluster:
+                raise
+            say(f"{err}; waiting for it to end")
+            patience = LOCK_REPORT_S
+        except OSError as err:
+            if not cluster or err.errno not in locks.UNLOCKABLE:
+                raise
+            say(f"{path} cannot be locked ({err}); running unlocked")
+            return None
+
+
+def _say(name: str, message: str) -> None:
+    """A line of the point's log: the time, the point's experiment name, the message."""
+    print(f"{time.strftime('%H:%M:%S')} [{name}] {message}", flush=True)
+
+
+def _attempt(record: SweepRecord, index: int, say, **started: str | int) -> int:
+    """One attempt at the point, its lock held: clone, run, push, each step written to its state
+    (the first with what `started` it: its number, its devices)."""
+    if record.read_state(index).get("state") == FINISHED:
         say("finished by an earlier attempt; nothing to do")
         return 0
     step = "clone"
-    record.write_state(index, "running", new_attempt=True, attempt=attempt, step=step, devices=devices)
+    record.write_state(index, "running", new_attempt=True, step=step, **started)
     try:
         with signals_as_exceptions():
             clone = _clone(record, index, say)
@@ -158,5 +187,5 @@ def _attempt(record: SweepRecord, index: int) -> int:
         return 1
     record.write_state(index, FINISHED, step="done", commit=commit)
     shutil.rmtree(clone, ignore_errors=True)
-    say(f"done: experiment {name} at {commit[:12]}")
+    say(f"done: experiment {record.names[index]} at {commit[:12]}")
     return 0
