@@ -69,6 +69,48 @@ def test_names_are_readable_and_ref_safe():
     )
 
 
+def test_filed_record_names_fit_a_file_name_and_never_collide():
+    """The paper grid's points set a dozen params, so every record's name ran past 255 bytes and
+    `collect` failed with "file name too long" once every point had run. Names are now cut at
+    MAX_FILENAME with a hash of the whole, which also keeps `a/b` and `a_b` apart."""
+    import hashlib
+
+    from prefshift.pipeline.sweep.grid import capped, dvc_value
+    from prefshift.pipeline.sweep.grid_file import load_grid_file
+    from prefshift.pipeline.sweep.results import MAX_FILENAME
+
+    slash, underscore = (sweep_filename("naive", {"backbone.weak.name_or_path": v}) for v in ("a/b", "a_b"))
+    assert (
+        slash != underscore
+        and "/" not in slash
+        and underscore == 'naive__backbone.weak.name_or_path="a_b".json'
+    )
+    long = sweep_filename("naive", {"note": "é" * 300, "seed": 1})
+    assert len(long.encode()) <= MAX_FILENAME and long.startswith('naive__note="\\u00e9\\u00e9')
+    assert capped("é" * 300, 101) == "é" * 44 + "-" + hashlib.sha256(("é" * 300).encode()).hexdigest()[:12]
+    grid = load_grid_file(REPO / "configs" / "paper-grid.yaml")
+    names = [
+        sweep_filename(method, {key: dvc_value(key, text) for key, text in point.items()})
+        for point in grid.points
+        for method in ("naive", "anchor_last", "anchor_mid")
+    ]
+    assert len(set(names)) == len(names) == 3 * len(grid.points)
+    assert max(len(name.encode()) for name in names) <= MAX_FILENAME
+
+
+@pytest.mark.parametrize("value", ["org/modèle", "a#b", "x=y", "~", "range(1,3)"])
+def test_a_value_dvc_cannot_parse_is_refused_before_anything_runs(value):
+    """`dvc exp run -S` parses values with Hydra's grammar, which refuses some unquoted text that
+    YAML takes: every point then failed after the queue, showing DVC's help banner. The checks now
+    parse as DVC does and name the fix; quoted, the value passes."""
+    from prefshift.pipeline.sweep.grid import check_distinct
+
+    point = {"backbone.weak.name_or_path": value}
+    with pytest.raises(SweepError, match=r"^-S backbone\.weak\.name_or_path=.*quote it as a string: -S "):
+        check_distinct(REPO / "params.yaml", [point])
+    check_distinct(REPO / "params.yaml", [{"backbone.weak.name_or_path": f"'{value}'"}])
+
+
 NASTY_VALUES = [
     "2.",
     "1e-4.",
@@ -526,18 +568,23 @@ def test_the_sweep_waits_for_a_task_that_said_success_until_it_exits_and_prints_
 
 
 @pytest.mark.parametrize(
-    "earlier, reused",
+    "earlier, value, reused",
     [
-        ("anchor:\n  lambda: 0.5\n", True),
-        ("anchor:\n  lambda: '0.5'\n", False),  # the string: named like the number, another point
-        ("anchor:\n  other: 1\n", False),
-        ("anchor: [unclosed\n", False),
-        (None, False),  # no params.yaml in the commit
+        ("anchor:\n  lambda: 0.5\n", "0.5", True),
+        ("anchor:\n  lambda: '0.5'\n", "0.5", False),  # the string: named like the number, another point
+        ("anchor:\n  other: 1\n", "0.5", False),
+        ("anchor: [unclosed\n", "0.5", False),
+        (None, "0.5", False),  # no params.yaml in the commit
+        ("anchor:\n  lambda: 0.0001\n", "1e-4", True),  # as DVC writes `-S anchor.lambda=1e-4`
+        ("anchor:\n  lambda: 'yes'\n", "yes", True),
+        ("anchor:\n  lambda: true\n", "yes", False),
     ],
 )
-def test_a_task_reuses_an_earlier_experiment_only_with_the_points_params(tmp_path, earlier, reused):
+def test_a_task_reuses_an_earlier_experiment_only_with_the_points_params(tmp_path, earlier, value, reused):
     """What a repeated sweep's task finds under the point's experiment ref decides whether it runs:
-    only an experiment whose params hold the point's values is pushed back as the point's result."""
+    only an experiment whose params hold the point's values is pushed back as the point's result.
+    Values are read as DVC writes them (Hydra's grammar): read as YAML, `1e-4` was a string that no
+    experiment of the point held, so a repeated sweep reran it."""
     from prefshift.pipeline.sweep.task import _fetch_earlier, experiment_commit, experiment_ref
 
     env = {**os.environ, **GIT_ID}
@@ -550,7 +597,7 @@ def test_a_task_reuses_an_earlier_experiment_only_with_the_points_params(tmp_pat
     baseline = _run(["git", "rev-parse", "HEAD"], user, env).strip()
     (user / "params.yaml").unlink() if earlier is None else (user / "params.yaml").write_text(earlier)
     _run(["git", "commit", "-qam", "experiment"], user, env)
-    point = {"anchor.lambda": "0.5"}
+    point = {"anchor.lambda": value}
     ref = experiment_ref(baseline, experiment_name(point))
     _run(["git", "update-ref", ref, "HEAD"], user, env)
     _run(["git", "clone", "-q", str(user), str(clone)], tmp_path, env)

@@ -879,7 +879,9 @@ def split_override(item: str) -> tuple[list[str], str]:
     return parts, value
 
 
-def _set_dotted(tree: dict[str, Any], keys: list[str], item: str, value: Any) -> None:
+def set_dotted(tree: dict[str, Any], keys: list[str], item: str, value: Any) -> None:
+    """Set `value` at `keys` in the raw params tree, making missing sections; `item` names the
+    override in the error for a key whose parent is no section."""
     node = tree
     for key in keys[:-1]:
         child = node.setdefault(key, {})
@@ -960,5 +962,5 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     for item in overrides:
         keys, text = split_override(item)
         value = read_yaml(text, f"override {item!r}", hint=OVERRIDE_QUOTING)
-        _set_dotted(raw, keys, item, value)
+        set_dotted(raw, keys, item, value)
     return raw

@@ -41,6 +41,15 @@ def pipeline_outputs(root: Path) -> list[tuple[Path, bool, bool]]:
         raise SweepError(f"{root}: DVC cannot read the pipeline ({err}); fix dvc.yaml") from None
 
 
+def dvc_cache_dir(root: Path) -> str:
+    """The project's DVC cache folder, whole (a path may hold spaces, `#` or `,`), for the clones
+    on this machine to share."""
+    from dvc.repo import Repo
+
+    with Repo(str(root)) as repo:
+        return repo.cache.local_cache_dir
+
+
 def uncommitted_baseline(root: Path) -> list[str]:
     """dvc.lock and the metrics files that HEAD does not hold as the workspace does: what
     `dvc exp show`'s baseline row and a plain `dvc exp diff` need committed."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import itertools
 import json
@@ -10,8 +11,9 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
-from prefshift.config.params import apply_overrides, load_params, parse_params, read_yaml, split_override
+from prefshift.config.params import load_params, parse_params, read_yaml, set_dotted, split_override
 from prefshift.pipeline.sweep.commands import SweepError
 
 MAX_POINTS = 1000
@@ -76,7 +78,8 @@ def grid_points(grid: Mapping[str, Sequence[str]], max_points: int = MAX_POINTS)
 def check_distinct(
     params_path: Path, points: Iterable[Mapping[str, str]], collected: Sequence[str] = ()
 ) -> None:
-    """Load each point's params (a typo or a bad value fails here, before anything runs) and refuse
+    """Load each point's params as DVC will write them (a typo or a bad value fails here, before
+    anything runs) and refuse
     two points that are one experiment: compared as parsed (`1` and `1.0`, two axes setting one
     param), and by experiment name, which must be unique too. Each point files the methods to be
     `collected` that it trains (a grid file's blocks train different ones), so a point that trains
@@ -86,8 +89,9 @@ def check_distinct(
     raw = read_yaml(Path(params_path).read_text(encoding="utf-8"), str(params_path))
     points, seen, trained = list(points), {}, set()  # seen: by resolved params (JSON) and by name
     for index, point in enumerate(points):
-        overrides = [f"{k}={v}" for k, v in point.items()]
-        tree = apply_overrides(copy.deepcopy(raw), overrides)
+        overrides, tree = [f"{k}={v}" for k, v in point.items()], copy.deepcopy(raw)
+        for key, text in point.items():
+            set_dotted(tree, split_override(f"{key}={text}")[0], f"{key}={text}", dvc_value(key, text))
         params = parse_params(tree, " -S ".join([str(params_path), *overrides]))
         trained.update(mine := [m for m in collected if m in params.methods])
         if collected and not mine:
@@ -114,8 +118,39 @@ def experiment_name(point: Mapping[str, str]) -> str:
     `sweep-anchor.lambda-0.01`: no `..`, no end in `.` or `.lock` (`2.` is a number). Past MAX_NAME
     (a grid file's bundles), its readable start and a hash of the whole: one name per point, stable."""
     parts = [f"{key}-{_REF_UNSAFE.sub('_', value).strip('_')}" for key, value in point.items()]
-    name = re.sub(r"\.(lock)?$", r"_\1", "sweep-" + "-".join(parts))
-    if len(name) <= MAX_NAME:
+    return capped(re.sub(r"\.(lock)?$", r"_\1", "sweep-" + "-".join(parts)), MAX_NAME)
+
+
+def capped(name: str, limit: int, whole: str | None = None) -> str:
+    """`name` where it fits `limit` bytes (UTF-8) and is the `whole` it shows (by default, itself);
+    else its readable start and a hash of the whole, so that two wholes never share one name."""
+    whole = name if whole is None else whole
+    if name == whole and len(name.encode()) <= limit:
         return name
-    digest = hashlib.sha256(name.encode()).hexdigest()[:12]
-    return f"{name[: MAX_NAME - len(digest) - 1].rstrip('-_.')}-{digest}"
+    digest = hashlib.sha256(whole.encode()).hexdigest()[:12]
+    start = name.encode()[: limit - len(digest) - 1].decode(errors="ignore")
+    return f"{start.rstrip('-_.')}-{digest}"
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(key: str, text: str) -> Any:
+    from dvc.utils.hydra import to_hydra_overrides
+    from hydra.errors import HydraException
+
+    quote = f"quote it as a string: -S \"{key}='{text}'\""
+    try:
+        (override,) = to_hydra_overrides([f"{key}={text}"])
+    except HydraException as err:
+        problem = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise SweepError(f"-S {key}={text}: DVC cannot parse this value ({problem}); {quote}") from None
+    if override.is_sweep_override():
+        raise SweepError(f"-S {key}={text}: a Hydra sweep, which DVC would run as a grid of its own; {quote}")
+    return override.value()
+
+
+def dvc_value(key: str, text: str) -> Any:
+    """The value `dvc exp run -S key=text` writes into a point's params.yaml. DVC parses it with
+    Hydra's override grammar, not YAML: `yes` stays a string and `1e-4` is a number, and some
+    unquoted text (`#`, `=`, `~`, non-ASCII) is refused, which would fail every point after the
+    queue. The checks before a sweep and a task's reuse of an earlier experiment read it so."""
+    return copy.deepcopy(_parsed(key, text))

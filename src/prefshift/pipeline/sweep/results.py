@@ -16,14 +16,20 @@ from prefshift.config.params import get_dotted, is_finite_number, load_params, p
 from prefshift.core.atomic import write_json
 from prefshift.core.paths import Layout
 from prefshift.pipeline.sweep.commands import SweepError, run_git
-from prefshift.pipeline.sweep.grid import experiment_name
+from prefshift.pipeline.sweep.grid import capped, experiment_name
 
 HEADLINE = ("wrg", "mean_aog", "mean_nts")
+MAX_FILENAME = 200
+"""Bytes in a filed record's name: filesystems take 255, and a write's scratch copy beside it adds 14."""
 
 
 def sweep_filename(method: str, sweep: Mapping[str, Any]) -> str:
+    """`<method>__<key>=<value>__...json`, readable; one that would hold a `/` or pass MAX_FILENAME
+    (a grid file's points set a dozen params) is cut and ends in a hash of the whole, so that no two
+    records share a file. The report reads the records' own `sweep` field, never their names."""
     parts = [f"{key}={json.dumps(value, separators=(',', ':'))}" for key, value in sweep.items()]
-    return "__".join([method, *parts]).replace("/", "_") + ".json"
+    whole = "__".join([method, *parts])
+    return capped(whole.replace("/", "_"), MAX_FILENAME - len(".json"), whole) + ".json"
 
 
 def _json_at(root: Path, rev: str, rel: str) -> Mapping[str, Any]:

@@ -21,7 +21,7 @@ from prefshift.config.params import check_method
 from prefshift.core.paths import Layout
 from prefshift.core.signals import exit_code, signals_as_exceptions, signals_ignored, stop_signal
 from prefshift.pipeline.sweep import local, slurm
-from prefshift.pipeline.sweep.baseline import check_committed, check_scratch
+from prefshift.pipeline.sweep.baseline import check_committed, check_scratch, dvc_cache_dir
 from prefshift.pipeline.sweep.commands import SweepError, run_dvc, run_git, say
 from prefshift.pipeline.sweep.grid import check_distinct, experiment_name
 from prefshift.pipeline.sweep.record import (
@@ -102,7 +102,7 @@ def start(
     uri, baseline = tracking_uri(Layout(root)), run_git(root, "rev-parse", "HEAD").strip()
     cluster = executor.kind == "slurm"
     # One machine: the tasks clone this project and share its DVC cache; a cluster's, the remotes.
-    cache = None if cluster else run_dvc(root, ["cache", "dir"], echo=False).split()[-1]
+    cache = None if cluster else dvc_cache_dir(root)
     where = slurm.prepare(root, baseline, uri) if cluster else {"git_remote": str(root), "dvc_cache": cache}
     data = {"root": str(root), "baseline": baseline, "points": [dict(p) for p in points]}
     data.update(names=[experiment_name(p) for p in points], methods=methods, report=report)

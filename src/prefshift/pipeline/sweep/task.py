@@ -20,6 +20,7 @@ from prefshift.core import locks
 from prefshift.core.atomic import atomic_path
 from prefshift.core.signals import Terminated, exit_code, signals_as_exceptions
 from prefshift.pipeline.sweep.commands import SweepError, run_dvc, run_git
+from prefshift.pipeline.sweep.grid import dvc_value
 from prefshift.pipeline.sweep.record import FINISHED, STOPPED, TASK_HEADER, SweepRecord, open_folder
 
 TARGET = "report"
@@ -53,7 +54,7 @@ def _fetch_earlier(record: SweepRecord, index: int, clone: Path, say) -> None:
     point, where = record.points[index], f"{ref}:params.yaml"
     try:
         theirs = read_yaml(run_git(clone, "show", where), where)
-        same = all(get_dotted(theirs, key) == read_yaml(value, f"-S {key}") for key, value in point.items())
+        same = all(get_dotted(theirs, key) == dvc_value(key, value) for key, value in point.items())
     except (KeyError, ConfigError, SweepError):  # no params.yaml there, no such key, no YAML
         same = False
     if not same:
@@ -78,8 +79,19 @@ def _clone(record: SweepRecord, index: int, say) -> Path:
         run_git(clone.parent, "clone", "--quiet", "--no-checkout", remote, str(staging))
         run_git(staging, "checkout", "--quiet", "--detach", record.data["baseline"])
         if cache := record.data.get("dvc_cache"):  # one machine: what `dvc cache dir --local` writes
-            (staging / ".dvc" / "config.local").write_text(f"[cache]\n    dir = {cache}\n", encoding="utf-8")
+            _share_cache(staging, cache)
     return clone
+
+
+def _share_cache(clone: Path, cache: str) -> None:
+    """Point the clone at the project's DVC cache in its config.local, written by DVC's own config
+    library: a path holding a space, `#` or `,` is quoted (written bare, `#` began a comment and `,`
+    made a list, so the clone cached elsewhere or failed)."""
+    from configobj import ConfigObj
+
+    config = ConfigObj(encoding="utf-8")
+    config.filename, config["cache"] = str(clone / ".dvc" / "config.local"), {"dir": cache}
+    config.write()
 
 
 def _run(record: SweepRecord, index: int, clone: Path, say) -> None:
