@@ -241,6 +241,11 @@ CORPUS = [
         files={**_record(), "sweeps/s1/points/0.json": "[]"}),
     Bad("point state: an attempt as text", SWEEP_RECORD, "0.json: attempt: Input should be a valid integer",
         files={**_record(), "sweeps/s1/points/0.json": '{"state": "failed", "attempt": "2"}'}),
+    Bad("sweep record: cut short", SWEEP_RECORD, "sweep.json: not a sweep record (Unterminated string",
+        files={"sweeps/s1/sweep.json": '{"id": "s1", "ro'}),
+    Bad("point state: finished without its commit", SWEEP_RECORD,
+        "0.json: (top level): Value error, state 'success' without the experiment's commit",
+        files={**_record(), "sweeps/s1/points/0.json": '{"state": "success"}'}),
 ]  # fmt: skip
 
 CASES = [pytest.param(bad, c, id=f"{c} | {bad.name}") for bad in CORPUS for c in bad.commands]

@@ -125,6 +125,22 @@ def test_locks_nest_within_one_process_and_live_outside_the_outputs(tmp_path):
         pass
 
 
+def test_the_private_folder_is_never_made_over_a_user_s_file_or_through_a_link(tmp_path):
+    """`.prefshift` as a file failed every writing command with "file exists" and no way out; a
+    dangling `.prefshift/.gitignore` link was written through, making a file where it pointed."""
+    from prefshift.core.errors import PrefshiftError
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / ".prefshift").write_text("mine")
+    with pytest.raises(PrefshiftError, match=r"\.prefshift: not a folder; .*: move it away"):
+        locks.hold(tmp_path / "a", [tmp_path / "a" / "out.json"]).__enter__()
+    assert (tmp_path / "a" / ".prefshift").read_text() == "mine"
+    (tmp_path / "b" / ".prefshift").mkdir(parents=True)
+    (tmp_path / "b" / ".prefshift" / ".gitignore").symlink_to(tmp_path / "elsewhere")
+    with locks.hold(tmp_path / "b", [tmp_path / "b" / "out.json"]):
+        assert not (tmp_path / "elsewhere").exists()
+
+
 def test_a_probe_tells_a_held_lock_and_never_fails_a_patient_taker(tmp_path):
     """`held` answers for any holder, this process's other descriptors included, and leaves nothing
     behind; a `take` with PROBE_GRACE_S waits out probes that a tight loop keeps taking, and an

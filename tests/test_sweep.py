@@ -423,7 +423,8 @@ def test_status_names_each_unfinished_point_with_why_and_its_log(tmp_path):
     record.data["executor"] = {"kind": "local-gpus"}
     here = socket.gethostname()
     error = "`dvc exp run ...` failed (exit 1):\nRunning stage 'report':\nERROR: failed to reproduce 'report'"
-    write_json(record.state_file(0), {"state": "success"})
+    error += "\n\nHaving any troubles? Hit us up at https://dvc.org/support, we are always happy to help!\n"
+    write_json(record.state_file(0), {"state": "success", "commit": "c" * 40})
     write_json(
         record.state_file(1), {"state": "failed", "step": "run", "error": error, "host": here, "pid": 1}
     )
@@ -559,7 +560,7 @@ def test_the_sweep_waits_for_a_task_that_said_success_until_it_exits_and_prints_
     pool = local.Pool(record, local.Slots(1))
     lingering = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(2)"], start_new_session=True)
     pool.running[0] = (lingering, pool.free.pop())
-    write_json(record.state_file(0), {"state": "success"})
+    write_json(record.state_file(0), {"state": "success", "commit": "c" * 40})
     started = time.monotonic()
     wait_for(record, pool)
     assert lingering.poll() == 0 and not pool.running and time.monotonic() - started >= 1.5
@@ -636,6 +637,63 @@ def test_a_clone_an_attempt_left_half_made_is_removed_by_the_next_and_nothing_el
     assert (record.clone(0) / "params.yaml").read_text() == "seed: 1\n"
     assert sorted(p.name for p in record.clone(0).parent.iterdir()) == [".0.4242.tmp", "0"]
     assert (lookalike / "keep").read_text() == "mine"
+
+
+@pytest.mark.parametrize("tampered", ["link", "folder"])
+def test_a_clone_the_sweep_did_not_make_is_refused_not_run_in_or_replaced(tmp_path, tampered):
+    """`clones/<i>` made a link to a user's repository ran `dvc exp run` there, applying the
+    experiment to its workspace; a plain folder there was replaced by a fresh clone, its files gone."""
+    from prefshift.pipeline.sweep.task import _clone
+
+    record = _record(tmp_path / "sweeps", [{"seed": "1"}], ["sweep-seed-1"])
+    user = tmp_path / "user"
+    _run(["git", "init", "-q", str(user)], tmp_path, {**os.environ, **GIT_ID})
+    (user / "notes.txt").write_text("mine")
+    if tampered == "link":
+        record.clone(0).symlink_to(user)
+    else:
+        shutil.copytree(user, record.clone(0), ignore=shutil.ignore_patterns(".git"))
+    with pytest.raises(SweepError, match=rf"{record.clone(0)}: not a clone this sweep made .*move it away"):
+        _clone(record, 0, lambda line: None)
+    assert (record.clone(0) / "notes.txt").read_text() == "mine" and (user / ".git").is_dir()
+
+
+def test_resume_and_collect_of_a_sweep_whose_project_moved_say_so(tmp_path):
+    """Before, resume ran each point into a git error about the missing path ("... and the
+    repository exists." as its status), and collect failed in git."""
+    from prefshift.pipeline.sweep.run import collect_id, resume
+
+    record = _record(tmp_path / "sweeps", [{"seed": "1"}], ["sweep-seed-1"])
+    record.data["root"] = str(tmp_path / "moved")
+    record.save()
+    for command in (resume, collect_id):
+        with pytest.raises(
+            SweepError, match=rf"sweep {record.id}: its project .*moved is gone .*move it back"
+        ):
+            command(tmp_path, record.id, tmp_path / "sweeps")
+
+
+def test_a_record_path_the_sweep_could_not_file_is_refused_before_any_point_runs(tmp_path):
+    """A link at a record's path, or a file where reports/sweeps/ goes, failed `collect` once every
+    point had run, after filing some records; the checks before a sweep (and its dry run) find them."""
+    from prefshift.pipeline.sweep.grid import check_distinct
+    from prefshift.pipeline.sweep.results import filing_problems
+
+    shutil.copy2(REPO / "params.yaml", tmp_path / "params.yaml")
+    points = grid_points(parse_grid(["anchor.lambda=0.5,2"]))
+    loaded = check_distinct(tmp_path / "params.yaml", points, ["anchor_last"])
+    assert filing_problems(tmp_path, points, loaded, ["anchor_last"]) == []
+    seeds = yaml.safe_load((REPO / "params.yaml").read_text())["seeds"]
+    sweeps = tmp_path / "reports" / "sweeps"
+    sweeps.mkdir(parents=True)
+    link = sweeps / f"anchor_last__anchor.lambda=2__seed={seeds[-1]}.json"
+    link.symlink_to(tmp_path / "user-file")
+    (problem,) = filing_problems(tmp_path, points, loaded, ["anchor_last"])
+    assert problem.startswith(f"collect would file {link}: {link}: is a symbolic link")
+    shutil.rmtree(sweeps)
+    sweeps.write_text("mine")
+    (problem,) = filing_problems(tmp_path, points, loaded, ["anchor_last"])
+    assert f"{sweeps}: is a file, and a directory is written here" in problem
 
 
 @pytest.mark.parametrize("index", [-1, 2])
@@ -870,11 +928,13 @@ def test_a_new_attempt_starts_its_point_s_state_afresh(tmp_path):
 
 
 def test_options_of_another_executor_are_refused_not_ignored():
-    """`--jobs 4` with slurm and `--partition` with a local executor were taken and ignored."""
+    """`--jobs 4` with slurm or local-gpus, and `--partition` with a local executor, were taken and
+    ignored."""
     from prefshift.pipeline.sweep.slurm import SlurmResources
 
-    with pytest.raises(SweepError, match="--jobs 4: for the local executors"):
-        Executor("slurm", jobs=4).check()
+    for executor in (Executor("slurm", jobs=4), Executor("local-gpus", jobs=4, devices=("0", "1"))):
+        with pytest.raises(SweepError, match="--jobs 4: for --executor local alone"):
+            executor.check()
     for resources in (SlurmResources(partition="gpu"), SlurmResources(time="1:00:00")):
         with pytest.raises(SweepError, match="slurm's alone"):
             Executor("local", resources=resources).check()

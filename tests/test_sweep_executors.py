@@ -132,12 +132,12 @@ def _project(tmp: Path, env: dict[str, str], remotes: bool, committed: bool = Tr
     ]
     stages = {
         "prepare": {
-            "cmd": f"{sys.executable} prepare.py {trace}",
+            "cmd": f"{sys.executable} prepare.py {shlex.quote(str(trace))}",
             "deps": ["prepare.py"],
             "outs": ["data/base.txt"],
         },
         "report": {
-            "cmd": f"{sys.executable} evaluate.py {trace}",
+            "cmd": f"{sys.executable} evaluate.py {shlex.quote(str(trace))}",
             "deps": ["evaluate.py", "data/base.txt"],
             "params": ["anchor.lambda"],
             "metrics": metrics,
@@ -423,6 +423,23 @@ for method in ("anchor_last", "anchor_mid"):
 summary = {m: headline for m in ("anchor_last", "anchor_mid")}
 pathlib.Path("reports/metrics.json").write_text(json.dumps(summary))
 """
+
+
+@pytest.mark.slow
+def test_a_project_whose_path_holds_a_space_a_hash_and_a_comma_shares_its_dvc_cache(tmp_path, monkeypatch):
+    """The clones' config.local got the project's cache path bare: after a space it was relative
+    (every point recomputed the shared stages), after `#` cut short (DVC cached outside the project)
+    and with `,` a list (every point failed)."""
+    env = _in_sweep_env(monkeypatch)
+    (odd := tmp_path / "my work#2,final").mkdir()
+    root, trace = _project(odd, env, remotes=False)
+    _cli("sweep", "-S", "anchor.lambda=0.5", "--methods", "anchor_last", "--no-report", "--root", str(root))
+    assert (trace / "prepare-runs").read_text() == "prepare\n", "prepare's output came from the cache"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["my work#2,final"], "no cache outside it"
+    filed = json.loads(
+        (root / "reports" / "sweeps" / "anchor_last__anchor.lambda=0.5__seed=0.json").read_text()
+    )
+    assert filed["wrg"] == 1.0
 
 
 @pytest.mark.slow

@@ -768,7 +768,7 @@ def _grid(path: Path, max_points: int) -> Any:
 def _dry_run(root: Path, grid: Any, points: list, methods: list, chosen: Any, scratch: Path | None) -> None:
     """What a sweep would run and cost, printed; nothing is written, run or submitted. A grid the
     sweep would refuse is refused; what the workspace lacks is noted, after the plan."""
-    _call(_stage("pipeline.sweep.grid", "check_distinct"), root / "params.yaml", points, methods)
+    loaded = _call(_stage("pipeline.sweep.grid", "check_distinct"), root / "params.yaml", points, methods)
     typer.echo(f"points: {len(points)}")
     if grid is not None:
         grid_module = importlib.import_module("prefshift.pipeline.sweep.grid_file")
@@ -779,7 +779,7 @@ def _dry_run(root: Path, grid: Any, points: list, methods: list, chosen: Any, sc
                 typer.echo(line)
     problems = _call(
         _stage("pipeline.sweep.run", "workspace_problems"), root, scratch, chosen.kind == "slurm"
-    )
+    ) + _call(_stage("pipeline.sweep.results", "filing_problems"), root, points, loaded, methods)
     for problem in problems:
         typer.echo(f"note: the sweep itself would stop here: {problem}")
     if chosen.kind == "slurm":

@@ -47,9 +47,14 @@ def private_dir(root: str | Path) -> Path:
     """`<root>/.prefshift`, created with a `.gitignore` of its own: prefshift's bookkeeping
     (commit journals, locks, the offline tracking database) is never versioned."""
     directory = Path(root) / PRIVATE
+    if os.path.lexists(directory) and not directory.is_dir():
+        raise PrefshiftError(
+            f"{directory}: not a folder; prefshift keeps its bookkeeping there (locks, sweeps, the "
+            "offline tracking database): move it away"
+        )
     directory.mkdir(parents=True, exist_ok=True)
     ignore = directory / ".gitignore"
-    if not ignore.exists():
+    if not os.path.lexists(ignore):  # a link there, even a dangling one, is the user's
         ignore.write_text("*\n", encoding="utf-8")
     return directory
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from prefshift.config.params import load_params, parse_params, read_yaml, set_dotted, split_override
+from prefshift.config.params import Params, load_params, parse_params, read_yaml, set_dotted, split_override
 from prefshift.pipeline.sweep.commands import SweepError
 
 MAX_POINTS = 1000
@@ -77,22 +77,22 @@ def grid_points(grid: Mapping[str, Sequence[str]], max_points: int = MAX_POINTS)
 
 def check_distinct(
     params_path: Path, points: Iterable[Mapping[str, str]], collected: Sequence[str] = ()
-) -> None:
-    """Load each point's params as DVC will write them (a typo or a bad value fails here, before
-    anything runs) and refuse
-    two points that are one experiment: compared as parsed (`1` and `1.0`, two axes setting one
-    param), and by experiment name, which must be unique too. Each point files the methods to be
+) -> list[Params]:
+    """Each point's params, loaded as DVC will write them (a typo or a bad value fails here, before
+    anything runs), once no two points are one experiment: compared as parsed (`1` and `1.0`, two
+    axes setting one param), and by experiment name, which must be unique too. Each point files the
+    methods to be
     `collected` that it trains (a grid file's blocks train different ones), so a point that trains
     none of them, or a method that no point trains, is refused too: it would fail only when filed,
     after every point ran. params.yaml is parsed once."""
     load_params(params_path)  # the file itself, checked once with its own errors
     raw = read_yaml(Path(params_path).read_text(encoding="utf-8"), str(params_path))
-    points, seen, trained = list(points), {}, set()  # seen: by resolved params (JSON) and by name
+    points, seen, trained, loaded = list(points), {}, set(), []  # seen: by resolved params (JSON), name
     for index, point in enumerate(points):
         overrides, tree = [f"{k}={v}" for k, v in point.items()], copy.deepcopy(raw)
         for key, text in point.items():
             set_dotted(tree, split_override(f"{key}={text}")[0], f"{key}={text}", dvc_value(key, text))
-        params = parse_params(tree, " -S ".join([str(params_path), *overrides]))
+        loaded.append(params := parse_params(tree, " -S ".join([str(params_path), *overrides])))
         trained.update(mine := [m for m in collected if m in params.methods])
         if collected and not mine:
             raise SweepError(
@@ -111,6 +111,7 @@ def check_distinct(
                 )
     if unused := [m for m in collected if m not in trained]:
         raise SweepError(f"--methods {','.join(unused)}: no grid point trains it; nothing was run")
+    return loaded
 
 
 def experiment_name(point: Mapping[str, str]) -> str:

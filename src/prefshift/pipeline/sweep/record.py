@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from prefshift.core.atomic import write_json
 from prefshift.core.locks import private_dir
@@ -82,7 +82,8 @@ class _Stored(_Checked):
 
 
 class _PointState(_Checked):
-    """What a point's task writes about itself (write_state); every key may be absent."""
+    """What a point's task writes about itself (write_state); every key may be absent, but a
+    finished point names its experiment's commit, which `collect` files."""
 
     state: str | None = None
     step: str | None = None
@@ -90,6 +91,12 @@ class _PointState(_Checked):
     commit: str | None = None
     attempt: int | None = None
     time: str | None = None
+
+    @model_validator(mode="after")
+    def _finished_names_its_commit(self) -> _PointState:
+        if self.state == FINISHED and not self.commit:
+            raise ValueError(f"state {FINISHED!r} without the experiment's commit")
+        return self
 
 
 DAMAGED = "the sweep record is damaged; start the sweep again (finished points are reused)"
@@ -208,8 +215,10 @@ def open_folder(folder: Path) -> SweepRecord:
         raise SweepError(f"sweep {path.parent.name!r}: no {path} ({hint}); pass the --scratch the sweep used")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
+    except OSError as err:
         raise SweepError(f"{path}: cannot read the sweep record ({err})") from None
+    except ValueError as err:  # cut short (a full disk) or edited: no JSON
+        raise SweepError(f"{path}: not a sweep record ({err}); {DAMAGED}") from None
     if len(_checked(path, data, _Stored, DAMAGED)["names"]) != len(data["points"]):
         raise SweepError(f"{path}: names: not one per point; {DAMAGED}")
     return SweepRecord(Path(folder), data)

@@ -12,11 +12,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from prefshift.config.params import get_dotted, is_finite_number, load_params, parse_params, read_yaml
-from prefshift.core.atomic import write_json
+from prefshift.config.params import Params, get_dotted, is_finite_number, load_params, parse_params, read_yaml
+from prefshift.core.atomic import OutputError, refuse_unowned, write_json
 from prefshift.core.paths import Layout
 from prefshift.pipeline.sweep.commands import SweepError, run_git
-from prefshift.pipeline.sweep.grid import capped, experiment_name
+from prefshift.pipeline.sweep.grid import capped, dvc_value, experiment_name
 
 HEADLINE = ("wrg", "mean_aog", "mean_nts")
 MAX_FILENAME = 200
@@ -65,9 +65,43 @@ def point_results(
         for seed in parsed.seeds:
             rel = layout.for_seed(seed).metrics(method).relative_to(layout.root).as_posix()
             missing += _missing(own := _json_at(root, rev, rel), f"{rel}:")
-            record = sweep if "seed" in sweep else {**sweep, "seed": seed}
-            records.append((layout.sweeps_dir / sweep_filename(method, record), {**own, "sweep": record}))
+            path, record = _filed_as(layout, method, sweep, seed)
+            records.append((path, {**own, "sweep": record}))
     return records, missing
+
+
+def _filed_as(layout: Layout, method: str, sweep: Mapping[str, Any], seed: int) -> tuple[Path, dict]:
+    """Where one method's record of one seed of a point is filed, and its `sweep` field."""
+    record = dict(sweep) if "seed" in sweep else {**sweep, "seed": seed}
+    return layout.sweeps_dir / sweep_filename(method, record), record
+
+
+def filing_problems(
+    root: Path, points: Sequence[Mapping[str, str]], loaded: Sequence[Params], methods: Sequence[str]
+) -> list[str]:
+    """Why the records the sweep will file could not be written (a link, a folder or another user's
+    file at a record's path; a file where reports/sweeps/ goes), found before any point runs: found
+    when filing, they failed the sweep after every point had run."""
+    layout, paths = Layout(root), []
+    for point, params in zip(points, loaded, strict=True):
+        sweep = {key: dvc_value(key, text) for key, text in point.items()}
+        paths += [
+            _filed_as(layout, method, sweep, seed)[0]
+            for method in methods
+            if method in params.methods
+            for seed in params.seeds
+        ]
+    relative = layout.sweeps_dir.relative_to(layout.root)  # reports/sweeps, and reports above it
+    folders = [layout.root / folder for folder in reversed([relative, *relative.parents][:-1])]
+    problems: list[str] = []
+    for path, directory in [*((folder, True) for folder in folders), *((path, False) for path in paths)]:
+        try:
+            refuse_unowned(path, directory)
+        except OutputError as err:
+            problems.append(f"collect would file {path}: {err}")
+            if directory:  # every record below it would fail for it too
+                break
+    return problems
 
 
 def file_results(

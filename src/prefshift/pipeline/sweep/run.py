@@ -35,7 +35,7 @@ from prefshift.pipeline.sweep.record import (
     load,
     point_state,
 )
-from prefshift.pipeline.sweep.results import file_results
+from prefshift.pipeline.sweep.results import file_results, filing_problems
 from prefshift.tracking.runs import tracking_uri
 
 EXECUTORS = ("local", "local-gpus", "slurm")
@@ -59,8 +59,11 @@ class Executor:
             raise SweepError(f"--executor {self.kind!r}: choose one of {', '.join(EXECUTORS)}")
         if (self.kind == "local-gpus") != bool(self.devices):
             raise SweepError("--executor local-gpus takes its devices with --gpus 0,1,2,3, and only it")
-        if self.kind == "slurm" and self.jobs != 1:
-            raise SweepError(f"--jobs {self.jobs}: for the local executors; SLURM runs what it schedules")
+        if self.kind != "local" and self.jobs != 1:
+            raise SweepError(
+                f"--jobs {self.jobs}: for --executor local alone; local-gpus runs a point per device set "
+                "(--gpus, --gpus-per-task), slurm what it schedules"
+            )
         if self.kind != "slurm" and replace(self.resources, gpus_per_task=0) != slurm.SlurmResources():
             raise SweepError(
                 "--partition, --time, --account, --cpus-per-task, --sbatch-template: slurm's alone"
@@ -96,8 +99,9 @@ def start(
     if not methods or len(set(methods)) != len(methods):
         raise SweepError(f"--methods {','.join(methods)!r}: name each method to collect once, e.g. naive")
     executor.check(wait)
-    check_distinct(root / "params.yaml", points, methods)
-    if problems := workspace_problems(root, scratch, executor.kind == "slurm"):
+    loaded = check_distinct(root / "params.yaml", points, methods)
+    problems = workspace_problems(root, scratch, executor.kind == "slurm")
+    if problems := problems + filing_problems(root, points, loaded, methods):
         raise SweepError(problems[0])
     uri, baseline = tracking_uri(Layout(root)), run_git(root, "rev-parse", "HEAD").strip()
     cluster = executor.kind == "slurm"
@@ -232,15 +236,21 @@ def _never_started(record: SweepRecord, index: int) -> str:
     return "never started"
 
 
+def _gist(error: str) -> str:
+    """The line of a failure that says what went wrong: DVC's last `ERROR:` line (its output ends
+    in a help banner), else the last line."""
+    lines = [line.strip() for line in error.strip().splitlines() if line.strip()] or ["no message"]
+    return next((line for line in reversed(lines) if line.startswith("ERROR")), lines[-1])
+
+
 def status_lines(record: SweepRecord) -> list[str]:
     """One line per grid point: its state, and for one without a result why and where its log is."""
     states = point_states(record)
     lines, shown = [], shown_states(record, states)
     for index, state in states.items():
         entry, line = record.read_state(index), f"{index}  {record.names[index]}  {shown[index]}"
-        error = (entry.get("error") or "").strip().splitlines() or ["no message"]
         if state == "failed":
-            line += f"  (failed during {entry.get('step')}: {error[-1]})"
+            line += f"  (failed during {entry.get('step')}: {_gist(entry.get('error') or '')})"
         elif state not in (FINISHED, *LIVE):
             silent = f"ended during {entry.get('step')} without a word: cancelled, preempted or killed"
             line += (
@@ -281,7 +291,7 @@ def resume(root: Path, sweep_id: str, scratch: Path | None = None, wait: bool = 
     executor = Executor.of(record)
     executor.check(wait)
     with local.driving(record, executor.kind != "slurm") as record:
-        return _rerun(Path(record.data["root"]), record, executor, wait)
+        return _rerun(_project(record), record, executor, wait)
 
 
 def _rerun(root: Path, record: SweepRecord, executor: Executor, wait: bool) -> dict[str, Any]:
@@ -314,4 +324,15 @@ def status(root: Path, sweep_id: str, scratch: Path | None = None) -> list[str]:
 def collect_id(root: Path, sweep_id: str, scratch: Path | None = None) -> dict[str, Any]:
     """Collect the sweep into the project it ran from (its record's root), wherever this runs."""
     record = load(scratch, sweep_id, root)
-    return collect(Path(record.data["root"]), record)
+    return collect(_project(record), record)
+
+
+def _project(record: SweepRecord) -> Path:
+    """The project the sweep ran from, where its experiments go; one moved or deleted since is
+    refused by name (its tasks would fail one by one on a git error about a missing path)."""
+    if not (root := Path(record.data["root"])).is_dir():
+        raise SweepError(
+            f"sweep {record.id}: its project {root} is gone (moved or deleted); move it back, or start "
+            "the sweep again from where it is now (finished points are reused)"
+        )
+    return root

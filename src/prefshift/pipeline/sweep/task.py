@@ -69,7 +69,12 @@ def _clone(record: SweepRecord, index: int, say) -> Path:
     locks are a dead attempt's (one killed mid-write leaves an unreadable one): the point's lock,
     handed down to all an attempt starts, is free only once none of it runs."""
     clone, remote = record.clone(index), record.data["git_remote"]
-    if (clone / ".git").is_dir():
+    if clone.is_symlink() or (clone.exists() and not _made_here(clone)):
+        raise SweepError(
+            f"{clone}: not a clone this sweep made (a link, or a folder without a .git of its own); "
+            "a task runs dvc and deletes files there: move it away, then resume"
+        )
+    if clone.exists():
         say(f"reusing {clone} (an earlier attempt's checkpoints stay)")
         for name in DVC_LOCKS:
             (clone / ".dvc" / "tmp" / name).unlink(missing_ok=True)
@@ -92,6 +97,12 @@ def _share_cache(clone: Path, cache: str) -> None:
     config = ConfigObj(encoding="utf-8")
     config.filename, config["cache"] = str(clone / ".dvc" / "config.local"), {"dir": cache}
     config.write()
+
+
+def _made_here(clone: Path) -> bool:
+    """A folder holding a git repository of its own, as `git clone` left it: not a link to one."""
+    git = clone / ".git"
+    return clone.is_dir() and git.is_dir() and not git.is_symlink()
 
 
 def _run(record: SweepRecord, index: int, clone: Path, say) -> None:
