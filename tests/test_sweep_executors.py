@@ -443,6 +443,37 @@ def test_a_project_whose_path_holds_a_space_a_hash_and_a_comma_shares_its_dvc_ca
 
 
 @pytest.mark.slow
+def test_one_grid_swept_twice_at_once_trains_each_point_once(tmp_path, monkeypatch):
+    """Two sweeps of one grid started side by side each trained the point, and the second's push
+    replaced the first's experiment. A task now holds the experiment's lock in the project: the
+    other sweep's task waits for it, then reuses the experiment."""
+    env = _in_sweep_env(monkeypatch)
+    root, trace = _project(tmp_path, env, remotes=False)
+    sweep = ["sweep", "-S", "anchor.lambda=2", "--methods", "anchor_last", "--no-report"]
+    (trace / "hold-2").write_text("")
+    first = _started(root, env, tmp_path / "first.log", *sweep)
+    _wait(lambda: len(_traces(trace, "start")) == 1, "the first sweep to run the point's stage", 300)
+    second = _started(root, env, tmp_path / "second.log", *sweep)
+
+    def waits_or_runs() -> bool:
+        logs = "".join(log.read_text() for log in (root / ".prefshift" / "sweeps").glob("*/logs/0.log"))
+        return len(_traces(trace, "start")) > 1 or "a task of another sweep; waiting for it to end" in logs
+
+    _wait(waits_or_runs, "the second sweep's task to wait for the experiment, or to run it")
+    assert len(_traces(trace, "start")) == 1, "the second sweep did not train the point beside the first"
+    (trace / "hold-2").unlink()
+    assert first.wait(timeout=300) == 0, (tmp_path / "first.log").read_text()
+    assert second.wait(timeout=300) == 0, (tmp_path / "second.log").read_text()
+    assert len(_traces(trace, "start")) == 1, "the point trained once"
+    assert (
+        "experiment sweep-anchor.lambda-2 is on this baseline already"
+        in (tmp_path / "second.log").read_text()
+    )
+    names = _run(["dvc", "exp", "list", "--name-only"], root, env).split()
+    assert names == ["sweep-anchor.lambda-2"]
+
+
+@pytest.mark.slow
 def test_the_documented_baseline_commit_then_a_sweep_runs(tmp_path, monkeypatch):
     """docs/sweeps.md's commit line, verbatim, on a project whose metrics are directories, as the
     embedded default's are (`reports/metrics/<method>`). Before, the sweep then stopped with a

@@ -28,7 +28,8 @@ TARGET = "report"
 and DVC commits every `cache: false` output of the target's pipeline. `promote` never runs."""
 DVC_LOCKS = ("lock", "rwlock", "rwlock.lock")
 LOCK_REPORT_S = 600.0
-"""How often a SLURM task that waits for its point's lock says so in the point's log."""
+"""How often a task waiting for a lock (its point's on SLURM, its experiment's on one machine) says
+so in the point's log."""
 
 
 def experiment_ref(baseline: str, name: str) -> str:
@@ -144,13 +145,13 @@ def run_point(folder: Path, index: int) -> int:
     devices = os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)")
     print(f"{TASK_HEADER} {record.id} point {index} ({name}) attempt {attempt} on {socket.gethostname()}, "
           f"CUDA_VISIBLE_DEVICES={devices} ===", flush=True)  # fmt: skip
-    lock = take_point(record, index, say)
-    try:
-        with locks.handed_down(lock) if lock is not None else contextlib.nullcontext():
-            return _attempt(record, index, say, attempt=attempt, devices=devices)
-    finally:
-        if lock is not None:
-            os.close(lock)
+    with contextlib.ExitStack() as held:
+        if (lock := take_point(record, index, say)) is not None:
+            held.callback(os.close, lock)
+            held.enter_context(locks.handed_down(lock))
+        if (experiment := take_experiment(record, index, say)) is not None:
+            held.callback(os.close, experiment)
+        return _attempt(record, index, say, attempt=attempt, devices=devices)
 
 
 def take_point(record: SweepRecord, index: int, say) -> int | None:
@@ -164,20 +165,44 @@ def take_point(record: SweepRecord, index: int, say) -> int | None:
     def held_by(holder: str) -> str:
         return f"point {index} of sweep {record.id} is being run by {holder} or what it started"
 
-    patience = locks.PROBE_GRACE_S  # then, waiting, a line every LOCK_REPORT_S
+    try:
+        return _take(path, f"prefshift sweep task {index}", held_by, say, wait=cluster)
+    except OSError as err:
+        if not cluster or err.errno not in locks.UNLOCKABLE:
+            raise
+        say(f"{path} cannot be locked ({err}); running unlocked")
+        return None
+
+
+def take_experiment(record: SweepRecord, index: int, say) -> int | None:
+    """On one machine, the lock of the point's experiment, in the project it goes to: a task of
+    another sweep running the same point on the same baseline (one grid swept twice at once) holds
+    it, and this one waits, then reuses that experiment (`_fetch_earlier`) instead of training it a
+    second time. A cluster's tasks may not reach the project: none there."""
+    root, name = Path(record.data["root"]), record.names[index]
+    if not record.data.get("dvc_cache") or not root.is_dir():  # a moved project fails at clone
+        return None
+    path = locks.lock_file(root, root / experiment_ref(record.data["baseline"], name))
+    locks.private_dir(root)
+
+    def held_by(holder: str) -> str:
+        return f"experiment {name} is being run by {holder}, a task of another sweep"
+
+    return _take(path, f"prefshift sweep task {index} of sweep {record.id}", held_by, say, wait=True)
+
+
+def _take(path: Path, command: str, held_by, say, wait: bool) -> int:
+    """Lock `path` (locks.take); one another process holds is refused, or with `wait` waited for,
+    a line in the point's log every LOCK_REPORT_S saying so."""
+    patience = locks.PROBE_GRACE_S
     while True:
         try:
-            return locks.take(path, f"prefshift sweep task {index}", held_by, patience)
+            return locks.take(path, command, held_by, patience)
         except locks.LockedError as err:
-            if not cluster:
+            if not wait:
                 raise
             say(f"{err}; waiting for it to end")
             patience = LOCK_REPORT_S
-        except OSError as err:
-            if not cluster or err.errno not in locks.UNLOCKABLE:
-                raise
-            say(f"{path} cannot be locked ({err}); running unlocked")
-            return None
 
 
 def _say(name: str, message: str) -> None:
