@@ -69,24 +69,24 @@ def test_names_are_readable_and_ref_safe():
     )
 
 
-def test_filed_record_names_fit_a_file_name_and_never_collide():
+def test_filed_record_names_fit_a_file_name_and_keep_the_names_filed_before():
     """The paper grid's points set a dozen params, so every record's name ran past 255 bytes and
-    `collect` failed with "file name too long" once every point had run. Names are now cut at
-    MAX_FILENAME with a hash of the whole, which also keeps `a/b` and `a_b` apart."""
+    `collect` failed with "file name too long" once every point had run. A name past MAX_FILENAME
+    is now cut and ends in a hash of the whole; one that fits keeps the name it was filed under
+    before (a second name for one record would count it twice in the report)."""
     import hashlib
 
     from prefshift.pipeline.sweep.grid import capped, dvc_value
     from prefshift.pipeline.sweep.grid_file import load_grid_file
     from prefshift.pipeline.sweep.results import MAX_FILENAME
 
-    slash, underscore = (sweep_filename("naive", {"backbone.weak.name_or_path": v}) for v in ("a/b", "a_b"))
-    assert (
-        slash != underscore
-        and "/" not in slash
-        and underscore == 'naive__backbone.weak.name_or_path="a_b".json'
+    assert sweep_filename("naive", {"backbone.weak.name_or_path": "a/b"}) == (
+        'naive__backbone.weak.name_or_path="a_b".json'
     )
+    fits = "naive__" + "x" * (MAX_FILENAME - len("naive__.json")) + ".json"
+    assert sweep_filename("naive", {}).startswith("naive") and len(fits.encode()) == MAX_FILENAME
     long = sweep_filename("naive", {"note": "é" * 300, "seed": 1})
-    assert len(long.encode()) <= MAX_FILENAME and long.startswith('naive__note="\\u00e9\\u00e9')
+    assert len(long.encode()) == MAX_FILENAME and long.startswith('naive__note="\\u00e9\\u00e9')
     assert capped("é" * 300, 101) == "é" * 44 + "-" + hashlib.sha256(("é" * 300).encode()).hexdigest()[:12]
     grid = load_grid_file(REPO / "configs" / "paper-grid.yaml")
     names = [
@@ -109,6 +109,59 @@ def test_a_value_dvc_cannot_parse_is_refused_before_anything_runs(value):
     with pytest.raises(SweepError, match=r"^-S backbone\.weak\.name_or_path=.*quote it as a string: -S "):
         check_distinct(REPO / "params.yaml", [point])
     check_distinct(REPO / "params.yaml", [{"backbone.weak.name_or_path": f"'{value}'"}])
+
+
+@pytest.mark.parametrize(
+    "text, read",
+    [("1e-4", 0.0001), ("1e-5", "1e-05"), ("yes", True), ("'yes'", True), ("off", False), ("1:20", 80),
+     ("'1e-5'", "1e-5"), ("[1e-5,on]", ["1e-05", True]), ("Qwen/Qwen2.5-0.5B", "Qwen/Qwen2.5-0.5B")],
+)  # fmt: skip
+def test_a_value_is_read_as_the_point_s_stages_will_read_it(tmp_path, text, read):
+    """DVC parses `-S` text with Hydra's grammar, writes it into the point's params.yaml as YAML 1.2
+    (`yes`, `1e-05` bare), and prefshift reads that file as YAML 1.1 (`yes` is true, `1e-05` a
+    string). The checks read the Hydra value alone, so `data.source=yes` passed and every point
+    then failed loading its params. dvc_value agrees with DVC's own apply_overrides on a real file."""
+    from dvc.utils.hydra import apply_overrides
+
+    from prefshift.config.params import read_yaml
+    from prefshift.pipeline.sweep.grid import dvc_value
+
+    (params := tmp_path / "params.yaml").write_text("data:\n  source: x\n")
+    apply_overrides(params, [f"data.source={text}"])
+    assert read_yaml(params.read_text(), "params")["data"]["source"] == dvc_value("data.source", text) == read
+
+
+def test_a_value_the_stages_refuse_or_dvc_resolves_is_refused_before_anything_runs():
+    from prefshift.pipeline.sweep.grid import check_distinct
+
+    with pytest.raises(PrefshiftError, match=r"data\.source: Input should be a valid string \(got True\)"):
+        check_distinct(REPO / "params.yaml", [{"data.source": "yes"}])
+    with pytest.raises(
+        SweepError, match=r"^-S data\.source=\$\{seed\}: an interpolation, which DVC resolves"
+    ):
+        check_distinct(REPO / "params.yaml", [{"data.source": "${seed}"}])
+
+
+def test_quoted_values_stay_whole_and_a_name_clash_says_why():
+    from prefshift.pipeline.sweep.grid import check_distinct
+
+    assert parse_grid(["data.source='a,b',\"c,'d\",[e,f]"]) == {"data.source": ["'a,b'", '"c,\'d"', "[e,f]"]}
+    with pytest.raises(SweepError, match=r"get the same experiment name \(a name keeps letters, digits"):
+        check_distinct(REPO / "params.yaml", grid_points(parse_grid(["tracking.experiment='é','ü'"])))
+
+
+def test_the_clones_cache_path_is_written_whole_or_refused():
+    """Written bare into each clone's config.local, a project path with a space, `#` or `,` sent
+    the clone's cache elsewhere or failed it; one DVC's config cannot hold is refused by name."""
+    from configobj import ConfigObj
+
+    from prefshift.pipeline.sweep.baseline import cache_config
+
+    for path in ("/w/my work#2,final/.dvc/cache", '/w/it\'s "q"/.dvc/cache'):
+        assert ConfigObj(cache_config(path).splitlines())["cache"]["dir"] == path
+    for path in ("/w/%(x)s/.dvc/cache", "/w/'''\"\"\"/.dvc/cache"):
+        with pytest.raises(SweepError, match=r"DVC's config cannot hold this path .*move the project"):
+            cache_config(path)
 
 
 NASTY_VALUES = [
@@ -577,15 +630,16 @@ def test_the_sweep_waits_for_a_task_that_said_success_until_it_exits_and_prints_
         ("anchor: [unclosed\n", "0.5", False),
         (None, "0.5", False),  # no params.yaml in the commit
         ("anchor:\n  lambda: 0.0001\n", "1e-4", True),  # as DVC writes `-S anchor.lambda=1e-4`
-        ("anchor:\n  lambda: 'yes'\n", "yes", True),
-        ("anchor:\n  lambda: true\n", "yes", False),
+        ("anchor:\n  lambda: 1e-05\n", "1e-5", True),  # as DVC writes `-S anchor.lambda=1e-5`
+        ("anchor:\n  lambda: off\n", "off", True),  # as DVC writes `-S anchor.lambda=off`
+        ("anchor:\n  lambda: 'off'\n", "off", False),  # what a point with `off` never holds
     ],
 )
 def test_a_task_reuses_an_earlier_experiment_only_with_the_points_params(tmp_path, earlier, value, reused):
     """What a repeated sweep's task finds under the point's experiment ref decides whether it runs:
     only an experiment whose params hold the point's values is pushed back as the point's result.
-    Values are read as DVC writes them (Hydra's grammar): read as YAML, `1e-4` was a string that no
-    experiment of the point held, so a repeated sweep reran it."""
+    Values are read as the point's stages read them (dvc_value): read as YAML, `1e-4` was a string
+    that no experiment of the point held, so a repeated sweep reran it."""
     from prefshift.pipeline.sweep.task import _fetch_earlier, experiment_commit, experiment_ref
 
     env = {**os.environ, **GIT_ID}
@@ -675,25 +729,30 @@ def test_resume_and_collect_of_a_sweep_whose_project_moved_say_so(tmp_path):
 
 def test_a_record_path_the_sweep_could_not_file_is_refused_before_any_point_runs(tmp_path):
     """A link at a record's path, or a file where reports/sweeps/ goes, failed `collect` once every
-    point had run, after filing some records; the checks before a sweep (and its dry run) find them."""
+    point had run, after filing some records; the checks before a sweep (and its dry run) find them.
+    A record filed by an earlier sweep, and reports/sweeps/ as a link to a folder, are fine."""
     from prefshift.pipeline.sweep.grid import check_distinct
     from prefshift.pipeline.sweep.results import filing_problems
 
     shutil.copy2(REPO / "params.yaml", tmp_path / "params.yaml")
-    points = grid_points(parse_grid(["anchor.lambda=0.5,2"]))
+    points = grid_points(parse_grid(["anchor.lambda=0.5,1e-5"]))
     loaded = check_distinct(tmp_path / "params.yaml", points, ["anchor_last"])
-    assert filing_problems(tmp_path, points, loaded, ["anchor_last"]) == []
     seeds = yaml.safe_load((REPO / "params.yaml").read_text())["seeds"]
-    sweeps = tmp_path / "reports" / "sweeps"
-    sweeps.mkdir(parents=True)
-    link = sweeps / f"anchor_last__anchor.lambda=2__seed={seeds[-1]}.json"
+    (elsewhere := tmp_path / "elsewhere").mkdir()
+    (sweeps := tmp_path / "reports" / "sweeps").parent.mkdir()
+    sweeps.symlink_to(elsewhere)
+    (elsewhere / f"anchor_last__anchor.lambda=0.5__seed={seeds[0]}.json").write_text("{}")
+    assert filing_problems(tmp_path, points, loaded, ["anchor_last"]) == []
+    link = sweeps / f'anchor_last__anchor.lambda="1e-05"__seed={seeds[-1]}.json'  # as the stages read it
     link.symlink_to(tmp_path / "user-file")
     (problem,) = filing_problems(tmp_path, points, loaded, ["anchor_last"])
-    assert problem.startswith(f"collect would file {link}: {link}: is a symbolic link")
-    shutil.rmtree(sweeps)
+    assert problem.startswith(f"collect would file a record here: {link}: is a symbolic link")
+    sweeps.unlink()
     sweeps.write_text("mine")
     (problem,) = filing_problems(tmp_path, points, loaded, ["anchor_last"])
-    assert f"{sweeps}: is a file, and a directory is written here" in problem
+    assert problem == f"{sweeps}: not a folder (a file, or a link to none), and the sweep files its " + (
+        "records in it; move it away"
+    )
 
 
 @pytest.mark.parametrize("index", [-1, 2])
@@ -943,7 +1002,9 @@ def test_options_of_another_executor_are_refused_not_ignored():
 
 def test_a_job_that_ended_before_its_task_began_says_so_from_its_log(tmp_path):
     """A template's set-up that fails (`module load` of a missing module) ends the job before
-    prefshift's task writes a word: status said `never started`, while the log held the reason."""
+    prefshift's task writes a word: status said `never started`, while the log held the reason. A
+    task stopped while it waited for a lock did begin, and status says so."""
+    from prefshift.pipeline.sweep.record import TASK_HEADER
     from prefshift.pipeline.sweep.run import status_lines
 
     record = _record(tmp_path, [{"seed": "1"}, {"seed": "2"}], ["sweep-seed-1", "sweep-seed-2"])
@@ -952,3 +1013,7 @@ def test_a_job_that_ended_before_its_task_began_says_so_from_its_log(tmp_path):
     lines = status_lines(record)
     assert "(its job ended before prefshift's task began: Lmod has detected the following error" in lines[0]
     assert "(never started)" in lines[1]
+    record.log(1).write_text(f"{TASK_HEADER} s point 1 ===\n10:00:00 [b] experiment b is being run by ...\n")
+    assert (
+        "(its task ended before its first step: 10:00:00 [b] experiment b is being" in status_lines(record)[1]
+    )

@@ -474,6 +474,40 @@ def test_one_grid_swept_twice_at_once_trains_each_point_once(tmp_path, monkeypat
 
 
 @pytest.mark.slow
+def test_a_second_sweep_waits_for_the_work_a_killed_sweep_left_on_the_same_point(tmp_path, monkeypatch):
+    """Sweep and task killed (`kill -9`, the OOM killer): the experiment's lock went with the task,
+    while its dvc and stage trained on, so another sweep of the point started it again beside them.
+    The task that takes the experiment's lock now waits for the point lock its last holder wrote
+    down, which that work holds."""
+    from prefshift.pipeline.sweep.record import load
+
+    env = _in_sweep_env(monkeypatch)
+    root, trace = _project(tmp_path, env, remotes=False)
+    sweep = ["sweep", "-S", "anchor.lambda=2", "--methods", "anchor_last", "--no-report", "--root", str(root)]
+    (trace / "hold-2").write_text("")
+    first = _started(root, env, tmp_path / "first.log", *sweep, "--scratch", str(tmp_path / "a"))
+    _wait(lambda: len(_traces(trace, "start")) == 1, "the first sweep to run the point's stage", 300)
+    task = load(tmp_path / "a", next((tmp_path / "a").iterdir()).name).read_state(0)["pid"]
+    stage = _traces(trace, "start")[0]["pid"]
+    for pid in (first.pid, task):
+        os.kill(pid, signal.SIGKILL)
+    first.wait()
+    assert _alive(stage)
+    second = _started(root, env, tmp_path / "second.log", *sweep, "--scratch", str(tmp_path / "b"))
+
+    def waits_or_runs() -> bool:
+        logs = "".join(log.read_text() for log in (tmp_path / "b").glob("*/logs/0.log"))
+        return len(_traces(trace, "start")) > 1 or "killed task of another sweep runs on; waiting" in logs
+
+    _wait(waits_or_runs, "the second sweep's task to wait for the killed sweep's work, or to run")
+    assert len(_traces(trace, "start")) == 1, "the second sweep did not train the point beside that work"
+    (trace / "hold-2").unlink()
+    assert second.wait(timeout=300) == 0, (tmp_path / "second.log").read_text()
+    (orphan,) = [t for t in _traces(trace, "end") if t["pid"] == stage]
+    assert all(t["start"] > orphan["end"] for t in _traces(trace, "start")[1:]), "none ran beside it"
+
+
+@pytest.mark.slow
 def test_the_documented_baseline_commit_then_a_sweep_runs(tmp_path, monkeypatch):
     """docs/sweeps.md's commit line, verbatim, on a project whose metrics are directories, as the
     embedded default's are (`reports/metrics/<method>`). Before, the sweep then stopped with a

@@ -43,11 +43,32 @@ def pipeline_outputs(root: Path) -> list[tuple[Path, bool, bool]]:
 
 def dvc_cache_dir(root: Path) -> str:
     """The project's DVC cache folder, whole (a path may hold spaces, `#` or `,`), for the clones
-    on this machine to share."""
+    on this machine to share; refused where DVC's config cannot hold it (cache_config)."""
     from dvc.repo import Repo
 
     with Repo(str(root)) as repo:
-        return repo.cache.local_cache_dir
+        cache = repo.cache.local_cache_dir
+    cache_config(cache)
+    return cache
+
+
+def cache_config(cache: str) -> str:
+    """A clone's config.local pointing it at the DVC cache `cache`, written by DVC's own config
+    library (a path holding `#` or `,` quoted: bare, `#` began a comment and `,` made a list), and
+    read back as DVC reads it, interpolation included (`%(x)s` in a path is a missing option)."""
+    from configobj import ConfigObj, ConfigObjError
+
+    try:
+        lines = ConfigObj({"cache": {"dir": cache}}).write()
+        same = ConfigObj(lines)["cache"]["dir"] == cache
+    except ConfigObjError:
+        same = False
+    if not same:
+        raise SweepError(
+            f"{cache}: DVC's config cannot hold this path (the clones share the project's DVC cache "
+            "through it); move the project to a path without `%(` or both kinds of triple quotes"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def uncommitted_baseline(root: Path) -> list[str]:

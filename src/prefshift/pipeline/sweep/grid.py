@@ -28,14 +28,18 @@ _REF_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+|\.{2,}")  # outside git's ref charac
 
 
 def split_values(text: str) -> list[str]:
-    """Split `a,b,[c,d]` on top-level commas, so list values like `[0.25,0.5]` stay whole."""
-    values, depth = [""], 0
+    """Split `a,b,[c,d],'e,f'` on top-level commas, so list values like `[0.25,0.5]` and quoted
+    strings stay whole."""
+    values, depth, quote = [""], 0, ""
     for char in text:
-        depth += {"[": 1, "{": 1, "]": -1, "}": -1}.get(char, 0)
-        if char == "," and depth == 0:
+        if quote or char in "'\"":
+            quote = "" if char == quote else quote or char
+        elif char in "[{]}":
+            depth += 1 if char in "[{" else -1
+        elif char == "," and depth == 0:
             values.append("")
-        else:
-            values[-1] += char
+            continue
+        values[-1] += char
     return [value.strip() for value in values]
 
 
@@ -100,15 +104,14 @@ def check_distinct(
                 f"methods: {', '.join(params.methods)}); collect what it trains; nothing was run"
             )
         for key, why in (
-            (json.dumps(params.resolved(), sort_keys=True), "give the same params"),
-            (experiment_name(point), "get the same experiment name"),
-        ):
+            (json.dumps(params.resolved(), sort_keys=True), "give the same params: list each value once "
+             "(values are compared as parsed, so 1 and 1.0 are one value)"),
+            (experiment_name(point), "get the same experiment name (a name keeps letters, digits, `.`, `_` "
+             "and `-` of each value): make the values differ there"),
+        ):  # fmt: skip
             if (first := seen.setdefault(key, index)) != index:
                 shown = [" ".join(f"{k}={v}" for k, v in p.items()) for p in (points[first], point)]
-                raise SweepError(
-                    f"grid points {shown[0]!r} and {shown[1]!r} {why}: list each value once "
-                    "(values are compared as parsed, so 1 and 1.0 are one value); nothing was run"
-                )
+                raise SweepError(f"grid points {shown[0]!r} and {shown[1]!r} {why}; nothing was run")
     if unused := [m for m in collected if m not in trained]:
         raise SweepError(f"--methods {','.join(unused)}: no grid point trains it; nothing was run")
     return loaded
@@ -122,23 +125,26 @@ def experiment_name(point: Mapping[str, str]) -> str:
     return capped(re.sub(r"\.(lock)?$", r"_\1", "sweep-" + "-".join(parts)), MAX_NAME)
 
 
-def capped(name: str, limit: int, whole: str | None = None) -> str:
-    """`name` where it fits `limit` bytes (UTF-8) and is the `whole` it shows (by default, itself);
-    else its readable start and a hash of the whole, so that two wholes never share one name."""
-    whole = name if whole is None else whole
-    if name == whole and len(name.encode()) <= limit:
+def capped(name: str, limit: int) -> str:
+    """`name` where it fits `limit` bytes (UTF-8); else its readable start and a hash of the whole,
+    one name per whole, stable."""
+    if len(name.encode()) <= limit:
         return name
-    digest = hashlib.sha256(whole.encode()).hexdigest()[:12]
+    digest = hashlib.sha256(name.encode()).hexdigest()[:12]
     start = name.encode()[: limit - len(digest) - 1].decode(errors="ignore")
     return f"{start.rstrip('-_.')}-{digest}"
 
 
 @functools.lru_cache(maxsize=4096)
-def _parsed(key: str, text: str) -> Any:
+def _read_back(key: str, text: str) -> Any:
     from dvc.utils.hydra import to_hydra_overrides
+    from dvc.utils.serialize import dumps_yaml
     from hydra.errors import HydraException
 
     quote = f"quote it as a string: -S \"{key}='{text}'\""
+    if "${" in text:  # DVC resolves it against the whole params file as it writes the point's
+        raise SweepError(f"-S {key}={text}: an interpolation, which DVC resolves as it writes params.yaml; "
+                         "give the value itself")  # fmt: skip
     try:
         (override,) = to_hydra_overrides([f"{key}={text}"])
     except HydraException as err:
@@ -146,12 +152,14 @@ def _parsed(key: str, text: str) -> Any:
         raise SweepError(f"-S {key}={text}: DVC cannot parse this value ({problem}); {quote}") from None
     if override.is_sweep_override():
         raise SweepError(f"-S {key}={text}: a Hydra sweep, which DVC would run as a grid of its own; {quote}")
-    return override.value()
+    return read_yaml(dumps_yaml({"value": override.value()}), f"-S {key}={text}")["value"]
 
 
 def dvc_value(key: str, text: str) -> Any:
-    """The value `dvc exp run -S key=text` writes into a point's params.yaml. DVC parses it with
-    Hydra's override grammar, not YAML: `yes` stays a string and `1e-4` is a number, and some
-    unquoted text (`#`, `=`, `~`, non-ASCII) is refused, which would fail every point after the
-    queue. The checks before a sweep and a task's reuse of an earlier experiment read it so."""
-    return copy.deepcopy(_parsed(key, text))
+    """The value a point's stages read for `-S key=text`: what `dvc exp run -S` writes into the
+    point's params.yaml, read back as prefshift reads that file. DVC parses the text with Hydra's
+    override grammar (not YAML: `1e-4` is a number, and some unquoted text, `#`, `=`, `~` or
+    non-ASCII, is refused) and writes it as YAML 1.2 (`yes` and `1e-05` bare), which prefshift reads
+    as YAML 1.1 (`yes` is true, `1e-05` a string). The checks before a sweep, the paths it will
+    file and a task's reuse of an earlier experiment all read values so."""
+    return copy.deepcopy(_read_back(key, text))

@@ -8,6 +8,7 @@ key>: <value in the experiment's params.yaml>, "seed": <seed>}}. These copies ou
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,17 +20,17 @@ from prefshift.pipeline.sweep.commands import SweepError, run_git
 from prefshift.pipeline.sweep.grid import capped, dvc_value, experiment_name
 
 HEADLINE = ("wrg", "mean_aog", "mean_nts")
-MAX_FILENAME = 200
-"""Bytes in a filed record's name: filesystems take 255, and a write's scratch copy beside it adds 14."""
+MAX_FILENAME = 241
+"""Bytes in a filed record's name: filesystems take 255, and a write's scratch copy beside it adds
+14. Every name that could be filed before names were cut is so still: no record is filed twice."""
 
 
 def sweep_filename(method: str, sweep: Mapping[str, Any]) -> str:
-    """`<method>__<key>=<value>__...json`, readable; one that would hold a `/` or pass MAX_FILENAME
-    (a grid file's points set a dozen params) is cut and ends in a hash of the whole, so that no two
-    records share a file. The report reads the records' own `sweep` field, never their names."""
+    """`<method>__<key>=<value>__...json` (a `/` made `_`); one that would pass MAX_FILENAME (a grid
+    file's points set a dozen params) is cut and ends in a hash of the whole. The report reads the
+    records' own `sweep` field, never their names."""
     parts = [f"{key}={json.dumps(value, separators=(',', ':'))}" for key, value in sweep.items()]
-    whole = "__".join([method, *parts])
-    return capped(whole.replace("/", "_"), MAX_FILENAME - len(".json"), whole) + ".json"
+    return capped("__".join([method, *parts]).replace("/", "_"), MAX_FILENAME - len(".json")) + ".json"
 
 
 def _json_at(root: Path, rev: str, rel: str) -> Mapping[str, Any]:
@@ -92,15 +93,16 @@ def filing_problems(
             for seed in params.seeds
         ]
     relative = layout.sweeps_dir.relative_to(layout.root)  # reports/sweeps, and reports above it
-    folders = [layout.root / folder for folder in reversed([relative, *relative.parents][:-1])]
-    problems: list[str] = []
-    for path, directory in [*((folder, True) for folder in folders), *((path, False) for path in paths)]:
+    for folder in (layout.root / part for part in reversed([relative, *relative.parents][:-1])):
+        if os.path.lexists(folder) and not folder.is_dir():  # a link to a folder is the user's choice
+            return [f"{folder}: not a folder (a file, or a link to none), and the sweep files its records "
+                    "in it; move it away"]  # fmt: skip
+    problems = []
+    for path in paths:
         try:
-            refuse_unowned(path, directory)
+            refuse_unowned(path)
         except OutputError as err:
-            problems.append(f"collect would file {path}: {err}")
-            if directory:  # every record below it would fail for it too
-                break
+            problems.append(f"collect would file a record here: {err}")
     return problems
 
 

@@ -29,6 +29,7 @@ from prefshift.pipeline.sweep.record import (
     FINISHED,
     LIVE,
     MISSING,
+    TASK_HEADER,
     SweepRecord,
     create,
     field_error,
@@ -229,10 +230,15 @@ def shown_states(record: SweepRecord, states: Mapping[int, str]) -> dict[int, st
 
 
 def _never_started(record: SweepRecord, index: int) -> str:
-    """Why a point's task never said a word: its job ended first (a template's set-up failed, say,
-    which its log shows), or it never ran."""
+    """Why a point's task never said where it stood: it ended before its first step (stopped while
+    it waited for a lock, which its log shows), its job ended before it began (a template's set-up
+    failed, say), or it never ran."""
     if (log := record.log(index)).exists() and (text := log.read_text(errors="replace").strip()):
-        return f"its job ended before prefshift's task began: {text.splitlines()[-1][-200:]}"
+        last = text.splitlines()[-1]
+        last = last if len(last) <= 200 else "..." + last[-200:]
+        if TASK_HEADER in record.last_attempt(index):
+            return f"its task ended before its first step: {last}"
+        return f"its job ended before prefshift's task began: {last}"
     return "never started"
 
 

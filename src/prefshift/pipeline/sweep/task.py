@@ -17,8 +17,9 @@ from pathlib import Path
 
 from prefshift.config.params import ConfigError, get_dotted, read_yaml
 from prefshift.core import locks
-from prefshift.core.atomic import atomic_path
+from prefshift.core.atomic import atomic_path, write_text
 from prefshift.core.signals import Terminated, exit_code, signals_as_exceptions
+from prefshift.pipeline.sweep.baseline import cache_config
 from prefshift.pipeline.sweep.commands import SweepError, run_dvc, run_git
 from prefshift.pipeline.sweep.grid import dvc_value
 from prefshift.pipeline.sweep.record import FINISHED, STOPPED, TASK_HEADER, SweepRecord, open_folder
@@ -85,19 +86,8 @@ def _clone(record: SweepRecord, index: int, say) -> Path:
         run_git(clone.parent, "clone", "--quiet", "--no-checkout", remote, str(staging))
         run_git(staging, "checkout", "--quiet", "--detach", record.data["baseline"])
         if cache := record.data.get("dvc_cache"):  # one machine: what `dvc cache dir --local` writes
-            _share_cache(staging, cache)
+            (staging / ".dvc" / "config.local").write_text(cache_config(cache), encoding="utf-8")
     return clone
-
-
-def _share_cache(clone: Path, cache: str) -> None:
-    """Point the clone at the project's DVC cache in its config.local, written by DVC's own config
-    library: a path holding a space, `#` or `,` is quoted (written bare, `#` began a comment and `,`
-    made a list, so the clone cached elsewhere or failed)."""
-    from configobj import ConfigObj
-
-    config = ConfigObj(encoding="utf-8")
-    config.filename, config["cache"] = str(clone / ".dvc" / "config.local"), {"dir": cache}
-    config.write()
 
 
 def _made_here(clone: Path) -> bool:
@@ -188,7 +178,19 @@ def take_experiment(record: SweepRecord, index: int, say) -> int | None:
     def held_by(holder: str) -> str:
         return f"experiment {name} is being run by {holder}, a task of another sweep"
 
-    return _take(path, f"prefshift sweep task {index} of sweep {record.id}", held_by, say, wait=True)
+    fd = _take(path, f"prefshift sweep task {index} of sweep {record.id}", held_by, say, wait=True)
+    # The lock goes with the task, but the dvc and stage a task killed alone (with its sweep) left
+    # run on, holding that task's point lock, which the last holder wrote down beside this one.
+    last = path.with_name(path.name + ".point")
+    if last.is_file() and (theirs := Path(last.read_text(encoding="utf-8"))) != record.task_lock(index):
+        waited = 0.0
+        while locks.held(theirs):
+            if waited % LOCK_REPORT_S == 0:
+                say(f"experiment {name}: work left by a killed task of another sweep runs on; waiting for it")
+            time.sleep(1.0)
+            waited += 1.0
+    write_text(last, str(record.task_lock(index)))
+    return fd
 
 
 def _take(path: Path, command: str, held_by, say, wait: bool) -> int:
