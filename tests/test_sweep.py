@@ -566,6 +566,44 @@ def test_a_slurm_task_waits_for_its_point_s_lock_where_a_local_one_is_refused(tm
     assert len(said) >= 2 and all(line.endswith("or what it started; waiting for it to end") for line in said)
 
 
+def test_a_task_waits_for_a_killed_sweep_s_work_without_holding_the_experiment(tmp_path, monkeypatch):
+    """The experiment lock's last holder wrote down its point lock, which the work it left still
+    holds. The next task waits for that work, but not while holding the experiment: the killed
+    sweep's resumed task, holding that point lock once the work ends, may need the experiment too."""
+    import threading
+
+    from prefshift.pipeline.sweep import task
+
+    record, said = _record(tmp_path / "sweeps", [{"seed": "1"}], ["sweep-seed-1"]), []
+    record.data.update(dvc_cache=str(tmp_path / "cache"), root=str(tmp_path))
+    experiment = locks.lock_file(
+        tmp_path, tmp_path / task.experiment_ref(record.data["baseline"], "sweep-seed-1")
+    )
+    theirs = tmp_path / "other-sweep" / "points" / "0.lock"
+    theirs.parent.mkdir(parents=True)
+    experiment.parent.mkdir(parents=True)
+    experiment.with_name(experiment.name + ".point").write_text(str(theirs))
+    work = _hold(theirs)
+    seen_free = []
+    monkeypatch.setattr(task, "LOCK_REPORT_S", 1.0)
+
+    def watch() -> None:
+        time.sleep(1.5)
+        seen_free.append(not locks.held(experiment))
+        work.kill()
+
+    threading.Thread(target=watch).start()
+    try:
+        fd = task.take_experiment(record, 0, said.append)
+    finally:
+        work.kill()
+        work.wait()
+    os.close(fd)
+    assert seen_free == [True], "the experiment was free while the task waited"
+    assert said and "work left by a killed task of another sweep runs on; waiting for it" in said[0]
+    assert experiment.with_name(experiment.name + ".point").read_text() == str(record.task_lock(0))
+
+
 def test_where_the_sweep_folder_takes_no_flock_a_slurm_sweep_goes_on_unlocked_and_a_local_one_stops(
     tmp_path, monkeypatch, capsys
 ):

@@ -178,19 +178,21 @@ def take_experiment(record: SweepRecord, index: int, say) -> int | None:
     def held_by(holder: str) -> str:
         return f"experiment {name} is being run by {holder}, a task of another sweep"
 
-    fd = _take(path, f"prefshift sweep task {index} of sweep {record.id}", held_by, say, wait=True)
-    # The lock goes with the task, but the dvc and stage a task killed alone (with its sweep) left
-    # run on, holding that task's point lock, which the last holder wrote down beside this one.
-    last = path.with_name(path.name + ".point")
-    if last.is_file() and (theirs := Path(last.read_text(encoding="utf-8"))) != record.task_lock(index):
-        waited = 0.0
-        while locks.held(theirs):
-            if waited % LOCK_REPORT_S == 0:
-                say(f"experiment {name}: work left by a killed task of another sweep runs on; waiting for it")
-            time.sleep(1.0)
-            waited += 1.0
-    write_text(last, str(record.task_lock(index)))
-    return fd
+    # The lock goes with its task, but the dvc and stage of a task killed with its sweep run on,
+    # holding that task's point lock, which each holder writes down beside this one. Waited for
+    # without this lock, lest that sweep's resumed task wait for it while holding its point lock.
+    last, mine, waited = path.with_name(path.name + ".point"), record.task_lock(index), 0
+    while True:
+        fd = _take(path, f"prefshift sweep task {index} of sweep {record.id}", held_by, say, wait=True)
+        theirs = Path(last.read_text(encoding="utf-8")) if last.is_file() else mine
+        if theirs == mine or not locks.held(theirs):
+            write_text(last, str(mine))
+            return fd
+        os.close(fd)
+        if waited % LOCK_REPORT_S == 0:
+            say(f"experiment {name}: work left by a killed task of another sweep runs on; waiting for it")
+        time.sleep(1.0)
+        waited += 1
 
 
 def _take(path: Path, command: str, held_by, say, wait: bool) -> int:
