@@ -17,7 +17,8 @@ import signal
 import subprocess
 import sys
 import time
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
@@ -175,6 +176,30 @@ def _on_a_cluster(stack: ExitStack, tmp: Path, env: dict[str, str], monkeypatch)
 
     MlflowClient(uri).create_experiment("cluster-sweep")
     return uri
+
+
+@contextmanager
+def _a_cluster_project(tmp: Path, monkeypatch) -> Iterator[tuple[Path, Path, dict[str, str]]]:
+    """(project with remotes, trace folder, environment) on a one-node SLURM with an MLflow server,
+    for the body; the test is skipped where SLURM cannot run."""
+    if reason := why_not():
+        pytest.skip(reason)
+    env = _in_sweep_env(monkeypatch)
+    with ExitStack() as stack:
+        root, trace = _project(tmp, env, remotes=True)
+        _on_a_cluster(stack, tmp, env, monkeypatch)
+        yield root, trace, env
+
+
+def _waits_or_runs(trace: Path, logs: Path, waiting: str) -> Callable[[], bool]:
+    """Whether a second task of the point says `waiting` in its log (`logs`: a scratch folder), or
+    has started the point's stage beside the first: what a test of the wait waits for."""
+
+    def seen() -> bool:
+        said = "".join(log.read_text() for log in logs.glob("*/logs/0.log"))
+        return len(_traces(trace, "start")) > 1 or waiting in said
+
+    return seen
 
 
 def _traces(trace: Path, kind: str) -> list[dict]:
@@ -454,12 +479,10 @@ def test_one_grid_swept_twice_at_once_trains_each_point_once(tmp_path, monkeypat
     first = _started(root, env, tmp_path / "first.log", *sweep)
     _wait(lambda: len(_traces(trace, "start")) == 1, "the first sweep to run the point's stage", 300)
     second = _started(root, env, tmp_path / "second.log", *sweep)
-
-    def waits_or_runs() -> bool:
-        logs = "".join(log.read_text() for log in (root / ".prefshift" / "sweeps").glob("*/logs/0.log"))
-        return len(_traces(trace, "start")) > 1 or "a task of another sweep; waiting for it to end" in logs
-
-    _wait(waits_or_runs, "the second sweep's task to wait for the experiment, or to run it")
+    waits = _waits_or_runs(
+        trace, root / ".prefshift" / "sweeps", "a task of another sweep; waiting for it to end"
+    )
+    _wait(waits, "the second sweep's task to wait for the experiment, or to run it")
     assert len(_traces(trace, "start")) == 1, "the second sweep did not train the point beside the first"
     (trace / "hold-2").unlink()
     assert first.wait(timeout=300) == 0, (tmp_path / "first.log").read_text()
@@ -494,12 +517,8 @@ def test_a_second_sweep_waits_for_the_work_a_killed_sweep_left_on_the_same_point
     first.wait()
     assert _alive(stage)
     second = _started(root, env, tmp_path / "second.log", *sweep, "--scratch", str(tmp_path / "b"))
-
-    def waits_or_runs() -> bool:
-        logs = "".join(log.read_text() for log in (tmp_path / "b").glob("*/logs/0.log"))
-        return len(_traces(trace, "start")) > 1 or "killed task of another sweep runs on; waiting" in logs
-
-    _wait(waits_or_runs, "the second sweep's task to wait for the killed sweep's work, or to run")
+    waits = _waits_or_runs(trace, tmp_path / "b", "killed task of another sweep runs on; waiting")
+    _wait(waits, "the second sweep's task to wait for the killed sweep's work, or to run")
     assert len(_traces(trace, "start")) == 1, "the second sweep did not train the point beside that work"
     (trace / "hold-2").unlink()
     assert second.wait(timeout=300) == 0, (tmp_path / "second.log").read_text()
@@ -649,12 +668,7 @@ def test_a_slurm_sweep_says_why_a_point_waits_and_rides_out_a_controller_restart
     """A point asking for more than any node has waited in silence, `pending` for good; and a
     waiting sweep ended at the first squeue that failed (a controller restart of some seconds),
     while its jobs ran on."""
-    if reason := why_not():
-        pytest.skip(reason)
-    env = _in_sweep_env(monkeypatch)
-    with ExitStack() as stack:
-        root, trace = _project(tmp_path, env, remotes=True)
-        _on_a_cluster(stack, tmp_path, env, monkeypatch)
+    with _a_cluster_project(tmp_path, monkeypatch) as (root, trace, env):
         scratch = tmp_path / "scratch"
         at = ["--methods", "anchor_last", "--no-report", "--scratch", str(scratch), "--root", str(root)]
         at += ["--executor", "slurm"]
@@ -688,12 +702,7 @@ def test_a_resumed_slurm_point_waits_for_the_work_its_killed_task_left(tmp_path,
     from prefshift.pipeline.sweep.record import load
     from prefshift.pipeline.sweep.run import point_states
 
-    if reason := why_not():
-        pytest.skip(reason)
-    env = _in_sweep_env(monkeypatch)
-    with ExitStack() as stack:
-        root, trace = _project(tmp_path, env, remotes=True)
-        _on_a_cluster(stack, tmp_path, env, monkeypatch)
+    with _a_cluster_project(tmp_path, monkeypatch) as (root, trace, env):
         scratch, log = tmp_path / "scratch", tmp_path / "resume.log"
         at = ["--scratch", str(scratch), "--root", str(root)]
         (trace / "hold-2").write_text("")
