@@ -634,6 +634,33 @@ def test_where_the_sweep_folder_takes_no_flock_a_slurm_sweep_goes_on_unlocked_an
     assert "its folder cannot be locked" in capsys.readouterr().err
 
 
+def test_a_slurm_task_that_cannot_lock_its_experiment_goes_on_without_it_and_says_so(tmp_path, monkeypatch):
+    """The experiment's lock saves a second training of a point swept twice at once; the clone needs
+    none of it. A SLURM task on a node that does not see the project, or where the project's
+    filesystem takes no flock, runs the point without the lock and says why in its log."""
+    import errno
+    import fcntl
+
+    from prefshift.pipeline.sweep import task
+
+    record, said = _record(tmp_path / "sweeps", [{"seed": "1"}], ["sweep-seed-1"]), []
+    record.data.update(root=str(tmp_path / "elsewhere"), executor={"kind": "slurm"})
+    assert task.take_experiment(record, 0, said.append) is None
+    assert said == [f"{tmp_path / 'elsewhere'}: not on this node; another sweep of this grid at once may "
+                    "train this point too"]  # fmt: skip
+
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    record.data["root"], said = str(tmp_path), []
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    assert task.take_experiment(record, 0, said.append) is None
+    assert len(said) == 1 and said[0].endswith(
+        f"cannot be locked ([Errno {errno.ENOLCK}] No locks available); another sweep of this grid at once "
+        "may train it too"
+    )
+
+
 def test_the_sweep_waits_for_a_task_that_said_success_until_it_exits_and_prints_its_log(tmp_path, capsys):
     """A task writes `success`, then removes its clone (seconds, under load longer) before it exits.
     The sweep once returned at the word alone: that point's log was never printed and its process

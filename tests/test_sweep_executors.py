@@ -191,6 +191,18 @@ def _a_cluster_project(tmp: Path, monkeypatch) -> Iterator[tuple[Path, Path, dic
         yield root, trace, env
 
 
+@contextmanager
+def _a_project(tmp: Path, monkeypatch, executor: str) -> Iterator[tuple[Path, Path, dict[str, str]]]:
+    """(project, trace folder, environment) for `executor`: on a one-node SLURM with remotes (as
+    _a_cluster_project), else on this machine alone."""
+    if executor == "slurm":
+        with _a_cluster_project(tmp, monkeypatch) as made:
+            yield made
+    else:
+        env = _in_sweep_env(monkeypatch)
+        yield (*_project(tmp, env, remotes=False), env)
+
+
 def _waits_or_runs(trace: Path, logs: Path, waiting: str) -> Callable[[], bool]:
     """Whether a second task of the point says `waiting` in its log (`logs`: a scratch folder), or
     has started the point's stage beside the first: what a test of the wait waits for."""
@@ -468,30 +480,29 @@ def test_a_project_whose_path_holds_a_space_a_hash_and_a_comma_shares_its_dvc_ca
 
 
 @pytest.mark.slow
-def test_one_grid_swept_twice_at_once_trains_each_point_once(tmp_path, monkeypatch):
+@pytest.mark.parametrize("executor", ["local", "slurm"])
+def test_one_grid_swept_twice_at_once_trains_each_point_once(tmp_path, monkeypatch, executor):
     """Two sweeps of one grid started side by side each trained the point, and the second's push
     replaced the first's experiment. A task now holds the experiment's lock in the project: the
-    other sweep's task waits for it, then reuses the experiment."""
-    env = _in_sweep_env(monkeypatch)
-    root, trace = _project(tmp_path, env, remotes=False)
-    sweep = ["sweep", "-S", "anchor.lambda=2", "--methods", "anchor_last", "--no-report"]
-    (trace / "hold-2").write_text("")
-    first = _started(root, env, tmp_path / "first.log", *sweep)
-    _wait(lambda: len(_traces(trace, "start")) == 1, "the first sweep to run the point's stage", 300)
-    second = _started(root, env, tmp_path / "second.log", *sweep)
-    waits = _waits_or_runs(
-        trace, root / ".prefshift" / "sweeps", "a task of another sweep; waiting for it to end"
-    )
-    _wait(waits, "the second sweep's task to wait for the experiment, or to run it")
-    assert len(_traces(trace, "start")) == 1, "the second sweep did not train the point beside the first"
-    (trace / "hold-2").unlink()
-    assert first.wait(timeout=300) == 0, (tmp_path / "first.log").read_text()
-    assert second.wait(timeout=300) == 0, (tmp_path / "second.log").read_text()
+    other sweep's task waits for it, then reuses the experiment. A SLURM task took no such lock."""
+    with _a_project(tmp_path, monkeypatch, executor) as (root, trace, env):
+        sweep = ["sweep", "-S", "anchor.lambda=2", "--methods", "anchor_last", "--no-report"]
+        sweep += EXECUTORS[executor]
+        (trace / "hold-2").write_text("")
+        first = _started(root, env, tmp_path / "first.log", *sweep)
+        _wait(lambda: len(_traces(trace, "start")) == 1, "the first sweep to run the point's stage", 300)
+        second = _started(root, env, tmp_path / "second.log", *sweep)
+        waits = _waits_or_runs(
+            trace, root / ".prefshift" / "sweeps", "a task of another sweep; waiting for it to end"
+        )
+        _wait(waits, "the second sweep's task to wait for the experiment, or to run it")
+        assert len(_traces(trace, "start")) == 1, "the second sweep did not train the point beside the first"
+        (trace / "hold-2").unlink()
+        assert first.wait(timeout=300) == 0, (tmp_path / "first.log").read_text()
+        assert second.wait(timeout=300) == 0, (tmp_path / "second.log").read_text()
     assert len(_traces(trace, "start")) == 1, "the point trained once"
-    assert (
-        "experiment sweep-anchor.lambda-2 is on this baseline already"
-        in (tmp_path / "second.log").read_text()
-    )
+    said = "".join(log.read_text() for log in (root / ".prefshift" / "sweeps").glob("*/logs/0.log"))
+    assert "experiment sweep-anchor.lambda-2 is on this baseline already" in said
     names = _run(["dvc", "exp", "list", "--name-only"], root, env).split()
     assert names == ["sweep-anchor.lambda-2"]
 

@@ -29,7 +29,7 @@ TARGET = "report"
 and DVC commits every `cache: false` output of the target's pipeline. `promote` never runs."""
 DVC_LOCKS = ("lock", "rwlock", "rwlock.lock")
 LOCK_REPORT_S = 600.0
-"""How often a task waiting for a lock (its point's on SLURM, its experiment's on one machine) says
+"""How often a task waiting for a lock (its point's on SLURM, its experiment's) says
 so in the point's log."""
 
 
@@ -165,15 +165,16 @@ def take_point(record: SweepRecord, index: int, say) -> int | None:
 
 
 def take_experiment(record: SweepRecord, index: int, say) -> int | None:
-    """On one machine, the lock of the point's experiment, in the project it goes to: a task of
-    another sweep running the same point on the same baseline (one grid swept twice at once) holds
-    it, and this one waits, then reuses that experiment (`_fetch_earlier`) instead of training it a
-    second time. A cluster's tasks may not reach the project: none there."""
+    """The lock of the point's experiment, in the project it goes to: a task of another sweep
+    running the same point on the same baseline (one grid swept twice at once) holds it, and this
+    one waits, then reuses that experiment (`_fetch_earlier`) instead of training it a second time.
+    A SLURM task whose node does not see the project, or whose filesystem takes no lock there, goes
+    on without it and says so: the lock saves a second training, the clone needs none of it."""
     root, name = Path(record.data["root"]), record.names[index]
-    if not record.data.get("dvc_cache") or not root.is_dir():  # a moved project fails at clone
+    if not root.is_dir():  # one machine: a moved project, which fails at clone
+        if not record.data.get("dvc_cache"):
+            say(f"{root}: not on this node; another sweep of this grid at once may train this point too")
         return None
-    path = locks.lock_file(root, root / experiment_ref(record.data["baseline"], name))
-    locks.private_dir(root)
 
     def held_by(holder: str) -> str:
         return f"experiment {name} is being run by {holder}, a task of another sweep"
@@ -181,9 +182,15 @@ def take_experiment(record: SweepRecord, index: int, say) -> int | None:
     # The lock goes with its task, but the dvc and stage of a task killed with its sweep run on,
     # holding that task's point lock, which each holder writes down beside this one. Waited for
     # without this lock, lest that sweep's resumed task wait for it while holding its point lock.
+    path = locks.lock_file(root, root / experiment_ref(record.data["baseline"], name))
     last, mine, waited = path.with_name(path.name + ".point"), record.task_lock(index), 0
     while True:
-        fd = _take(path, f"prefshift sweep task {index} of sweep {record.id}", held_by, say, wait=True)
+        try:
+            locks.private_dir(root)
+            fd = _take(path, f"prefshift sweep task {index} of sweep {record.id}", held_by, say, wait=True)
+        except OSError as err:  # no flock on that filesystem, or a project the node may not write
+            say(f"{path} cannot be locked ({err}); another sweep of this grid at once may train it too")
+            return None
         theirs = Path(last.read_text(encoding="utf-8")) if last.is_file() else mine
         if theirs == mine or not locks.held(theirs):
             write_text(last, str(mine))
