@@ -1065,6 +1065,39 @@ def test_options_of_another_executor_are_refused_not_ignored():
     Executor("local-gpus", devices=("0", "1"), resources=SlurmResources(gpus_per_task=2)).check()
 
 
+def test_a_resume_changes_only_the_resources_it_names_and_checks_them_as_a_start_does(tmp_path):
+    """A point out of its `--time` could be given more only by a new sweep, whose new clone lost the
+    checkpoint its training had reached. A resume now takes the executor's options: one left out
+    keeps what the sweep was started with, and one the executor does not take is refused before
+    the record changes."""
+    from typer.testing import CliRunner
+
+    from prefshift.cli import app
+    from prefshift.pipeline.sweep.slurm import SlurmResources
+
+    started = Executor("slurm", resources=SlurmResources(gpus_per_task=1, partition="gpu", time="1:00:00"))
+    resumed = started.changed(jobs=None, devices=None, time="8:00:00", partition=None, template=None)
+    assert resumed == Executor(
+        "slurm", resources=SlurmResources(gpus_per_task=1, partition="gpu", time="8:00:00")
+    )
+    assert Executor().changed(jobs=3) == Executor(jobs=3)
+
+    record = _record(tmp_path, [{"seed": "1"}], ["sweep-seed-1"])
+    before = (record.folder / "sweep.json").read_bytes()
+    where = [record.id, "--scratch", str(tmp_path)]
+    for option, refusal in (
+        (
+            ["--time", "8:00:00"],
+            "--partition, --time, --account, --cpus-per-task, --sbatch-template: slurm's alone",
+        ),
+        (["--jobs", "0"], "--jobs 0: run at least one point at a time"),
+        (["--gpus", "0,0"], "--gpus '0,0': a device is listed twice"),
+    ):
+        result = CliRunner().invoke(app, ["sweep", "resume", *where, *option])
+        assert result.exit_code != 0 and refusal in result.stderr, (option, result.stderr)
+    assert (record.folder / "sweep.json").read_bytes() == before
+
+
 def test_a_job_that_ended_before_its_task_began_says_so_from_its_log(tmp_path):
     """A template's set-up that fails (`module load` of a missing module) ends the job before
     prefshift's task writes a word: status said `never started`, while the log held the reason. A

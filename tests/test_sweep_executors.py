@@ -299,6 +299,8 @@ EXECUTORS = {
     "local-gpus": ["--executor", "local-gpus", "--gpus", "0,1"],
     "slurm": ["--executor", "slurm", "--time", "10:00"],
 }
+RESUMED_WITH = {"local": ["--jobs", "1"], "local-gpus": ["--gpus", "0"], "slurm": ["--time", "20:00"]}
+"""What each executor's resume asks anew: fewer slots, another device (point 1 ran on 1), more time."""
 
 
 @pytest.mark.slow
@@ -364,7 +366,8 @@ def test_a_stopped_sweep_leaves_no_process_and_resume_finishes_only_what_stopped
 
         (trace / "hold-2").unlink()
         # from another folder: the experiments still go to the project the sweep ran from
-        resumed = _cli("sweep", "resume", record.id, "--scratch", str(scratch), "--root", str(tmp_path))
+        where = ["--scratch", str(scratch), "--root", str(tmp_path)]
+        resumed = _cli("sweep", "resume", record.id, *RESUMED_WITH[executor], *where)
         assert "rerunning point 1 (sweep-anchor.lambda-2, stopped)" in resumed.stderr
         if cluster:
             from mlflow import MlflowClient
@@ -380,9 +383,14 @@ def test_a_stopped_sweep_leaves_no_process_and_resume_finishes_only_what_stopped
 
     starts = _traces(trace, "start")
     assert sorted(t["lambda"] for t in starts) == [0.5, 2, 2], "point 0 never reran"
-    assert max((t for t in starts if t["lambda"] == 2), key=lambda t: t["start"])["resumed"], (
-        "the resumed point found its checkpoint in its clone"
-    )
+    last = max((t for t in starts if t["lambda"] == 2), key=lambda t: t["start"])
+    assert last["resumed"], "the resumed point found its checkpoint in its clone"
+    if executor == "local":
+        assert f"sweep {record.id}: 1 point(s) at a time" in resumed.stderr, "the resume took --jobs 1"
+    elif executor == "local-gpus":
+        assert last["devices"] == "0", "the resume ran the point with --gpus 0"
+    else:
+        assert "--time=20:00" in (record.folder / "job-2.sbatch").read_text()
     assert (trace / "prepare-runs").read_text() == "prepare\n", "the tasks restored prepare's output"
     first_two = sorted(starts, key=lambda t: t["start"])[:2]  # ran at once (slurm: one after the other)
     if executor == "local-gpus":
@@ -675,10 +683,16 @@ def test_a_resume_waiting_for_a_dead_task_s_work_gives_it_a_slot_and_its_stop_en
 
 
 @pytest.mark.slow
-def test_a_slurm_sweep_says_why_a_point_waits_and_rides_out_a_controller_restart(tmp_path, monkeypatch):
+def test_a_slurm_sweep_says_why_a_point_waits_a_resume_asks_less_and_it_outlives_a_controller_restart(
+    tmp_path, monkeypatch
+):
     """A point asking for more than any node has waited in silence, `pending` for good; and a
     waiting sweep ended at the first squeue that failed (a controller restart of some seconds),
-    while its jobs ran on."""
+    while its jobs ran on. A sweep asking too much once had to start again to ask less: a resume
+    now takes the resources its points ask for."""
+    from prefshift.pipeline.sweep.record import load
+    from prefshift.pipeline.sweep.run import point_states
+
     with _a_cluster_project(tmp_path, monkeypatch) as (root, trace, env):
         scratch = tmp_path / "scratch"
         at = ["--methods", "anchor_last", "--no-report", "--scratch", str(scratch), "--root", str(root)]
@@ -690,6 +704,15 @@ def test_a_slurm_sweep_says_why_a_point_waits_and_rides_out_a_controller_restart
         waiting = _cli("sweep", "status", sweep_id, "--scratch", str(scratch), "--root", str(root)).stdout
         assert "0  sweep-anchor.lambda-0.25  pending (" in waiting, waiting
         subprocess.run(["scancel", f"--name=prefshift-{sweep_id}"], env=env, check=True)
+        # It asks for less on resume: the point runs, and the sweep keeps what it now asks for.
+        _wait(lambda: point_states(load(scratch, sweep_id)) == {0: "missing"}, "squeue to let go of it")
+        where = ["--scratch", str(scratch), "--root", str(root)]
+        resumed = _cli("sweep", "resume", sweep_id, "--cpus-per-task", "1", *where)
+        assert "the points it reruns now run with --cpus-per-task=1" in resumed.stderr
+        record = load(scratch, sweep_id)
+        assert point_states(record) == {0: "success"}
+        assert record.data["executor"]["resources"]["cpus_per_task"] == 1
+        assert "--cpus-per-task=1" in (record.folder / "job-2.sbatch").read_text()
 
         (trace / "hold-2").write_text("")
         log = tmp_path / "sweep.log"

@@ -658,6 +658,34 @@ ScratchOption = Annotated[
 WaitOption = Annotated[
     bool, typer.Option("--wait/--no-wait", help="Wait and collect, or return the sweep id at once (slurm).")
 ]
+JobsOption = Annotated[
+    int | None,
+    typer.Option("--jobs", "-j", help="local: points at once; 1 suits CPUs (torch uses every core)."),
+]
+GpusOption = Annotated[
+    str | None, typer.Option("--gpus", help="local-gpus: the devices to share out, e.g. 0,1,2,3.")
+]
+GpusPerTaskOption = Annotated[
+    int | None, typer.Option("--gpus-per-task", help="GPUs each point gets (slurm, local-gpus).")
+]
+PartitionOption = Annotated[str | None, typer.Option("--partition", help="slurm: partition to submit to.")]
+TimeOption = Annotated[str | None, typer.Option("--time", help="slurm: time limit per task, e.g. 12:00:00.")]
+AccountOption = Annotated[str | None, typer.Option("--account", help="slurm: account to charge.")]
+CpusPerTaskOption = Annotated[int | None, typer.Option("--cpus-per-task", help="slurm: CPUs per task.")]
+TemplateOption = Annotated[
+    Path | None,
+    typer.Option("--sbatch-template", help="slurm: your file of extra #SBATCH and set-up lines."),
+]
+
+
+def _devices(gpus: str | None) -> tuple[str, ...] | None:
+    from prefshift.pipeline.sweep.local import parse_devices
+
+    return tuple(_call(parse_devices, gpus)) if gpus is not None else None
+
+
+def _template(path: Path | None) -> str | None:
+    return str(path.resolve()) if path else None  # resume may run elsewhere
 
 
 @sweep_app.callback(invoke_without_command=True)
@@ -682,10 +710,7 @@ def sweep(
         ),
     ] = None,
     report: Annotated[bool, typer.Option("--report/--no-report", help="Rebuild the report after.")] = True,
-    jobs: Annotated[
-        int,
-        typer.Option("--jobs", "-j", help="local: points at once; 1 suits CPUs (torch uses every core)."),
-    ] = 1,
+    jobs: JobsOption = 1,
     executor: Annotated[
         str,
         typer.Option(
@@ -693,26 +718,13 @@ def sweep(
             help="local: --jobs tasks at once; local-gpus: own GPUs each; slurm: a job-array task per point.",
         ),
     ] = "local",
-    gpus: Annotated[
-        str | None, typer.Option("--gpus", help="local-gpus: the devices to share out, e.g. 0,1,2,3.")
-    ] = None,
-    gpus_per_task: Annotated[
-        int, typer.Option("--gpus-per-task", help="GPUs each point gets (slurm, local-gpus).")
-    ] = 0,
-    partition: Annotated[
-        str | None, typer.Option("--partition", help="slurm: partition to submit to.")
-    ] = None,
-    time_limit: Annotated[
-        str | None, typer.Option("--time", help="slurm: time limit per task, e.g. 12:00:00.")
-    ] = None,
-    account: Annotated[str | None, typer.Option("--account", help="slurm: account to charge.")] = None,
-    cpus_per_task: Annotated[
-        int | None, typer.Option("--cpus-per-task", help="slurm: CPUs per task.")
-    ] = None,
-    sbatch_template: Annotated[
-        Path | None,
-        typer.Option("--sbatch-template", help="slurm: your file of extra #SBATCH and set-up lines."),
-    ] = None,
+    gpus: GpusOption = None,
+    gpus_per_task: GpusPerTaskOption = 0,
+    partition: PartitionOption = None,
+    time_limit: TimeOption = None,
+    account: AccountOption = None,
+    cpus_per_task: CpusPerTaskOption = None,
+    sbatch_template: TemplateOption = None,
     scratch: ScratchOption = None,
     wait: WaitOption = True,
     dry_run: Annotated[
@@ -733,7 +745,6 @@ def sweep(
         return
     from prefshift.pipeline.sweep import grid as grid_module
     from prefshift.pipeline.sweep import run as sweep_run
-    from prefshift.pipeline.sweep.local import parse_devices
     from prefshift.pipeline.sweep.slurm import SlurmResources
 
     if grid_file is not None and set_:
@@ -747,10 +758,9 @@ def sweep(
     points = grid.points if grid else _call(grid_module.grid_points, axes, max_points)
     default_methods = ",".join((grid.spec.methods_collected if grid else None) or sweep_run.SWEEP_METHODS)
     listed = [m.strip() for m in (methods or default_methods).split(",") if m.strip()]
-    template = str(sbatch_template.resolve()) if sbatch_template else None  # resume may run elsewhere
+    template = _template(sbatch_template)
     resources = SlurmResources(gpus_per_task, partition, time_limit, account, cpus_per_task, template)
-    devices = tuple(_call(parse_devices, gpus)) if gpus is not None else ()
-    chosen = sweep_run.Executor(executor, jobs, devices, resources)
+    chosen = sweep_run.Executor(executor, jobs, _devices(gpus) or (), resources)
     _call(chosen.check, wait)
     if dry_run:
         _dry_run(root, grid, points, listed, chosen, scratch)
@@ -827,12 +837,27 @@ def sweep_collect(sweep_id: SweepIdArgument, scratch: ScratchOption = None, root
 @sweep_app.command("resume")
 def sweep_resume(
     sweep_id: SweepIdArgument,
+    jobs: JobsOption = None,
+    gpus: GpusOption = None,
+    gpus_per_task: GpusPerTaskOption = None,
+    partition: PartitionOption = None,
+    time_limit: TimeOption = None,
+    account: AccountOption = None,
+    cpus_per_task: CpusPerTaskOption = None,
+    sbatch_template: TemplateOption = None,
     scratch: ScratchOption = None,
     wait: WaitOption = True,
     root: RootOption = Path("."),
 ):
-    """Rerun only the points that are missing, failed or stopped; finished ones never rerun."""
-    _print_sweep(_call(_stage("pipeline.sweep.run", "resume"), root, sweep_id, scratch, wait))
+    """Rerun only the points that are missing, failed or stopped; finished ones never rerun.
+
+    An option left out keeps what the sweep was started with; one given (a longer --time, say, or
+    fewer --jobs) holds for the points this resume and later ones rerun, each in its clone as left.
+    """
+    changes = dict(jobs=jobs, devices=_devices(gpus), gpus_per_task=gpus_per_task, partition=partition)
+    changes.update(time=time_limit, account=account, cpus_per_task=cpus_per_task)
+    changes["template"] = _template(sbatch_template)
+    _print_sweep(_call(_stage("pipeline.sweep.run", "resume"), root, sweep_id, scratch, wait, **changes))
 
 
 @sweep_app.command("task", hidden=True)

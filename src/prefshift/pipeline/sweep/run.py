@@ -73,6 +73,13 @@ class Executor:
             raise SweepError(f"--no-wait: {self.kind} runs its points from this command; slurm leaves")
         self.resources.check() if self.kind == "slurm" else self.slots()
 
+    def changed(self, **changes: Any) -> Executor:
+        """This executor with what a resume asks to change (`jobs`, `devices`, a SlurmResources field
+        such as a longer `time`); None keeps what the sweep was started with."""
+        asked = {key: value for key, value in changes.items() if value is not None}
+        own = {key: asked.pop(key) for key in ("jobs", "devices") if key in asked}
+        return replace(self, **own, resources=replace(self.resources, **asked))
+
     def slots(self) -> local.Slots:
         return local.Slots(self.jobs, self.devices, max(1, self.resources.gpus_per_task))
 
@@ -287,17 +294,35 @@ def collect(root: Path, record: SweepRecord) -> dict[str, Any]:
     return {"sweep_id": record.id, "folder": str(record.folder), **result}
 
 
-def resume(root: Path, sweep_id: str, scratch: Path | None = None, wait: bool = True) -> dict[str, Any]:
+def resume(
+    root: Path, sweep_id: str, scratch: Path | None = None, wait: bool = True, **changes: Any
+) -> dict[str, Any]:
     """Rerun only the points that are missing, failed or stopped; finished ones never rerun, and
     ones still pending or running are waited for (on one machine, such a point runs what a dead task
     left, and is rerun if that ends without a result). A resumed point reuses its clone, so its
-    training resumes from the checkpoint an earlier attempt left. `root` finds the sweep's folder;
-    the experiments go to the project it ran from, wherever resume runs."""
+    training resumes from the checkpoint an earlier attempt left, also with the `changes` to its
+    executor (Executor.changed) that the points rerun ask for: a point out of its `time` gets more.
+    `root` finds the sweep's folder; the experiments go to the project it ran from, wherever resume
+    runs."""
     record = load(scratch, sweep_id, root)
-    executor = Executor.of(record)
+    executor = Executor.of(record).changed(**changes)
     executor.check(wait)
     with local.driving(record, executor.kind != "slurm") as record:
+        if (asked := asdict(executor)) != record.data["executor"]:
+            record.data["executor"] = asked
+            record.save()
+            say(f"sweep {record.id}: the points it reruns now run with {_described(executor)}")
         return _rerun(_project(record), record, executor, wait)
+
+
+def _described(executor: Executor) -> str:
+    """What a resume's points ask for, as the options that say it."""
+    if executor.kind == "slurm":
+        return " ".join(executor.resources.options()) or "the cluster's defaults"
+    if executor.kind == "local-gpus":
+        per_task = max(1, executor.resources.gpus_per_task)
+        return f"--gpus {','.join(executor.devices)} --gpus-per-task {per_task}"
+    return f"--jobs {executor.jobs}"
 
 
 def _rerun(root: Path, record: SweepRecord, executor: Executor, wait: bool) -> dict[str, Any]:
