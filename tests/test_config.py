@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from prefshift.config.params import ConfigError, Params, load_params, parse_params
+from prefshift.config.params import ConfigError, Params, load_params, parse_params, read_yaml
 
 
 @pytest.fixture
@@ -50,6 +50,55 @@ def test_overrides_are_parsed_as_yaml(params_file):
     assert params.data.targets == ["syn_help_chat"]
     assert params.seed == 3
     assert load_params(params_file).anchor.lam == 0.5
+
+
+SCALARS = [
+    "1e-5", "1E5", "12e03", "1.0e3", "1.0e+3", "._5", ".5", "5.", "-1_0.5", "+.5e-3", "-.inf", ".NaN", "NaN",
+    "010", "08", "0o17", "0o8", "0x1F", "0x_1", "0b101", "0b2", "1_000", "-0", "+1", "-0o7",
+    "yes", "No", "on", "OFF", "y", "true", "True", "TRUE", "tRue", "false",
+    "1:30", "190:20:30", "~", "null", "Null", "", "2001-12-14", "2001-12-14 21:59:43.10 -5", "e5", "1e",
+]  # fmt: skip
+
+
+def _as_each_reads(text: str) -> tuple[object, object]:
+    """`v: <text>` as prefshift reads it and as DVC reads it, each as (type, value), NaN as "nan",
+    or "refused"."""
+    from dvc.utils.serialize import parse_yaml
+
+    def seen(value: object) -> object:
+        return "nan" if value != value else (type(value).__name__, value)
+
+    document = f"v: {text}\n"
+    try:
+        ours = seen(read_yaml(document, "params")["v"])
+    except ConfigError:
+        ours = "refused"
+    try:
+        theirs = seen(parse_yaml(document, "params")["v"])
+    except Exception:  # DVC's YAMLFileCorruptedError, or a value its constructor cannot build
+        theirs = "refused"
+    return ours, theirs
+
+
+@pytest.mark.parametrize("text", SCALARS)
+def test_a_plain_scalar_is_read_as_dvc_reads_it(text):
+    """DVC reads params.yaml, and writes `dvc exp run -S` values, as YAML 1.2 (ruamel.yaml), where
+    prefshift read YAML 1.1 (PyYAML): `1e-05` was a string, `yes` and `off` booleans, `1:30` ninety,
+    `010` eight. DVC hashes a stage's params as it reads them, so prefshift reads them so too."""
+    ours, theirs = _as_each_reads(text)
+    assert ours == theirs, text
+
+
+def test_random_plain_scalars_are_read_as_dvc_reads_them():
+    """Beyond the named cases: short strings of the characters that make YAML numbers, booleans,
+    nulls and timestamps, each read by both readers."""
+    import random
+
+    draw = random.Random(20261206)
+    alphabet = "0123456789+-._eExXoObB:~nNtTfFyY "
+    texts = {"".join(draw.choices(alphabet, k=draw.randint(1, 7))).strip() for _ in range(4000)}
+    differing = {t: pair for t in sorted(texts) if (pair := _as_each_reads(t))[0] != pair[1]}
+    assert differing == {}
 
 
 def test_bad_overrides_fail_clearly(params_file):

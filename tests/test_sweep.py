@@ -113,29 +113,37 @@ def test_a_value_dvc_cannot_parse_is_refused_before_anything_runs(value):
 
 @pytest.mark.parametrize(
     "text, read",
-    [("1e-4", 0.0001), ("1e-5", "1e-05"), ("yes", True), ("'yes'", True), ("off", False), ("1:20", 80),
-     ("'1e-5'", "1e-5"), ("[1e-5,on]", ["1e-05", True]), ("Qwen/Qwen2.5-0.5B", "Qwen/Qwen2.5-0.5B")],
+    [("1e-4", 0.0001), ("1e-5", 1e-05), ("yes", "yes"), ("'yes'", "yes"), ("off", "off"), ("1:20", "1:20"),
+     ("'1e-5'", "1e-5"), ("[1e-5,on]", [1e-05, "on"]), ("true", True), ("010", "010"),
+     ("Qwen/Qwen2.5-0.5B", "Qwen/Qwen2.5-0.5B")],
 )  # fmt: skip
 def test_a_value_is_read_as_the_point_s_stages_will_read_it(tmp_path, text, read):
-    """DVC parses `-S` text with Hydra's grammar, writes it into the point's params.yaml as YAML 1.2
-    (`yes`, `1e-05` bare), and prefshift reads that file as YAML 1.1 (`yes` is true, `1e-05` a
-    string). The checks read the Hydra value alone, so `data.source=yes` passed and every point
-    then failed loading its params. dvc_value agrees with DVC's own apply_overrides on a real file."""
+    """DVC parses `-S` text with Hydra's grammar and writes it into the point's params.yaml as YAML
+    1.2 (`yes`, `1e-05` bare). prefshift read that file as YAML 1.1 (`yes` true, `1e-05` a string), so
+    `data.source=yes` failed every point and a swept λ of 1e-5 was filed as a string; it now reads
+    it as DVC does. dvc_value agrees with DVC's own apply_overrides and its reader on a real file."""
     from dvc.utils.hydra import apply_overrides
+    from dvc.utils.serialize import parse_yaml
 
     from prefshift.config.params import read_yaml
     from prefshift.pipeline.sweep.grid import dvc_value
 
     (params := tmp_path / "params.yaml").write_text("data:\n  source: x\n")
     apply_overrides(params, [f"data.source={text}"])
-    assert read_yaml(params.read_text(), "params")["data"]["source"] == dvc_value("data.source", text) == read
+    dvc_reads = parse_yaml(params.read_text(), str(params))["data"]["source"]
+    assert (
+        read_yaml(params.read_text(), "params")["data"]["source"]
+        == dvc_reads
+        == dvc_value("data.source", text)
+    )
+    assert dvc_reads == read
 
 
 def test_a_value_the_stages_refuse_or_dvc_resolves_is_refused_before_anything_runs():
     from prefshift.pipeline.sweep.grid import check_distinct
 
     with pytest.raises(PrefshiftError, match=r"data\.source: Input should be a valid string \(got True\)"):
-        check_distinct(REPO / "params.yaml", [{"data.source": "yes"}])
+        check_distinct(REPO / "params.yaml", [{"data.source": "true"}])
     with pytest.raises(
         SweepError, match=r"^-S data\.source=\$\{seed\}: an interpolation, which DVC resolves"
     ):
@@ -697,7 +705,8 @@ def test_the_sweep_waits_for_a_task_that_said_success_until_it_exits_and_prints_
         ("anchor:\n  lambda: 0.0001\n", "1e-4", True),  # as DVC writes `-S anchor.lambda=1e-4`
         ("anchor:\n  lambda: 1e-05\n", "1e-5", True),  # as DVC writes `-S anchor.lambda=1e-5`
         ("anchor:\n  lambda: off\n", "off", True),  # as DVC writes `-S anchor.lambda=off`
-        ("anchor:\n  lambda: 'off'\n", "off", False),  # what a point with `off` never holds
+        ("anchor:\n  lambda: 'off'\n", "off", True),  # YAML 1.2, as DVC reads it: `off` is a string
+        ("anchor:\n  lambda: false\n", "off", False),
     ],
 )
 def test_a_task_reuses_an_earlier_experiment_only_with_the_points_params(tmp_path, earlier, value, reused):
@@ -808,7 +817,7 @@ def test_a_record_path_the_sweep_could_not_file_is_refused_before_any_point_runs
     sweeps.symlink_to(elsewhere)
     (elsewhere / f"anchor_last__anchor.lambda=0.5__seed={seeds[0]}.json").write_text("{}")
     assert filing_problems(tmp_path, points, loaded, ["anchor_last"]) == []
-    link = sweeps / f'anchor_last__anchor.lambda="1e-05"__seed={seeds[-1]}.json'  # as the stages read it
+    link = sweeps / f"anchor_last__anchor.lambda=1e-05__seed={seeds[-1]}.json"  # as the stages read it
     link.symlink_to(tmp_path / "user-file")
     (problem,) = filing_problems(tmp_path, points, loaded, ["anchor_last"])
     assert problem.startswith(f"collect would file a record here: {link}: is a symbolic link")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import math
+import re
 import string
 import types
 import typing
@@ -822,8 +823,9 @@ def _refuse_duplicate_keys(node: yaml.Node, path: tuple[str, ...], seen: set[int
 
 
 class StrictLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, except that a key given twice in one mapping is an error, and so is a
-    document whose aliases expand past `MAX_PARAMS_VALUES`.
+    """PyYAML's safe loader reading plain scalars as YAML 1.2, as DVC does (YAML_12_SCALARS), and
+    refusing a key given twice in one mapping and a document whose aliases expand past
+    `MAX_PARAMS_VALUES`.
 
     PyYAML silently keeps the last value, while DVC (ruamel) refuses the file: a second
     `seed:` or `anchor:` section would be ignored here and fatal in `dvc status`.
@@ -838,6 +840,44 @@ class StrictLoader(yaml.SafeLoader):
             )
         _refuse_duplicate_keys(document, (), set())
         return document
+
+
+YAML_12_SCALARS = (
+    ("bool", r"true|True|TRUE|false|False|FALSE", "tTfF"),
+    ("int", r"[-+]?(?:0b[01_]+|0o?[0-7_]+|[0-9_]+|0x[0-9a-fA-F_]+)", "-+0123456789"),
+    (
+        "float",
+        r"[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[0-9][0-9_]*[eE][-+]?[0-9]+"
+        r"|\.[0-9_]+(?:[eE][-+][0-9]+)?|\.(?:inf|Inf|INF))|\.(?:nan|NaN|NAN)",
+        "-+0123456789.",
+    ),
+)
+"""Plain scalars that are booleans and numbers in YAML 1.2, as DVC's YAML library (ruamel.yaml) reads
+params.yaml and writes `dvc exp run -S` values, where PyYAML reads YAML 1.1: there `1e-05` (how DVC
+writes -S x=1e-5) is a string, `yes` and `off` booleans, `1:30` ninety and `010` eight. Read so, a
+swept λ of 1e-5 was filed as the string "1e-05" and a string param could not be `off`."""
+
+
+def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    """A YAML 1.2 integer: `0b`, `0o` and `0x` prefixes, else decimal (a leading 0 is no octal)."""
+    text = loader.construct_scalar(node).replace("_", "")
+    sign, digits = (-1, text[1:]) if text[:1] == "-" else (1, text.lstrip("+"))
+    base = {"0b": 2, "0o": 8, "0x": 16}.get(digits[:2], 10)
+    return sign * int(digits[2:] if base != 10 else digits, base)
+
+
+def _read_as_yaml_12(loader: type[yaml.SafeLoader]) -> None:
+    """Make `loader` take booleans and numbers as YAML_12_SCALARS says, all else as PyYAML does."""
+    loader.yaml_implicit_resolvers = {
+        first: [(tag, rx) for tag, rx in resolvers if tag.rsplit(":", 1)[1] not in ("bool", "int", "float")]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+    for kind, pattern, first in YAML_12_SCALARS:
+        loader.add_implicit_resolver(f"tag:yaml.org,2002:{kind}", re.compile(f"^(?:{pattern})$"), list(first))
+    loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+
+
+_read_as_yaml_12(StrictLoader)
 
 
 def _yaml_problem(err: yaml.YAMLError) -> str:

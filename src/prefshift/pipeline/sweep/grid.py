@@ -159,7 +159,7 @@ def dvc_value(key: str, text: str) -> Any:
     """The value a point's stages read for `-S key=text`: what `dvc exp run -S` writes into the
     point's params.yaml, read back as prefshift reads that file. DVC parses the text with Hydra's
     override grammar (not YAML: `1e-4` is a number, and some unquoted text, `#`, `=`, `~` or
-    non-ASCII, is refused) and writes it as YAML 1.2 (`yes` and `1e-05` bare), which prefshift reads
-    as YAML 1.1 (`yes` is true, `1e-05` a string). The checks before a sweep, the paths it will
-    file and a task's reuse of an earlier experiment all read values so."""
+    non-ASCII, is refused) and writes it as YAML, which prefshift reads as DVC does (read_yaml). The
+    checks before a sweep, the paths it will file and a task's reuse of an earlier experiment all
+    read values so."""
     return copy.deepcopy(_read_back(key, text))

@@ -16,13 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
 
 from prefshift.config.params import load_params, read_yaml
 from prefshift.core.reading import MIB, read_regular
 from prefshift.pipeline.sweep.commands import SweepError
-from prefshift.pipeline.sweep.grid import MAX_POINTS, check_size
+from prefshift.pipeline.sweep.grid import MAX_POINTS, check_size, dvc_value
 
 MAX_FILE_BYTES = MIB  # the paper's grid is 6 KB
 
@@ -155,7 +154,7 @@ def estimate(grid: GridFile, params_path: Path) -> Estimate:
     spec, where = grid.spec.estimate, f"{grid.path}: estimate"
     assert spec is not None, "the dry run estimates a grid file with an estimate block"
     teacher_s = student_s = 0.0
-    students = 0
+    students, baseline = 0, load_params(params_path)
     for point, label in zip(grid.points, grid.labels, strict=True):
         try:
             sizes, rate = spec.data[label[spec.data_axis]], spec.rates[label[spec.rate_axis]]
@@ -163,9 +162,9 @@ def estimate(grid: GridFile, params_path: Path) -> Estimate:
             raise SweepError(f"{where}: no entry for {err.args[0]!r} (point {label})") from None
         tokens = sizes.train_pairs / 2 * 2 * sizes.tokens_per_sequence
         teacher_s += tokens * spec.epochs.teacher / rate.weak
-        methods = yaml.safe_load(point["methods"]) if "methods" in point else load_params(params_path).methods
-        students += (trained := len(methods))
-        full = point.get("student.lora.enabled") == "false" and rate.strong_full
+        given = {key: dvc_value(key, text) for key, text in point.items()}  # as the point's stages read it
+        students += (trained := len(given.get("methods", baseline.methods)))
+        full = given.get("student.lora.enabled") is False and rate.strong_full
         student_s += trained * tokens * spec.epochs.student / (rate.strong_full if full else rate.strong)
     notes = [f"data ({name}): {entry.source}" for name, entry in spec.data.items()]
     notes += [f"rates ({name}): {entry.source}" for name, entry in spec.rates.items()]
