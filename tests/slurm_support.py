@@ -89,17 +89,26 @@ def _cancel_all(env: dict[str, str], wait_s: float = 20.0) -> None:
         time.sleep(0.3)
 
 
-def restart_controller(folder: Path, env: dict[str, str], down_s: float) -> None:
-    """Stop this cluster's slurmctld, keep it down `down_s` seconds, and start it again on its saved
-    state, as a maintenance restart or a failover does; the jobs run on under slurmd meanwhile."""
+@contextmanager
+def controller_down(folder: Path, env: dict[str, str]) -> Iterator[None]:
+    """This cluster's slurmctld stopped for the body, then started again on its saved state, as a
+    maintenance restart or a failover does; the jobs run on under slurmd meanwhile."""
     subprocess.run(["scontrol", "shutdown", "slurmctld"], env=env, capture_output=True, timeout=60)
     _stop_pid_file(folder / "slurmctld.pid")
-    time.sleep(down_s)
-    done = subprocess.run(
-        ["slurmctld", "-L", str(folder / "slurmctld.log")], env=env, capture_output=True, text=True
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"slurmctld did not start again: {done.stderr.strip()}")
+    try:
+        yield
+    finally:
+        done = subprocess.run(
+            ["slurmctld", "-L", str(folder / "slurmctld.log")], env=env, capture_output=True, text=True
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"slurmctld did not start again: {done.stderr.strip()}")
+
+
+def restart_controller(folder: Path, env: dict[str, str], down_s: float) -> None:
+    """slurmctld down for `down_s` seconds (controller_down)."""
+    with controller_down(folder, env):
+        time.sleep(down_s)
 
 
 @contextmanager

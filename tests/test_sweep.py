@@ -464,6 +464,55 @@ def test_sbatch_gets_the_sweep_s_own_options_and_the_resources_on_its_command_li
         SlurmResources(template=str(tmp_path / "latin1.sh")).check()
 
 
+def test_a_sweep_folder_or_template_sbatch_would_misread_is_escaped_or_refused(tmp_path):
+    """A `%` in the sweep folder's path (the project's, by default) was read by sbatch as a pattern
+    in the logs' path, a `\\` turned the patterns off: every task's log went elsewhere and each point
+    showed as never started. A line break in the folder's or the template's path ended the script's
+    comment naming it, and ran the rest as commands."""
+    from prefshift.pipeline.sweep.record import SweepRecord
+    from prefshift.pipeline.sweep.slurm import SlurmResources, check_folder, render_script, sbatch_options
+
+    folder = tmp_path / "lab%u" / "s1"
+    record = SweepRecord(folder, {"id": "s1", "points": [{}], "names": [], "jobs": []})
+    assert f"--output={tmp_path}/lab%%u/s1/logs/%a.log" in sbatch_options(record, [0], SlurmResources())
+    check_folder(folder)
+    for bad in ("back\\slash", "line\nbreak"):
+        with pytest.raises(
+            SweepError, match=r"^--scratch .*: holds .*, which sbatch cannot take in a log's path"
+        ):
+            check_folder(tmp_path / bad)
+    injected = tmp_path / "x\ntouch PWNED\n#.sh"
+    with pytest.raises(SweepError, match="a path with a line break"):
+        SlurmResources(template=str(injected)).check()
+    script = render_script(record, [0], SlurmResources(), {})
+    assert "PWNED" not in script
+    for limit in ("UNLIMITED", "infinite", "0", "30", "4:00:00", "1-12"):
+        SlurmResources(time=limit).check()  # what sbatch takes
+
+
+def test_a_sweep_submits_the_template_it_started_with_whatever_became_of_the_file(tmp_path):
+    """A resume read the template's file again: removed, the sweep could not be resumed; edited, the
+    resubmitted points ran under other directives than the first. The record keeps the text read at
+    the start, and a resume that names a template reads that one."""
+    from prefshift.pipeline.sweep.run import Executor
+    from prefshift.pipeline.sweep.slurm import SlurmResources, render_script
+
+    template = tmp_path / "extra.sh"
+    template.write_text("#SBATCH --comment=first\n")
+    started = Executor("slurm", resources=SlurmResources(template=str(template))).read()
+    template.write_text("#SBATCH --comment=second\n")
+    record = _record(tmp_path / "sweeps", [{"seed": "1"}], ["sweep-seed-1"])
+    assert "--comment=first" in render_script(record, [0], started.resources, {})
+    template.unlink()
+    started.check()
+    record.data["executor"] = dataclasses.asdict(started)
+    kept = Executor.of(record)
+    assert kept == started, "the record keeps the text"
+    (other := tmp_path / "other.sh").write_text("#SBATCH --comment=third\n")
+    resumed = started.changed(template=str(other)).read()
+    assert "--comment=third" in render_script(record, [0], resumed.resources, {})
+
+
 def test_a_long_point_gets_a_short_stable_name():
     from prefshift.pipeline.sweep.grid import MAX_NAME
 
@@ -500,6 +549,37 @@ def test_status_names_each_unfinished_point_with_why_and_its_log(tmp_path):
         "2  sweep-seed-2  stopped  (ended during run without a word: cancelled, preempted"
     )
     assert lines[3] == f"3  sweep-seed-3  missing  (never started)  log: {record.log(3)}"
+
+
+def test_status_says_a_point_ran_out_of_its_time_or_recomputed_what_dvc_could_not_pull(tmp_path):
+    """A task SLURM ended at its --time showed as `stopped by a signal`, as a cancelled one does, so
+    nothing said that the fix is more time. A point whose shared stages DVC could not pull from the
+    remote (one the nodes do not reach) recomputed them and said `success` alone: on a cluster, a
+    teacher retrained in every point."""
+    from prefshift.core.atomic import write_json
+    from prefshift.pipeline.sweep.record import TASK_HEADER
+    from prefshift.pipeline.sweep.run import status_lines
+
+    record = _record(tmp_path, [{"seed": "1"}, {"seed": "2"}], ["sweep-seed-1", "sweep-seed-2"])
+    write_json(
+        record.state_file(0), {"state": "stopped", "step": "run", "error": "stopped by a signal during run"}
+    )
+    record.log(0).write_text(
+        f"{TASK_HEADER} s point 0 ===\nslurmstepd: error: *** JOB 2 ON node1 CANCELLED AT "
+        "2026-12-06T17:00:00 DUE TO TIME LIMIT ***\n"
+    )
+    write_json(
+        record.state_file(1), {"state": "success", "commit": "c" * 40, "unpulled": ["prepare", "teacher"]}
+    )
+    stopped, finished = status_lines(record)
+    assert stopped.startswith(
+        f"0  sweep-seed-1  stopped  (its job ran out of its time; `prefshift sweep resume {record.id} --time "
+        "<longer>` goes on from its checkpoint)"
+    )
+    assert finished == (
+        "1  sweep-seed-2  success (recomputed prepare, teacher: DVC could not pull them from the remote the "
+        "sweep pushed the baseline to; check that the nodes reach it)"
+    )
 
 
 HOLD_LOCK = """

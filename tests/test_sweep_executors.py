@@ -28,7 +28,7 @@ from e2e_project import REPO
 from mlflow_support import free_port, running_server
 from prefshift.core.host import core_share
 from proc_support import processes
-from slurm_support import restart_controller, running_cluster, why_not
+from slurm_support import controller_down, restart_controller, running_cluster, why_not
 
 BIN = Path(sys.executable).parent
 PREPARE = """\
@@ -332,6 +332,8 @@ def test_a_stopped_sweep_leaves_no_process_and_resume_finishes_only_what_stopped
             template.write_text("".join(f"#SBATCH {line}\n" for line in lines))
             command += ["--sbatch-template", str(template)]
             env["SBATCH_JOB_NAME"] = "theirs"
+            for tool in ("SQUEUE", "SCANCEL"):  # a user's filters: they hid the tasks from squeue
+                env[f"{tool}_PARTITION"] = "elsewhere"
         (trace / "hold-2").write_text("")  # point 1 (lambda 2) holds mid-run until the sweep is stopped
         if via == "pipe":
             stop, status = _through_pipe(command, root, env)
@@ -767,3 +769,88 @@ def test_a_resumed_slurm_point_waits_for_the_work_its_killed_task_left(tmp_path,
         (root / "reports" / "sweeps" / "anchor_last__anchor.lambda=2__seed=0.json").read_text()
     )
     assert filed["wrg"] == 4.0
+
+
+@pytest.mark.slow
+def test_a_slurm_sweep_stopped_while_its_controller_is_down_says_its_tasks_may_run_on(tmp_path, monkeypatch):
+    """Ctrl-C while squeue failed (a controller restart): the stop's own squeue raised, so the sweep
+    ended in that error (exit 2), its record silent on the stop and its tasks running on. It now
+    exits as a stop does and records it, saying the tasks may run on and how to cancel them."""
+    from prefshift.pipeline.sweep.record import load
+
+    with _a_cluster_project(tmp_path, monkeypatch) as (root, trace, env):
+        scratch, log = tmp_path / "scratch", tmp_path / "sweep.log"
+        (trace / "hold-2").write_text("")
+        sweep = _started(
+            root, env, log, "sweep", "-S", "anchor.lambda=2", "--methods", "anchor_last", "--no-report",
+            "--executor", "slurm", "--scratch", str(scratch),
+        )  # fmt: skip
+        _wait(lambda: len(_traces(trace, "start")) == 1, "the point to run its stage", 300)
+        with controller_down(tmp_path / "slurm", env):
+            sweep.send_signal(signal.SIGINT)
+            assert sweep.wait(timeout=300) == 130, log.read_text()
+        record = load(scratch, next(scratch.glob("*/sweep.json")).parent.name)
+        (trace / "hold-2").unlink()
+    stop = record.data["stops"][-1]
+    assert stop["signal"] == "SIGINT" and stop["points"] == [0]
+    (said,) = stop["done"]
+    assert said.startswith("SLURM did not answer (") and said.endswith(
+        f"the sweep's tasks may run on: `scancel --name=prefshift-{record.id}` once it answers"
+    )
+    assert f"  {said}" in log.read_text()
+
+
+@pytest.mark.slow
+def test_a_task_tells_the_stages_dvc_recomputed_for_want_of_their_outputs_on_the_remote(
+    tmp_path, monkeypatch
+):
+    """A cluster task pulls the shared stages' outputs from the DVC remote (`dvc exp run --pull`);
+    one that cannot (a remote the node does not reach) recomputes them and says so in one log line,
+    which the task keeps for status. Read from real DVC output, with and without the remote's data."""
+    from prefshift.pipeline.sweep.commands import run_dvc
+    from prefshift.pipeline.sweep.task import UNPULLED
+
+    env = _in_sweep_env(monkeypatch)
+    root, trace = _project(tmp_path, env, remotes=True)
+    said = []
+    for attempt in ("empty remote", "pushed"):
+        clone = tmp_path / attempt.replace(" ", "-")
+        _run(["git", "clone", "-q", "-b", "main", str(tmp_path / "origin.git"), str(clone)], tmp_path, env)
+        output = run_dvc(clone, ["exp", "run", "--pull", "-S", "anchor.lambda=0.5", "report"], echo=False)
+        said.append(UNPULLED.findall(output))
+        _run(["dvc", "push", "-q"], root, env)
+    assert said == [["prepare"], []]
+    assert (trace / "prepare-runs").read_text() == "prepare\nprepare\n", "recomputed once, then pulled"
+
+
+@pytest.mark.slow
+def test_an_sbatch_that_fails_after_queueing_leaves_no_job_behind_and_no_false_word(tmp_path, monkeypatch):
+    """sbatch can fail talking to the controller after it queued the job (a timeout on send/recv).
+    The sweep said nothing was submitted and deleted its folder, while the job ran on without its
+    log folder. It now cancels any job by the sweep's name and keeps its folder where one was
+    queued. And a resume whose sbatch failed said the sweep's jobs went on, with none queued by it.
+    (sbatch here is the real one behind a script that then reports that failure.)"""
+    from prefshift.pipeline.sweep.record import load
+    from prefshift.pipeline.sweep.run import point_states
+
+    with _a_cluster_project(tmp_path, monkeypatch) as (root, trace, _):
+        (wrapped := tmp_path / "bin").mkdir()
+        failing = (
+            "echo 'sbatch: error: Batch job submission failed: Socket timed out on send/recv operation' >&2"
+        )
+        sbatch = f'#!/bin/sh\n{shutil.which("sbatch")} "$@"\n{failing}\nexit 1\n'
+        (wrapped / "sbatch").write_text(sbatch)
+        (wrapped / "sbatch").chmod(0o755)
+        monkeypatch.setenv("PATH", f"{wrapped}{os.pathsep}{os.environ['PATH']}")
+        scratch = tmp_path / "scratch"
+        at = ["--methods", "anchor_last", "--no-report", "--scratch", str(scratch), "--root", str(root)]
+        (trace / "hold-2").write_text("")
+        failed = _cli("sweep", "-S", "anchor.lambda=2", "--executor", "slurm", *at, code=2).stderr
+        record = load(scratch, next(scratch.glob("*/sweep.json")).parent.name)
+        kept = f"sweep {record.id}: sbatch failed; its folder is kept: scancel --name=prefshift-{record.id}: "
+        assert f"{kept}points 0" in failed
+        assert point_states(record)[0] in ("missing", "stopped"), "the job it queued was cancelled"
+
+        resumed = _cli("sweep", "resume", record.id, *at[-4:], code=2).stderr
+        assert "Socket timed out on send/recv operation" in resumed and "go on" not in resumed
+        (trace / "hold-2").unlink()

@@ -7,7 +7,7 @@ import os
 import shlex
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from prefshift.core.errors import PrefshiftError
@@ -35,11 +35,17 @@ def silence() -> None:
     os.close(null)
 
 
-def run(*command: str, cwd: Path | None = None, timeout: float | None = None, hint: str = "") -> str:
+def run(
+    *command: str,
+    cwd: Path | None = None,
+    timeout: float | None = None,
+    hint: str = "",
+    env: Mapping[str, str] | None = None,
+) -> str:
     """`command`'s output; a failure, a missing command or a timeout is a SweepError naming it."""
     shown = f"`{shlex.join(command)}`" + (f" (in {cwd})" if cwd else "")
     try:
-        done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
     except (FileNotFoundError, subprocess.TimeoutExpired) as err:
         raise SweepError(f"{shown}: {err}{hint}") from None
     if done.returncode != 0:

@@ -91,6 +91,7 @@ class _PointState(_Checked):
     commit: str | None = None
     attempt: int | None = None
     time: str | None = None
+    unpulled: list[str] = []
 
     @model_validator(mode="after")
     def _finished_names_its_commit(self) -> _PointState:

@@ -32,6 +32,7 @@ from prefshift.pipeline.sweep.record import (
     TASK_HEADER,
     SweepRecord,
     create,
+    default_scratch,
     field_error,
     load,
     point_state,
@@ -42,6 +43,8 @@ from prefshift.tracking.runs import tracking_uri
 EXECUTORS = ("local", "local-gpus", "slurm")
 SWEEP_METHODS = ("anchor_last", "anchor_mid")
 POLL_S = 10.0
+TIME_LIMIT = "DUE TO TIME LIMIT"
+"""What slurmstepd writes into a job's log as it ends a task that ran out of its --time."""
 SQUEUE_PATIENCE_S = 600.0
 """How long a waiting SLURM sweep rides out squeue failing (a controller restart or failover)."""
 
@@ -78,7 +81,13 @@ class Executor:
         such as a longer `time`); None keeps what the sweep was started with."""
         asked = {key: value for key, value in changes.items() if value is not None}
         own = {key: asked.pop(key) for key in ("jobs", "devices") if key in asked}
+        if "template" in asked:  # read anew (read) once checked
+            asked["template_body"] = None
         return replace(self, **own, resources=replace(self.resources, **asked))
+
+    def read(self) -> Executor:
+        """This executor as its record keeps it: a SLURM template's text read now (SlurmResources.read)."""
+        return replace(self, resources=self.resources.read())
 
     def slots(self) -> local.Slots:
         return local.Slots(self.jobs, self.devices, max(1, self.resources.gpus_per_task))
@@ -107,6 +116,7 @@ def start(
     if not methods or len(set(methods)) != len(methods):
         raise SweepError(f"--methods {','.join(methods)!r}: name each method to collect once, e.g. naive")
     executor.check(wait)
+    executor = executor.read()
     loaded = check_distinct(root / "params.yaml", points, methods)
     problems = workspace_problems(root, scratch, executor.kind == "slurm")
     if problems := problems + filing_problems(root, points, loaded, methods):
@@ -125,8 +135,13 @@ def start(
             return _launch(root, record, executor, range(len(points)), wait)
         except SweepError:
             if cluster and not record.data["jobs"]:  # sbatch refused it (a partition, a resource)
-                shutil.rmtree(record.folder, ignore_errors=True)  # new, and this process's alone
-                say(f"sweep {record.id}: nothing was submitted; its folder is removed")
+                # A timed-out sbatch may have queued a job nonetheless: cancelled by the sweep's name.
+                held, done = slurm.stop(record)
+                if held:
+                    say(f"sweep {record.id}: sbatch failed; its folder is kept: {'; '.join(done)}")
+                else:
+                    shutil.rmtree(record.folder, ignore_errors=True)  # new, and this process's alone
+                    say(f"sweep {record.id}: nothing was submitted; its folder is removed")
             raise
 
 
@@ -137,6 +152,7 @@ def workspace_problems(root: Path, scratch: Path | None, cluster: bool) -> list[
     checks = [lambda: check_committed(root), lambda: check_scratch(root, scratch)]
     if cluster:  # the rest of a cluster's checks need its remotes (slurm.prepare)
         checks.append(lambda: slurm.check_tracking(tracking_uri(Layout(root))))
+        checks.append(lambda: slurm.check_folder(Path(scratch or default_scratch(root)).resolve()))
     problems = []
     for check in checks:
         try:
@@ -158,7 +174,7 @@ def _launch(
     holds the sweep (local.driving). A stop (or, on one machine, any error) ends the tasks; a
     cluster's tasks outlive an error of this command. On one machine, points `awaited` run a dead
     task's work: they are rerun if it ends without a result."""
-    pool = None if executor.kind == "slurm" else local.Pool(record, executor.slots())
+    pool, waiting = None if executor.kind == "slurm" else local.Pool(record, executor.slots()), False
     try:
         with signals_as_exceptions():
             if pool:
@@ -167,10 +183,11 @@ def _launch(
                 slurm.submit(record, indices, executor.resources)
             if not wait:
                 return dict(sweep_id=record.id, folder=str(record.folder), experiments=[], report=None)
+            waiting = True
             wait_for(record, pool)
     except BaseException as stopped:
         if (signum := stop_signal(stopped)) is None and pool is None:
-            if isinstance(stopped, SweepError) and record.data["jobs"]:
+            if isinstance(stopped, SweepError) and waiting:
                 raise SweepError(  # squeue's controller gone a while, say: the jobs are SLURM's
                     f"{stopped}; the sweep's SLURM jobs go on: `prefshift sweep status {record.id}`, then "
                     f"`prefshift sweep collect {record.id}` (or `resume`)"
@@ -227,13 +244,18 @@ def wait_for(record: SweepRecord, pool: local.Pool | None = None) -> None:
 
 def shown_states(record: SweepRecord, states: Mapping[int, str]) -> dict[int, str]:
     """States as a person reads them: a SLURM point pending with squeue's reason, so that one that
-    asks for what never comes (PartitionConfig) does not wait in silence."""
-    if record.data["executor"]["kind"] != "slurm" or "pending" not in states.values():
-        return dict(states)
-    why = slurm.pending_reasons(record)
-    return {
-        i: f"{state} ({why[i]})" if state == "pending" and i in why else state for i, state in states.items()
+    asks for what never comes (PartitionConfig) does not wait in silence; a finished one that
+    recomputed stages DVC could not pull, so that the next points are not left to do the same."""
+    cluster = record.data["executor"]["kind"] == "slurm"
+    why = slurm.pending_reasons(record) if cluster and "pending" in states.values() else {}
+    why |= {
+        i: f"recomputed {', '.join(unpulled)}: DVC could not pull {'it' if len(unpulled) == 1 else 'them'} "
+        "from the remote the sweep pushed the baseline to; check that the nodes reach it"
+        for i, state in states.items()
+        if state == FINISHED and (unpulled := record.read_state(i).get("unpulled"))
     }
+    return {i: f"{state} ({why[i]})" if i in why and state in ("pending", FINISHED) else state
+            for i, state in states.items()}  # fmt: skip
 
 
 def _never_started(record: SweepRecord, index: int) -> str:
@@ -261,16 +283,26 @@ def status_lines(record: SweepRecord) -> list[str]:
     states = point_states(record)
     lines, shown = [], shown_states(record, states)
     for index, state in states.items():
-        entry, line = record.read_state(index), f"{index}  {record.names[index]}  {shown[index]}"
-        if state == "failed":
-            line += f"  (failed during {entry.get('step')}: {_gist(entry.get('error') or '')})"
-        elif state not in (FINISHED, *LIVE):
-            silent = f"ended during {entry.get('step')} without a word: cancelled, preempted or killed"
-            line += (
-                f"  ({_never_started(record, index) if state == MISSING else entry.get('error') or silent})"
-            )
-        lines.append(line + (f"  log: {record.log(index)}" if state not in (FINISHED, *LIVE) else ""))
+        line = f"{index}  {record.names[index]}  {shown[index]}"
+        if state not in (FINISHED, *LIVE):
+            line += f"  ({_why_not_finished(record, index, state)})  log: {record.log(index)}"
+        lines.append(line)
     return lines
+
+
+def _why_not_finished(record: SweepRecord, index: int, state: str) -> str:
+    entry = record.read_state(index)
+    if state == "failed":
+        return f"failed during {entry.get('step')}: {_gist(entry.get('error') or '')}"
+    if state == MISSING:
+        return _never_started(record, index)
+    if TIME_LIMIT in record.last_attempt(index):
+        return (f"its job ran out of its time; `prefshift sweep resume {record.id} --time <longer>` goes on "
+                "from its checkpoint")  # fmt: skip
+    return (
+        entry.get("error")
+        or f"ended during {entry.get('step')} without a word: cancelled, preempted or killed"
+    )
 
 
 def collect(root: Path, record: SweepRecord) -> dict[str, Any]:
@@ -307,6 +339,7 @@ def resume(
     record = load(scratch, sweep_id, root)
     executor = Executor.of(record).changed(**changes)
     executor.check(wait)
+    executor = executor.read()
     with local.driving(record, executor.kind != "slurm") as record:
         if (asked := asdict(executor)) != record.data["executor"]:
             record.data["executor"] = asked
@@ -333,7 +366,7 @@ def _rerun(root: Path, record: SweepRecord, executor: Executor, wait: bool) -> d
     )
     todo = [i for i, state in states.items() if state not in (FINISHED, *LIVE)]
     if todo and executor.kind == "slurm":  # the points log to the server the sweep started with
-        slurm.check_tracking(record.data["tracking_uri"])
+        slurm.check_tracking(record.data["tracking_uri"], "its points log there: start it at that address")
     awaited = [i for i, state in states.items() if state in LIVE]
     for index in (*todo, *awaited):
         what = "rerunning" if index in todo else "waiting for"

@@ -11,6 +11,7 @@ through remotes: git, DVC and an MLflow server.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -19,7 +20,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ SQUEUE_STATES = {"PENDING": "pending", "CONFIGURING": "pending", "REQUEUED": "pe
 LIVE_STATES = "PENDING,CONFIGURING,REQUEUED,RUNNING,COMPLETING,SUSPENDED,STOPPED,RESIZING"
 CANCEL_WAIT_S = 120.0  # SLURM's KillWait (30 s by default) and the tasks' own shutdown
 HEALTH_TIMEOUT_S = 10.0  # an MLflow server that takes longer to say it is up is as good as down
-_TIME = re.compile(r"^(\d+-)?\d+(:\d+){0,2}$")
+_TIME = re.compile(r"^(?:(\d+-)?\d+(:\d+){0,2}|(?i:infinite|unlimited))$")
 _NAME = re.compile(r"^[^\s,]+(,[^\s,]+)*$")  # a partition or account name, or a comma list of them
 
 
@@ -48,6 +49,9 @@ class SlurmResources:
     account: str | None = None
     cpus_per_task: int | None = None
     template: str | None = None
+    template_body: str | None = None
+    """The template's text as the sweep (or the resume that named it) read it: every submission of
+    the sweep uses it, whatever became of the file since."""
 
     def check(self) -> None:
         if self.gpus_per_task < 0:
@@ -59,12 +63,21 @@ class SlurmResources:
         for flag, value in (("--partition", self.partition), ("--account", self.account)):
             if value is not None and not _NAME.match(value):
                 raise SweepError(f"{flag} {value!r}: a SLURM name (or names, comma-separated) has no spaces")
+        if self.template is not None and any(char in self.template for char in "\r\n"):
+            raise SweepError(
+                f"--sbatch-template {self.template!r}: a path with a line break, which would end the "
+                "script's comment naming it and run the rest; rename the file"
+            )
         self.template_text()
+
+    def read(self) -> SlurmResources:
+        """These resources with the template's text read now, for the record to keep."""
+        return replace(self, template_body=self.template_text())
 
     def template_text(self) -> str | None:
         """The template's lines, or None; a template that is no readable UTF-8 file is refused by name."""
-        if self.template is None:
-            return None
+        if self.template is None or self.template_body is not None:
+            return self.template_body
         try:
             return read_regular(Path(self.template), "sbatch template", MIB).decode("utf-8").rstrip("\n")
         except UnicodeDecodeError as err:
@@ -80,9 +93,12 @@ class SlurmResources:
         return [f"--{flag}={value}" for flag, value in options.items() if value is not None]
 
 
-def check_tracking(uri: str) -> None:
+def check_tracking(
+    uri: str, fix: str = "start it, or export the MLFLOW_TRACKING_URI of one that runs"
+) -> None:
     """Many nodes write to one MLflow store only through a server (no sqlite file over NFS), and
-    that server answers now: one that does not would fail every point, after the queue."""
+    that server answers now: one that does not would fail every point, after the queue. `fix`:
+    what to do about one that does not answer."""
     if not uri.lower().startswith(("http://", "https://", "databricks")):
         raise SweepError(
             f"MLflow tracking URI {uri!r}: a multi-machine sweep cannot log to a sqlite file or a folder; "
@@ -96,8 +112,7 @@ def check_tracking(uri: str) -> None:
             pass
         except (OSError, ValueError) as err:
             raise SweepError(
-                f"MLflow tracking URI {uri}: the server does not answer ({err}); start it, or export the "
-                "MLFLOW_TRACKING_URI of one that runs, before sweeping"
+                f"MLflow tracking URI {uri}: the server does not answer ({err}); {fix}, before sweeping"
             ) from None
 
 
@@ -113,6 +128,22 @@ def git_origin(root: Path) -> str:
         ) from None
     local = "://" not in url and not re.match(r"^[^/]+:", url)  # not a URL, not git's host:path
     return str((root / url).resolve()) if local and not Path(url).is_absolute() else url
+
+
+def check_folder(folder: Path) -> None:
+    """A sweep folder SLURM can log into: sbatch reads a `\\` in a log path as "no patterns here"
+    (every task of the array would share one log named `%a`), and a line break in it would end
+    the script's comment that names it and run the rest. A `%` is escaped (log_pattern)."""
+    if bad := [char for char in ("\\", "\n", "\r") if char in str(folder)]:
+        raise SweepError(
+            f"--scratch {str(folder)!r}: holds {bad[0]!r}, which sbatch cannot take in a log's path; "
+            "choose a sweep folder without it (--scratch, or PREFSHIFT_SWEEP_SCRATCH)"
+        )
+
+
+def log_pattern(folder: Path) -> str:
+    """The array tasks' log path as sbatch reads it: `%a` the task's index, a `%` of the path `%%`."""
+    return f"{str(folder).replace('%', '%%')}/logs/%a.log"
 
 
 def check_pushed(root: Path, baseline: str, url: str) -> None:
@@ -182,7 +213,7 @@ def sbatch_options(record: SweepRecord, indices: Sequence[int], resources: Slurm
     precedence), so that the job's name, array and logs are the ones the sweep reads."""
     folder = record.folder  # on the shared filesystem, wherever the sweep was started
     own = [f"--job-name={job_name(record)}", f"--array={array_spec(indices)}"]
-    own += [f"--output={folder}/logs/%a.log", f"--chdir={folder}", "--open-mode=append"]
+    own += [f"--output={log_pattern(folder)}", f"--chdir={folder}", "--open-mode=append"]
     return [*own, *resources.options()]
 
 
@@ -217,7 +248,11 @@ def dry_run_script(
 
 
 def _slurm(*args: str) -> str:
-    return run(*args, timeout=120, hint="; is SLURM installed and slurmctld up (`sinfo`)?")
+    """A SLURM command's output, without the user's SQUEUE_* and SCANCEL_* settings: a
+    SQUEUE_PARTITION hid the sweep's running tasks from it (it resubmitted them), and a
+    SCANCEL_PARTITION kept a stop from cancelling them. SBATCH_* stay, below the sweep's options."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("SQUEUE_", "SCANCEL_"))}
+    return run(*args, timeout=120, hint="; is SLURM installed and slurmctld up (`sinfo`)?", env=env)
 
 
 def submit(record: SweepRecord, indices: Sequence[int], resources: SlurmResources) -> None:
@@ -257,15 +292,23 @@ def pending_reasons(record: SweepRecord) -> dict[int, str]:
 
 def stop(record: SweepRecord) -> tuple[list[int], list[str]]:
     """`scancel` every job of the sweep by its name, and wait for squeue to let go of them:
-    (points held, what was done)."""
-    held = sorted(live(record))
-    _slurm("scancel", f"--name={job_name(record)}")  # also a job sbatch made as the stop came
-    if not held:
-        return [], ["no task of the sweep was pending or running"]
-    deadline = time.monotonic() + CANCEL_WAIT_S
-    while (left := live(record)) and time.monotonic() < deadline:
-        time.sleep(1.0)
-    lines = [f"scancel --name={job_name(record)}: points {', '.join(map(str, held))}"]
+    (points held, what was done). Where SLURM does not answer (its controller restarting), every
+    point without a result counts as held, and what was done says how to cancel them later."""
+    cancel = f"scancel --name={job_name(record)}"
+    try:
+        held = sorted(live(record))
+        _slurm(*shlex.split(cancel))  # also a job sbatch made as the stop came
+        if not held:
+            return [], ["no task of the sweep was pending or running"]
+        deadline = time.monotonic() + CANCEL_WAIT_S
+        while (left := live(record)) and time.monotonic() < deadline:
+            time.sleep(1.0)
+    except SweepError as err:
+        said = str(err).strip().splitlines()[-1]
+        return list(range(len(record.points))), [
+            f"SLURM did not answer ({said}); the sweep's tasks may run on: `{cancel}` once it answers"
+        ]
+    lines = [f"{cancel}: points {', '.join(map(str, held))}"]
     if left:
         lines.append(f"still listed by squeue after {CANCEL_WAIT_S:.0f} s: {sorted(left)}")
     return held, lines

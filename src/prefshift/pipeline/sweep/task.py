@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 import shutil
 import socket
 import time
@@ -28,6 +29,9 @@ TARGET = "report"
 """One consistent pipeline state per experiment: every stage a point's overrides invalidate reruns,
 and DVC commits every `cache: false` output of the target's pipeline. `promote` never runs."""
 DVC_LOCKS = ("lock", "rwlock", "rwlock.lock")
+UNPULLED = re.compile(r"^Unable to pull data for stage: '(.+)'$", re.MULTILINE)
+"""What `dvc exp run --pull` says of an unchanged stage whose outputs it could not pull, as it
+goes on to run it (dvc/stage/__init__.py, Stage.reproduce)."""
 LOCK_REPORT_S = 600.0
 """How often a task waiting for a lock (its point's on SLURM, its experiment's) says
 so in the point's log."""
@@ -96,10 +100,14 @@ def _made_here(clone: Path) -> bool:
     return clone.is_dir() and git.is_dir() and not git.is_symlink()
 
 
-def _run(record: SweepRecord, index: int, clone: Path, say) -> None:
+def _run(record: SweepRecord, index: int, clone: Path, say) -> list[str]:
+    """Run the point's experiment unless it exists; return the stages DVC could not pull and so
+    recomputed (UNPULLED): on a cluster, a DVC remote the node does not reach, which left alone
+    would retrain the shared stages in every point."""
     _fetch_earlier(record, index, clone, say)
     if experiment_commit(clone, name := record.names[index]):
-        return say(f"experiment {name} is on this baseline already (an earlier attempt or sweep); pushing it")
+        say(f"experiment {name} is on this baseline already (an earlier attempt or sweep); pushing it")
+        return []
     overrides = [f"-S{key}={value}" for key, value in record.points[index].items()]
     args = ["exp", "run", "--name", name, *overrides]
     if record.data.get("dvc_cache"):
@@ -107,7 +115,7 @@ def _run(record: SweepRecord, index: int, clone: Path, say) -> None:
     else:
         args.append("--pull")
     say(f"dvc {' '.join(args)} {TARGET}")
-    run_dvc(clone, [*args, TARGET])
+    return UNPULLED.findall(run_dvc(clone, [*args, TARGET]))
 
 
 def _push(record: SweepRecord, index: int, clone: Path, say) -> str:
@@ -233,7 +241,7 @@ def _attempt(record: SweepRecord, index: int, say, **started: str | int) -> int:
         with signals_as_exceptions():
             clone = _clone(record, index, say)
             record.write_state(index, "running", step=(step := "run"))
-            _run(record, index, clone, say)
+            unpulled = _run(record, index, clone, say)
             record.write_state(index, "running", step=(step := "push"))
             commit = _push(record, index, clone, say)
     except (Terminated, KeyboardInterrupt) as stop:
@@ -244,7 +252,7 @@ def _attempt(record: SweepRecord, index: int, say, **started: str | int) -> int:
         record.write_state(index, "failed", step=step, error=str(err)[-2000:])
         say(f"failed during {step}: {err}")
         return 1
-    record.write_state(index, FINISHED, step="done", commit=commit)
+    record.write_state(index, FINISHED, step="done", commit=commit, unpulled=unpulled)
     shutil.rmtree(clone, ignore_errors=True)
     say(f"done: experiment {record.names[index]} at {commit[:12]}")
     return 0
