@@ -763,6 +763,7 @@ def test_a_resumed_slurm_point_waits_for_the_work_its_killed_task_left(tmp_path,
         (trace / "hold-2").unlink()  # the orphaned work may now end
         assert resumed.wait(timeout=300) == 0, log.read_text()
         assert point_states(load(scratch, record.id)) == {0: "success"}
+        assert "now run with" not in log.read_text(), "a resume asking nothing new changes nothing"
     (orphan,) = [t for t in _traces(trace, "end") if t["pid"] == stage]
     assert all(t["start"] > orphan["end"] for t in _traces(trace, "start")[1:]), "none ran beside it"
     filed = json.loads(

@@ -337,12 +337,12 @@ def resume(
     `root` finds the sweep's folder; the experiments go to the project it ran from, wherever resume
     runs."""
     record = load(scratch, sweep_id, root)
-    executor = Executor.of(record).changed(**changes)
+    executor = (recorded := Executor.of(record)).changed(**changes)
     executor.check(wait)
     executor = executor.read()
     with local.driving(record, executor.kind != "slurm") as record:
-        if (asked := asdict(executor)) != record.data["executor"]:
-            record.data["executor"] = asked
+        if executor != recorded:
+            record.data["executor"] = asdict(executor)
             record.save()
             say(f"sweep {record.id}: the points it reruns now run with {_described(executor)}")
         return _rerun(_project(record), record, executor, wait)
