@@ -329,7 +329,9 @@ def test_benchmark_pairs_score_each_distinct_response_once(bench_params):
     with torch.inference_mode():
         alone = [model(batch["input_ids"], batch["attention_mask"]).rewards for batch in batches]
     want = [float(r[0] - r[1]) for r in alone]
-    assert frame["delta"].tolist() == pytest.approx(want, abs=1e-5)
+    # float32 in batches of other shapes (other padding): sums in another order, which CPUs' kernels
+    # differ on (3.4e-5 relative on one machine); a pair scored with another's response is off by ~0.1.
+    assert frame["delta"].tolist() == pytest.approx(want, rel=1e-4, abs=1e-5)
 
 
 def test_group_meta_survives_the_groups_file(bench_params, tmp_path):

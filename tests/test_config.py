@@ -60,21 +60,25 @@ SCALARS = [
 ]  # fmt: skip
 
 
-def _as_each_reads(text: str) -> tuple[object, object]:
-    """`v: <text>` as prefshift reads it and as DVC reads it, each as (type, value), NaN as "nan",
-    or "refused"."""
+def _as_each_reads(text: str, document: str = "v: {}\n") -> tuple[object, object]:
+    """`text` in `document` as prefshift reads it and as DVC reads it: each a repr with every value's
+    type (NaN as "nan"), or "refused"."""
     from dvc.utils.serialize import parse_yaml
 
     def seen(value: object) -> object:
+        if isinstance(value, dict):
+            return {seen(key): seen(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [seen(item) for item in value]
         return "nan" if value != value else (type(value).__name__, value)
 
-    document = f"v: {text}\n"
+    document = document.format(text)
     try:
-        ours = seen(read_yaml(document, "params")["v"])
+        ours = repr(seen(read_yaml(document, "params")))
     except ConfigError:
         ours = "refused"
     try:
-        theirs = seen(parse_yaml(document, "params")["v"])
+        theirs = repr(seen(parse_yaml(document, "params")))
     except Exception:  # DVC's YAMLFileCorruptedError, or a value its constructor cannot build
         theirs = "refused"
     return ours, theirs
@@ -87,6 +91,34 @@ def test_a_plain_scalar_is_read_as_dvc_reads_it(text):
     `010` eight. DVC hashes a stage's params as it reads them, so prefshift reads them so too."""
     ours, theirs = _as_each_reads(text)
     assert ours == theirs, text
+
+
+DOCUMENTS = [
+    "1: a\n01: b\n",  # one key to DVC (1 and 01 are 1): refused
+    "1: a\n'1': b\n",  # two keys: a number and a string
+    "true: a\nTrue: b\n",
+    "a: &x {p: 1}\nb: &y {q: 2}\nc:\n  <<: *x\n  <<: *y\n",  # two merge keys: refused
+    "a: &x {p: 1}\nc:\n  <<: *x\n  p: 2\n",  # a merge overridden: fine
+    "'<<': 1\n'<<': 2\n",
+    "v: !!float 1:30\n",  # no base 60 in YAML 1.2, even tagged
+    "v: !!bool y\n",
+    "v: !!timestamp x\n",
+    "v: !!int 010\n",
+    "v: [a:b]\n",  # DVC refuses a colon in a flow plain scalar
+    "v: {a: 1:30}\n",
+    "v: [1e-5, off, 010, ~]\n",
+    "v: |\n  yes\n",
+    "%YAML 1.1\n---\nv: yes\n",
+]
+
+
+@pytest.mark.parametrize("document", DOCUMENTS)
+def test_a_document_is_read_as_dvc_reads_it_or_refused(document):
+    """Keys, tags, flow values and merge keys: what DVC reads is read to the same values, and what
+    DVC refuses is refused (a params.yaml DVC cannot read fails `dvc repro`, after prefshift ran).
+    Where PyYAML's own checks are stricter (a tab before a value), prefshift refuses more."""
+    ours, theirs = _as_each_reads(document, "{}")
+    assert ours == theirs, document
 
 
 def test_random_plain_scalars_are_read_as_dvc_reads_them():

@@ -6,6 +6,7 @@ is in test_pipeline_e2e.py, beside the tests it shares that pipeline with."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import shlex
@@ -24,7 +25,7 @@ from prefshift.core import locks
 from prefshift.core.errors import PrefshiftError
 from prefshift.pipeline.sweep.commands import SweepError
 from prefshift.pipeline.sweep.grid import POINTS_CEILING, experiment_name, grid_points, parse_grid
-from prefshift.pipeline.sweep.record import SweepRecord, create
+from prefshift.pipeline.sweep.record import SweepRecord, create, open_folder
 from prefshift.pipeline.sweep.results import sweep_filename
 from prefshift.pipeline.sweep.run import Executor
 from prefshift.pipeline.sweep_points import ablation_keys, replicate_seed
@@ -1181,10 +1182,36 @@ def test_a_resume_changes_only_the_resources_it_names_and_checks_them_as_a_start
         ),
         (["--jobs", "0"], "--jobs 0: run at least one point at a time"),
         (["--gpus", "0,0"], "--gpus '0,0': a device is listed twice"),
+        (["--gpus-per-task", "2"], "--gpus-per-task 2: 1 or more, for --executor local-gpus or slurm"),
     ):
         result = CliRunner().invoke(app, ["sweep", "resume", *where, *option])
         assert result.exit_code != 0 and refusal in result.stderr, (option, result.stderr)
     assert (record.folder / "sweep.json").read_bytes() == before
+    # Refused once it holds the sweep (its project gone), or with no point to rerun: the record's
+    # executor is kept until points are launched with the new one.
+    record.data["root"] = str(tmp_path / "moved")
+    record.save()
+    before = (record.folder / "sweep.json").read_bytes()
+    result = CliRunner().invoke(app, ["sweep", "resume", *where, "--jobs", "3"])
+    assert "its project" in result.stderr and "is gone" in result.stderr
+    assert (record.folder / "sweep.json").read_bytes() == before
+    record.data["root"] = str(tmp_path)
+    record.save()
+    before = (record.folder / "sweep.json").read_bytes()
+    record.write_state(0, "success", commit="c" * 40)
+    result = CliRunner().invoke(app, ["sweep", "resume", *where, "--jobs", "3"])  # then fails to collect
+    assert "nothing to rerun" in result.stderr and "now run with" not in result.stderr
+    assert open_folder(record.folder).data["executor"] == json.loads(before)["executor"]
+
+
+def test_a_damaged_executor_in_the_record_is_refused_as_such(tmp_path):
+    """A record's executor of an unknown kind was refused as if the user had passed `--executor`,
+    and a `jobs` of "2" or true was taken for a number."""
+    record = _record(tmp_path, [{"seed": "1"}], ["sweep-seed-1"])
+    for field, value in (("kind", "pbs"), ("jobs", "2"), ("jobs", True), ("devices", "0,1")):
+        record.data["executor"] = {**dataclasses.asdict(Executor()), field: value}
+        with pytest.raises(SweepError, match=rf"sweep\.json: executor\.{field}.*the sweep record is damaged"):
+            Executor.of(record)
 
 
 def test_a_job_that_ended_before_its_task_began_says_so_from_its_log(tmp_path):

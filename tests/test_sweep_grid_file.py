@@ -149,3 +149,17 @@ def test_the_paper_grid_dry_run_prints_its_points_estimate_and_sbatch_script(tmp
     assert "--array=0-251 " in out and " --gres=gpu:1 --time=12:00:00\n" in out
     assert "note: the sweep itself would stop here" in out  # the default sqlite URI, said before submitting
     assert not (tmp_path / "scratch").exists()  # a dry run writes nothing
+
+
+def test_values_yaml_reads_as_dates_or_numbers_become_the_points_text(tmp_path):
+    """A date in an axis (YAML reads `2024-01-01` as one) ended the sweep in a TypeError; `1e-5` is
+    a number, as DVC reads it, where PyYAML read the text."""
+    path = tmp_path / "grid.yaml"
+    path.write_text(
+        "blocks:\n  - axes:\n      tracking.experiment: [2024-01-01, x]\n      anchor.lambda: [1e-5]\n"
+    )
+    points = load_grid_file(path).points
+    assert points == [
+        {"tracking.experiment": "2024-01-01", "anchor.lambda": "1e-05"},
+        {"tracking.experiment": "x", "anchor.lambda": "1e-05"},
+    ]

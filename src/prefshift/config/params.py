@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import math
-import re
 import string
 import types
 import typing
@@ -768,6 +767,9 @@ def for_seed(params: Params, seed: int | None) -> Params:
     return params.model_copy(update={"seed": seed})
 
 
+MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
 class DuplicateKeyError(yaml.YAMLError):
     """A mapping that names one key twice."""
 
@@ -806,15 +808,15 @@ def _refuse_duplicate_keys(node: yaml.Node, path: tuple[str, ...], seen: set[int
     seen.add(id(node))
     children: list[tuple[str, yaml.Node]] = []
     if isinstance(node, yaml.MappingNode):
-        lines: dict[str, int] = {}
+        lines: dict[tuple[str, str], int] = {}
         for key, value in node.value:
             name = str(key.value) if isinstance(key, yaml.ScalarNode) else "?"
-            line = key.start_mark.line + 1
-            if name in lines and name != "<<":
+            line, same = key.start_mark.line + 1, (key.tag, name)  # `1` and "1" are two keys
+            if same in lines and key.tag != MERGE_TAG and name != "?":
                 where = ".".join((*path, name))
-                lines_given = f"lines {lines[name]} and {line}"
+                lines_given = f"lines {lines[same]} and {line}"
                 raise DuplicateKeyError(f"key {where} is given twice ({lines_given}); keep one")
-            lines[name] = line
+            lines[same] = line
             children.append((name, value))
     elif isinstance(node, yaml.SequenceNode):
         children = [(str(i), item) for i, item in enumerate(node.value)]
@@ -823,13 +825,9 @@ def _refuse_duplicate_keys(node: yaml.Node, path: tuple[str, ...], seen: set[int
 
 
 class StrictLoader(yaml.SafeLoader):
-    """PyYAML's safe loader reading plain scalars as YAML 1.2, as DVC does (YAML_12_SCALARS), and
-    refusing a key given twice in one mapping and a document whose aliases expand past
-    `MAX_PARAMS_VALUES`.
-
-    PyYAML silently keeps the last value, while DVC (ruamel) refuses the file: a second
-    `seed:` or `anchor:` section would be ignored here and fatal in `dvc status`.
-    """
+    """PyYAML's safe loader composing a document for the checks DVC's reader lacks or words worse: a
+    key given twice (its dotted path and both lines) and aliases that expand past
+    `MAX_PARAMS_VALUES`. The values come from DVC's reader (read_yaml)."""
 
     def compose_document(self) -> yaml.Node:
         document = super().compose_document()
@@ -842,64 +840,38 @@ class StrictLoader(yaml.SafeLoader):
         return document
 
 
-YAML_12_SCALARS = (
-    ("bool", r"true|True|TRUE|false|False|FALSE", "tTfF"),
-    ("int", r"[-+]?(?:0b[01_]+|0o?[0-7_]+|[0-9_]+|0x[0-9a-fA-F_]+)", "-+0123456789"),
-    (
-        "float",
-        r"[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[0-9][0-9_]*[eE][-+]?[0-9]+"
-        r"|\.[0-9_]+(?:[eE][-+][0-9]+)?|\.(?:inf|Inf|INF))|\.(?:nan|NaN|NAN)",
-        "-+0123456789.",
-    ),
-)
-"""Plain scalars that are booleans and numbers in YAML 1.2, as DVC's YAML library (ruamel.yaml) reads
-params.yaml and writes `dvc exp run -S` values, where PyYAML reads YAML 1.1: there `1e-05` (how DVC
-writes -S x=1e-5) is a string, `yes` and `off` booleans, `1:30` ninety and `010` eight. Read so, a
-swept λ of 1e-5 was filed as the string "1e-05" and a string param could not be `off`."""
-
-
-def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
-    """A YAML 1.2 integer: `0b`, `0o` and `0x` prefixes, else decimal (a leading 0 is no octal)."""
-    text = loader.construct_scalar(node).replace("_", "")
-    sign, digits = (-1, text[1:]) if text[:1] == "-" else (1, text.lstrip("+"))
-    base = {"0b": 2, "0o": 8, "0x": 16}.get(digits[:2], 10)
-    return sign * int(digits[2:] if base != 10 else digits, base)
-
-
-def _read_as_yaml_12(loader: type[yaml.SafeLoader]) -> None:
-    """Make `loader` take booleans and numbers as YAML_12_SCALARS says, all else as PyYAML does."""
-    loader.yaml_implicit_resolvers = {
-        first: [(tag, rx) for tag, rx in resolvers if tag.rsplit(":", 1)[1] not in ("bool", "int", "float")]
-        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-    }
-    for kind, pattern, first in YAML_12_SCALARS:
-        loader.add_implicit_resolver(f"tag:yaml.org,2002:{kind}", re.compile(f"^(?:{pattern})$"), list(first))
-    loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
-
-
-_read_as_yaml_12(StrictLoader)
-
-
-def _yaml_problem(err: yaml.YAMLError) -> str:
-    if isinstance(err, yaml.MarkedYAMLError) and err.problem_mark is not None:
-        context = f"{err.context}: " if err.context else ""
-        mark = err.problem_mark
-        return f"{context}{err.problem} (line {mark.line + 1}, column {mark.column + 1})"
-    return str(err)
+def _yaml_problem(err: Exception) -> str:
+    """The problem and where, from PyYAML's error or ruamel.yaml's (both keep the same fields)."""
+    if (mark := getattr(err, "problem_mark", None)) is not None:
+        context = f"{err.context}: " if getattr(err, "context", None) else ""
+        problem = str(err.problem).strip().splitlines()[0] if err.problem else type(err).__name__
+        return f"{context}{problem} (line {mark.line + 1}, column {mark.column + 1})"
+    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
 
 
 def read_yaml(text: str, source: str, hint: str = "") -> Any:
-    """Parse params YAML (a file or an override value) strictly; errors name `source`."""
+    """Parse params YAML (a file or an override value) as DVC reads params.yaml, values included;
+    errors name `source`. DVC reads it with ruamel.yaml's safe loader, YAML 1.2, where PyYAML reads
+    YAML 1.1: there `1e-05` (how DVC writes `-S x=1e-5`) is text, `yes` and `off` booleans, `1:30`
+    ninety and `010` eight, and some flow values DVC refuses pass. Read with PyYAML, a swept λ of
+    1e-5 was filed as the string "1e-05", and a stage read a value DVC hashed as another. PyYAML
+    composes the document first for StrictLoader's checks; DVC's reader then gives every value."""
     try:
-        return yaml.load(text, Loader=StrictLoader)  # a SafeLoader subclass: no arbitrary objects
+        yaml.compose(text, Loader=StrictLoader)
     except (DuplicateKeyError, ExpansionError) as err:
         raise ConfigError(f"{source}: {err}") from None
     except yaml.YAMLError as err:
         raise ConfigError(f"{source}: not valid YAML: {_yaml_problem(err)}{hint}") from None
     except RecursionError:
         raise ConfigError(f"{source}: nested too deeply to read; flatten it") from None
-    except ValueError as err:  # a value YAML parsed but cannot build: a 5000-digit number, a 13th month
-        raise ConfigError(f"{source}: {value_problem(err)}") from None
+    from ruamel.yaml import YAML, YAMLError
+
+    try:
+        return YAML(typ="safe").load(text)  # as dvc.utils.serialize.parse_yaml
+    except YAMLError as err:
+        raise ConfigError(f"{source}: not valid YAML as DVC reads it: {_yaml_problem(err)}{hint}") from None
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError) as err:  # a tagged value it cannot
+        raise ConfigError(f"{source}: {value_problem(err)}") from None  # build: `!!float 1:30`, a 13th month
 
 
 OVERRIDE_QUOTING = (

@@ -8,6 +8,7 @@ several params at once); `set` gives a whole block the same values.
 
 from __future__ import annotations
 
+import datetime
 import itertools
 import json
 import math
@@ -80,8 +81,11 @@ class GridFile:
 
 
 def _text(value: Any) -> str:
-    """A YAML value as `-S` text: strings as written, anything else as flow YAML (JSON is YAML)."""
-    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+    """A YAML value as `-S` text: strings as written, anything else as flow YAML (JSON is YAML); a
+    date (`2024-01-01`, which YAML reads as one) as its text."""
+    if isinstance(value, str | datetime.date):
+        return str(value)
+    return json.dumps(value, separators=(",", ":"))
 
 
 def _read(path: Path) -> GridSpec:

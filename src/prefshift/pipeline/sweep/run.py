@@ -7,6 +7,7 @@ groups, or `scancel`), the record notes the points left without a result, and th
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import time
@@ -72,6 +73,8 @@ class Executor:
             raise SweepError(
                 "--partition, --time, --account, --cpus-per-task, --sbatch-template: slurm's alone"
             )
+        if (per_task := self.resources.gpus_per_task) < 0 or (self.kind == "local" and per_task):
+            raise SweepError(f"--gpus-per-task {per_task}: 1 or more, for --executor local-gpus or slurm")
         if self.kind != "slurm" and not wait:
             raise SweepError(f"--no-wait: {self.kind} runs its points from this command; slurm leaves")
         self.resources.check() if self.kind == "slurm" else self.slots()
@@ -95,10 +98,16 @@ class Executor:
     @classmethod
     def of(cls, record: SweepRecord) -> Executor:
         """The executor a sweep was started with, as its record keeps it (`asdict`), its fields checked."""
-        try:
-            return TypeAdapter(cls).validate_python(record.data["executor"])
+        path = record.folder / "sweep.json"
+        try:  # strict: a `jobs` of "2" or true is a damaged record, not two jobs
+            executor = TypeAdapter(cls).validate_json(json.dumps(record.data["executor"]), strict=True)
         except ValidationError as err:
-            raise field_error(record.folder / "sweep.json", err, DAMAGED, "executor.") from None
+            raise field_error(path, err, DAMAGED, "executor.") from None
+        if executor.kind not in EXECUTORS:
+            raise SweepError(
+                f"{path}: executor.kind: {executor.kind!r} is none of {', '.join(EXECUTORS)}; {DAMAGED}"
+            )
+        return executor
 
 
 def start(
@@ -169,6 +178,7 @@ def _launch(
     indices: Sequence[int],
     wait: bool,
     awaited: Sequence[int] = (),
+    keep: Mapping[str, Any] | None = None,
 ) -> dict:
     """Start (local) or submit (slurm) points `indices`, wait for every point, then file; the caller
     holds the sweep (local.driving). A stop (or, on one machine, any error) ends the tasks; a
@@ -181,6 +191,9 @@ def _launch(
                 pool.launch(indices, awaited)
             elif indices:
                 slurm.submit(record, indices, executor.resources)
+            if keep is not None:  # a resume's new executor, now that its points are launched with it
+                record.data["executor"] = dict(keep)
+                record.save()
             if not wait:
                 return dict(sweep_id=record.id, folder=str(record.folder), experiments=[], report=None)
             waiting = True
@@ -341,11 +354,7 @@ def resume(
     executor.check(wait)
     executor = executor.read()
     with local.driving(record, executor.kind != "slurm") as record:
-        if executor != recorded:
-            record.data["executor"] = asdict(executor)
-            record.save()
-            say(f"sweep {record.id}: the points it reruns now run with {_described(executor)}")
-        return _rerun(_project(record), record, executor, wait)
+        return _rerun(_project(record), record, executor, wait, recorded)
 
 
 def _described(executor: Executor) -> str:
@@ -358,9 +367,13 @@ def _described(executor: Executor) -> str:
     return f"--jobs {executor.jobs}"
 
 
-def _rerun(root: Path, record: SweepRecord, executor: Executor, wait: bool) -> dict[str, Any]:
+def _rerun(
+    root: Path, record: SweepRecord, executor: Executor, wait: bool, recorded: Executor
+) -> dict[str, Any]:
     """`resume`'s work, once it holds the sweep; `root` is the project the sweep ran from. Holding
-    it, no other process can have points queued: on one machine only live tasks count."""
+    it, no other process can have points queued: on one machine only live tasks count. The record
+    keeps `executor` in place of the `recorded` one once the points it reruns are launched with it
+    (a refused resume, or one with nothing to rerun, changes nothing)."""
     states = point_states(
         record, slurm.live(record) if executor.kind == "slurm" else local.tasks_alive(record)
     )
@@ -373,7 +386,15 @@ def _rerun(root: Path, record: SweepRecord, executor: Executor, wait: bool) -> d
         say(f"sweep {record.id}: {what} point {index} ({record.names[index]}, {states[index]})")
     if not todo and not awaited:
         say(f"sweep {record.id}: no point is missing, failed or stopped; nothing to rerun")
-    return {**_launch(root, record, executor, todo, wait, awaited), "resubmitted": todo}
+    keep = asdict(executor) if todo and executor != recorded else None
+    if keep and _asked(executor) != _asked(recorded):  # not a template's text read for an older record
+        say(f"sweep {record.id}: the points it reruns now run with {_described(executor)}")
+    return {**_launch(root, record, executor, todo, wait, awaited, keep), "resubmitted": todo}
+
+
+def _asked(executor: Executor) -> Executor:
+    """What an executor asks for, whatever text of its template was read when."""
+    return replace(executor, resources=replace(executor.resources, template_body=None))
 
 
 def status(root: Path, sweep_id: str, scratch: Path | None = None) -> list[str]:
