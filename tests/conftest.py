@@ -44,6 +44,7 @@ HEAVY = (
     "test_resume.py",
     "test_bench.py",
     "test_sweep_executors.py",
+    "test_sweep_slurm.py",
     "test_method_plugins.py",
 )
 """The next longest files (fresh-clone CI on 2026-12-04: 193, 103, 67, 50, 37 and 35 s), started
