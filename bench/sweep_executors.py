@@ -49,10 +49,9 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
-import yaml
-
 from prefshift.bench.common import machine, versions
 from prefshift.bench.pipeline import _environment
+from prefshift.config.params import dump_yaml, read_yaml
 from prefshift.pipeline.sweep.grid import experiment_name
 
 REPO = Path(__file__).resolve().parent.parent
@@ -154,8 +153,10 @@ def set_up(side: str, commit: str, tmp: Path, small: bool, metrics: bool) -> Pat
         git("checkout", "-q", "--detach", commit, cwd=clone)
         git("remote", "remove", "origin", cwd=clone)
         if small:
-            params = merged(yaml.safe_load((clone / "params.yaml").read_text()), small_overlay(clone))
-            (clone / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+            params = merged(
+                read_yaml((clone / "params.yaml").read_text(), "params.yaml"), small_overlay(clone)
+            )
+            (clone / "params.yaml").write_text(dump_yaml(params))
     log(f"{side}: baseline dvc repro at {commit[:7]} (untimed set-up; minutes)")
     repro = timed(["dvc", "repro"], clone, log_file)
     log(f"{side}: baseline repro took {repro['wall_s']} s; committing the baseline")

@@ -23,10 +23,10 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-import yaml
 from sweep_executors import REPO, git, log, merged, small_overlay, timed, uptime
 
 from prefshift.bench.common import machine, versions
+from prefshift.config.params import dump_yaml, read_yaml
 
 NEW = "rewardbench_chat"
 FIXTURE = REPO / "tests" / "fixtures" / "benchmarks" / "rewardbench" / "filtered-00000-of-00001.parquet"
@@ -53,9 +53,9 @@ def repro(clone: Path, step: str) -> dict:
 
 def set_targets(clone: Path, targets: list[str], sources: dict) -> None:
     path = clone / "params.yaml"
-    params = yaml.safe_load(path.read_text())
+    params = read_yaml(path.read_text(), "params.yaml")
     params["data"].update(targets=targets, sources=sources)
-    path.write_text(yaml.safe_dump(params, sort_keys=False))
+    path.write_text(dump_yaml(params))
 
 
 def main() -> None:
@@ -72,9 +72,11 @@ def main() -> None:
         git("checkout", "-q", "--detach", commit, cwd=clone)
         git("remote", "remove", "origin", cwd=clone)
         if args.small:
-            params = merged(yaml.safe_load((clone / "params.yaml").read_text()), small_overlay(clone))
-            (clone / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-        data = yaml.safe_load((clone / "params.yaml").read_text())["data"]
+            params = merged(
+                read_yaml((clone / "params.yaml").read_text(), "params.yaml"), small_overlay(clone)
+            )
+            (clone / "params.yaml").write_text(dump_yaml(params))
+        data = read_yaml((clone / "params.yaml").read_text(), "params.yaml")["data"]
         runs = {"full": repro(clone, "full")}
         set_targets(clone, [*data["targets"], NEW], {**data["sources"], NEW: {"path": str(FIXTURE)}})
         runs["add"] = repro(clone, "add")

@@ -195,7 +195,10 @@ def test_every_int_field_refuses_fractions_and_booleans():
 
 BAD_VALUES = [
     ("anchor.lambda=[", "while parsing a flow node"),
-    ("data.sources={a: {path: x_{split}.jsonl}}", "while parsing a flow mapping: expected ',' or '}'"),
+    (
+        "data.sources={a: {path: x_{split}.jsonl}}",
+        "while parsing a flow mapping: did not find expected ',' or '}'",
+    ),
 ]
 
 

@@ -109,6 +109,11 @@ DOCUMENTS = [
     "v: [1e-5, off, 010, ~]\n",
     "v: |\n  yes\n",
     "%YAML 1.1\n---\nv: yes\n",
+    "v:\t1\n",  # tabs: PyYAML refuses each, DVC reads all but the indent
+    "v: 1\t# a comment\n",
+    "v: [1,\t2]\n",
+    "v:\t\n  w: 1\n",
+    "v:\n\tw: 1\n",
 ]
 
 
@@ -116,7 +121,8 @@ DOCUMENTS = [
 def test_a_document_is_read_as_dvc_reads_it_or_refused(document):
     """Keys, tags, flow values and merge keys: what DVC reads is read to the same values, and what
     DVC refuses is refused (a params.yaml DVC cannot read fails `dvc repro`, after prefshift ran).
-    Where PyYAML's own checks are stricter (a tab before a value), prefshift refuses more."""
+    A tab before a value or a comment, which PyYAML refuses, is read: prefshift refused such a
+    params.yaml that `dvc repro` ran."""
     ours, theirs = _as_each_reads(document, "{}")
     assert ours == theirs, document
 

@@ -273,3 +273,16 @@ def test_an_existing_params_file_is_replaced_only_with_force(tmp_path):
     result = CliRunner().invoke(app, ["preset", "laptop-helpful", "--out", str(out), "--force"])
     assert result.exit_code == 0, result.output
     assert out.read_text() == presets.render("laptop-helpful")
+
+
+@pytest.mark.parametrize(
+    "text", ["1e-05", "0o17", "1:30", "yes", "010", ".5", "~", "0x1F", "1_000", "2001-12-14"]
+)
+def test_a_written_string_reads_back_as_that_string(tmp_path, text):
+    """PyYAML wrote the strings `1e-05` and `0o17` unquoted (in YAML 1.1 they are text), and DVC,
+    reading YAML 1.2, read them back as numbers: a written params.yaml changed its own values."""
+    from dvc.utils.serialize import parse_yaml
+
+    out = presets.write("laptop-helpful", tmp_path / "params.yaml", [f"tracking.experiment='{text}'"])
+    assert load_params(out).tracking.experiment == text
+    assert parse_yaml(out.read_text(encoding="utf-8"), str(out))["tracking"]["experiment"] == text

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import io
 import math
 import string
 import types
@@ -23,7 +24,6 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -33,6 +33,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from ruamel.yaml import YAML, YAMLError
+from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from prefshift.core.errors import PrefshiftError, value_problem
 from prefshift.core.reading import MIB, InputFileError, read_regular
@@ -770,11 +772,11 @@ def for_seed(params: Params, seed: int | None) -> Params:
 MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
-class DuplicateKeyError(yaml.YAMLError):
+class DuplicateKeyError(YAMLError):
     """A mapping that names one key twice."""
 
 
-class ExpansionError(yaml.YAMLError):
+class ExpansionError(YAMLError):
     """YAML whose aliases expand to more values than any params file holds (an "alias bomb")."""
 
 
@@ -784,7 +786,7 @@ MAX_PARAMS_VALUES = 100_000
 of the params would walk for hours."""
 
 
-def _expanded_size(node: yaml.Node, sizes: dict[int, int], open_nodes: set[int]) -> int:
+def _expanded_size(node: Node, sizes: dict[int, int], open_nodes: set[int]) -> int:
     """The values `node` stands for with every alias expanded, each shared node counted once per use
     but measured once (so an alias bomb is measured in the time of its few hundred bytes)."""
     if id(node) in sizes:
@@ -792,25 +794,25 @@ def _expanded_size(node: yaml.Node, sizes: dict[int, int], open_nodes: set[int])
     if id(node) in open_nodes:
         raise ExpansionError("an alias refers to a node that contains it, which expands without end")
     open_nodes.add(id(node))
-    if isinstance(node, yaml.MappingNode):
+    if isinstance(node, MappingNode):
         children = [child for pair in node.value for child in pair]
     else:
-        children = node.value if isinstance(node, yaml.SequenceNode) else []
+        children = node.value if isinstance(node, SequenceNode) else []
     size = 1 + sum(_expanded_size(child, sizes, open_nodes) for child in children)
     open_nodes.discard(id(node))
     sizes[id(node)] = size
     return size
 
 
-def _refuse_duplicate_keys(node: yaml.Node, path: tuple[str, ...], seen: set[int]) -> None:
+def _refuse_duplicate_keys(node: Node, path: tuple[str, ...], seen: set[int]) -> None:
     if id(node) in seen:  # an alias to a node already walked (or to an ancestor)
         return
     seen.add(id(node))
-    children: list[tuple[str, yaml.Node]] = []
-    if isinstance(node, yaml.MappingNode):
+    children: list[tuple[str, Node]] = []
+    if isinstance(node, MappingNode):
         lines: dict[tuple[str, str], int] = {}
         for key, value in node.value:
-            name = str(key.value) if isinstance(key, yaml.ScalarNode) else "?"
+            name = str(key.value) if isinstance(key, ScalarNode) else "?"
             line, same = key.start_mark.line + 1, (key.tag, name)  # `1` and "1" are two keys
             if same in lines and key.tag != MERGE_TAG and name != "?":
                 where = ".".join((*path, name))
@@ -818,30 +820,28 @@ def _refuse_duplicate_keys(node: yaml.Node, path: tuple[str, ...], seen: set[int
                 raise DuplicateKeyError(f"key {where} is given twice ({lines_given}); keep one")
             lines[same] = line
             children.append((name, value))
-    elif isinstance(node, yaml.SequenceNode):
+    elif isinstance(node, SequenceNode):
         children = [(str(i), item) for i, item in enumerate(node.value)]
     for name, child in children:
         _refuse_duplicate_keys(child, (*path, name), seen)
 
 
-class StrictLoader(yaml.SafeLoader):
-    """PyYAML's safe loader composing a document for the checks DVC's reader lacks or words worse: a
-    key given twice (its dotted path and both lines) and aliases that expand past
-    `MAX_PARAMS_VALUES`. The values come from DVC's reader (read_yaml)."""
-
-    def compose_document(self) -> yaml.Node:
-        document = super().compose_document()
-        if document is not None and _expanded_size(document, {}, set()) > MAX_PARAMS_VALUES:
-            raise ExpansionError(
-                f"its aliases (*name) expand to more than {MAX_PARAMS_VALUES:,} values, the bound on a "
-                "params document; write the values out, or repeat fewer of them"
-            )
-        _refuse_duplicate_keys(document, (), set())
-        return document
+def _check_document(document: Node | None) -> None:
+    """The checks DVC's reader lacks or words worse: a key given twice, named by its dotted path and
+    both lines (DVC says only that the file is corrupted), and aliases that expand past
+    `MAX_PARAMS_VALUES`."""
+    if document is None:
+        return
+    if _expanded_size(document, {}, set()) > MAX_PARAMS_VALUES:
+        raise ExpansionError(
+            f"its aliases (*name) expand to more than {MAX_PARAMS_VALUES:,} values, the bound on a "
+            "params document; write the values out, or repeat fewer of them"
+        )
+    _refuse_duplicate_keys(document, (), set())
 
 
 def _yaml_problem(err: Exception) -> str:
-    """The problem and where, from PyYAML's error or ruamel.yaml's (both keep the same fields)."""
+    """The problem and where, from ruamel.yaml's error."""
     if (mark := getattr(err, "problem_mark", None)) is not None:
         context = f"{err.context}: " if getattr(err, "context", None) else ""
         problem = str(err.problem).strip().splitlines()[0] if err.problem else type(err).__name__
@@ -850,28 +850,35 @@ def _yaml_problem(err: Exception) -> str:
 
 
 def read_yaml(text: str, source: str, hint: str = "") -> Any:
-    """Parse params YAML (a file or an override value) as DVC reads params.yaml, values included;
-    errors name `source`. DVC reads it with ruamel.yaml's safe loader, YAML 1.2, where PyYAML reads
-    YAML 1.1: there `1e-05` (how DVC writes `-S x=1e-5`) is text, `yes` and `off` booleans, `1:30`
-    ninety and `010` eight, and some flow values DVC refuses pass. Read with PyYAML, a swept λ of
-    1e-5 was filed as the string "1e-05", and a stage read a value DVC hashed as another. PyYAML
-    composes the document first for StrictLoader's checks; DVC's reader then gives every value."""
+    """Parse params YAML (a file or an override value) as DVC reads params.yaml, with DVC's reader
+    (ruamel.yaml's safe loader, YAML 1.2); errors name `source`. PyYAML reads YAML 1.1, where
+    `1e-05` (how DVC writes `-S x=1e-5`) is text, `yes` and `off` booleans, `1:30` ninety and `010`
+    eight, and it refuses a tab before a value or a comment, which DVC reads: read with it, a swept
+    λ of 1e-5 was filed as the string "1e-05", and a params.yaml that `dvc repro` ran was refused.
+    The document is composed first for `_check_document`; the values then come as DVC builds them."""
+    reader = YAML(typ="safe")  # as dvc.utils.serialize.parse_yaml
     try:
-        yaml.compose(text, Loader=StrictLoader)
+        _check_document(reader.compose(text))
+        return reader.load(text)
     except (DuplicateKeyError, ExpansionError) as err:
         raise ConfigError(f"{source}: {err}") from None
-    except yaml.YAMLError as err:
+    except YAMLError as err:
         raise ConfigError(f"{source}: not valid YAML: {_yaml_problem(err)}{hint}") from None
     except RecursionError:
         raise ConfigError(f"{source}: nested too deeply to read; flatten it") from None
-    from ruamel.yaml import YAML, YAMLError
-
-    try:
-        return YAML(typ="safe").load(text)  # as dvc.utils.serialize.parse_yaml
-    except YAMLError as err:
-        raise ConfigError(f"{source}: not valid YAML as DVC reads it: {_yaml_problem(err)}{hint}") from None
     except (ValueError, TypeError, KeyError, IndexError, AttributeError) as err:  # a tagged value it cannot
         raise ConfigError(f"{source}: {value_problem(err)}") from None  # build: `!!float 1:30`, a 13th month
+
+
+def dump_yaml(tree: Mapping[str, Any]) -> str:
+    """Params as YAML that `read_yaml` and DVC read back to the same values. PyYAML's dump writes
+    the strings `1e-05` and `0o17` unquoted, as YAML 1.1 reads them, and DVC reads them back as
+    numbers: a written params.yaml changed its own values."""
+    writer = YAML(typ="safe")
+    writer.default_flow_style, writer.sort_base_mapping_type_on_output = False, False
+    text = io.StringIO()
+    writer.dump(dict(tree), text)
+    return text.getvalue()
 
 
 OVERRIDE_QUOTING = (

@@ -20,7 +20,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
 from rich.console import Console
 from rich.table import Table
 
@@ -30,6 +29,7 @@ from prefshift.config.params import (
     LMSpec,
     Params,
     apply_overrides,
+    dump_yaml,
     parse_params,
     read_yaml,
 )
@@ -214,7 +214,7 @@ def render(name: str, overrides: list[str] | None = None) -> str:
         f"Offline with local copies: {LOCAL_HINT}",
     ]
     comments = "".join(f"# {line}\n" for text in header for line in text.splitlines())
-    return comments + yaml.safe_dump(params.resolved(), sort_keys=False)
+    return comments + dump_yaml(params.resolved())
 
 
 def write(

@@ -61,9 +61,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from prefshift.config.params import Params
+from prefshift.config.params import Params, dump_yaml
 from prefshift.core.errors import PrefshiftError, library_problem
 from prefshift.core.host import compute_tags
 from prefshift.core.locks import private_dir
@@ -673,7 +671,7 @@ def stage_run(
         run = StageRun(params, layout, stage, method, uri, item)
         try:
             run.log_params(flatten(params.resolved()))
-            run.log_text(yaml.safe_dump(params.resolved(), sort_keys=False), "config/params.yaml")
+            run.log_text(dump_yaml(params.resolved()), "config/params.yaml")
             yield run
         except BaseException as error:
             run.finish(end_status(error))
