@@ -1231,3 +1231,24 @@ def test_a_job_that_ended_before_its_task_began_says_so_from_its_log(tmp_path):
     assert (
         "(its task ended before its first step: 10:00:00 [b] experiment b is being" in status_lines(record)[1]
     )
+
+
+def test_a_job_that_ended_silently_or_left_no_log_says_which(tmp_path):
+    """A job whose set-up failed without a word (a template's `false`) leaves an empty log, which
+    SLURM makes as the job starts (checked on the one-node cluster): status said `never started`.
+    On a cluster, no log at all is a job cancelled while pending or a node that cannot write the
+    sweep's folder, and status says where to look."""
+    from prefshift.pipeline.sweep.run import _never_started
+
+    record = _record(tmp_path, [{"seed": "1"}, {"seed": "2"}], ["sweep-seed-1", "sweep-seed-2"])
+    record.data["executor"] = {"kind": "slurm"}
+    record.log(0).write_text("\n")
+    assert _never_started(record, 0) == (
+        "its job began (its log was made) and ended before prefshift's task wrote a line"
+    )
+    assert _never_started(record, 1) == (
+        f"never started: no log; cancelled while pending, or its node could not write {record.log(1).parent} "
+        "(is the sweep's folder on a filesystem the nodes share?)"
+    )
+    record.data["executor"] = {"kind": "local"}
+    assert _never_started(record, 1) == "never started"

@@ -274,14 +274,20 @@ def shown_states(record: SweepRecord, states: Mapping[int, str]) -> dict[int, st
 def _never_started(record: SweepRecord, index: int) -> str:
     """Why a point's task never said where it stood: it ended before its first step (stopped while
     it waited for a lock, which its log shows), its job ended before it began (a template's set-up
-    failed, say), or it never ran."""
-    if (log := record.log(index)).exists() and (text := log.read_text(errors="replace").strip()):
-        last = text.splitlines()[-1]
-        last = last if len(last) <= 200 else "..." + last[-200:]
-        if TASK_HEADER in record.last_attempt(index):
-            return f"its task ended before its first step: {last}"
-        return f"its job ended before prefshift's task began: {last}"
-    return "never started"
+    failed, say, loudly or not: its log is made as it starts), or it never ran; on a cluster, a
+    node that cannot write the sweep's folder leaves no log either."""
+    if not (log := record.log(index)).exists():
+        if record.data["executor"]["kind"] == "slurm":
+            return (f"never started: no log; cancelled while pending, or its node could not write "
+                    f"{log.parent} (is the sweep's folder on a filesystem the nodes share?)")  # fmt: skip
+        return "never started"
+    if not (text := log.read_text(errors="replace").strip()):
+        return "its job began (its log was made) and ended before prefshift's task wrote a line"
+    last = text.splitlines()[-1]
+    last = last if len(last) <= 200 else "..." + last[-200:]
+    if TASK_HEADER in record.last_attempt(index):
+        return f"its task ended before its first step: {last}"
+    return f"its job ended before prefshift's task began: {last}"
 
 
 def _gist(error: str) -> str:
