@@ -1183,6 +1183,7 @@ def test_a_resume_changes_only_the_resources_it_names_and_checks_them_as_a_start
         (["--jobs", "0"], "--jobs 0: run at least one point at a time"),
         (["--gpus", "0,0"], "--gpus '0,0': a device is listed twice"),
         (["--gpus-per-task", "2"], "--gpus-per-task 2: 1 or more, for --executor local-gpus or slurm"),
+        (["--gpus", "0,1"], "runs with --executor local, as its resumes do: --executor local-gpus takes"),
     ):
         result = CliRunner().invoke(app, ["sweep", "resume", *where, *option])
         assert result.exit_code != 0 and refusal in result.stderr, (option, result.stderr)

@@ -357,7 +357,12 @@ def resume(
     runs."""
     record = load(scratch, sweep_id, root)
     executor = (recorded := Executor.of(record)).changed(**changes)
-    executor.check(wait)
+    try:
+        executor.check(wait)
+    except SweepError as err:  # named for `--executor`, which a resume does not take
+        raise SweepError(
+            f"sweep {record.id} runs with --executor {recorded.kind}, as its resumes do: {err}"
+        ) from None
     executor = executor.read()
     with local.driving(record, executor.kind != "slurm") as record:
         return _rerun(_project(record), record, executor, wait, recorded)
