@@ -144,6 +144,8 @@ def test_a_stopped_sweep_leaves_no_process_and_resume_finishes_only_what_stopped
         assert last["devices"] == "0", "the resume ran the point with --gpus 0"
     else:
         assert "--time=20:00" in (record.folder / "job-2.sbatch").read_text()
+        assert "dvc exp pull of 2 experiment(s)" in resumed.stderr
+        assert "No experiments to pull" not in resumed.stderr, "DVC's word of refs it had already"
     assert (trace / "prepare-runs").read_text() == "prepare\n", "the tasks restored prepare's output"
     first_two = sorted(starts, key=lambda t: t["start"])[:2]  # ran at once (slurm: one after the other)
     if executor == "local-gpus":

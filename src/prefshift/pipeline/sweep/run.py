@@ -338,8 +338,10 @@ def collect(root: Path, record: SweepRecord) -> dict[str, Any]:
             f"sweep {record.id} ran on {baseline[:12]}, HEAD is {head[:12]}: `git checkout {baseline[:12]}` "
             "to collect it (its experiments belong to it)"
         )
-    if not record.data.get("dvc_cache"):
-        run_dvc(root, ["exp", "pull", "--no-cache", "--force", record.data["git_remote"], *record.names])
+    if not record.data.get("dvc_cache"):  # not echoed: it says "No experiments to pull." of ones already here
+        remote, names = record.data["git_remote"], record.names
+        say(f"sweep {record.id}: dvc exp pull of {len(names)} experiment(s) from {remote}")
+        run_dvc(root, ["exp", "pull", "--no-cache", "--force", remote, *names], echo=False)
     commits = [record.read_state(i)["commit"] for i in range(len(record.points))]
     result = file_results(root, record.points, commits, record.data["methods"], record.data["report"])
     return {"sweep_id": record.id, "folder": str(record.folder), **result}
