@@ -281,6 +281,15 @@ def test_a_yaml_alias_bomb_in_params_or_one_override_is_refused_at_once(tmp_path
         assert _one_line(done, problem).startswith("error: override")
 
 
+def test_many_values_written_out_are_read_as_dvc_reads_them():
+    """The bound on values counted those written out too: a list of 150,000 items, which DVC reads,
+    was refused as if its aliases expanded."""
+    from prefshift.config.params import read_yaml
+
+    text = f"v: [{', '.join(['0'] * 150_000)}]\n"
+    assert read_yaml(text, "params.yaml") == {"v": [0] * 150_000}
+
+
 def test_a_few_aliases_as_yaml_dump_writes_them_are_read():
     """PyYAML's dump writes `&id001`/`*id001` for a value used twice: such a file stays readable."""
     from prefshift.config.params import read_yaml

@@ -114,6 +114,7 @@ DOCUMENTS = [
     "v: [1,\t2]\n",
     "v:\t\n  w: 1\n",
     "v:\n\tw: 1\n",
+    "v: !!omap [a: 1, a: 2]\n",  # ruamel's constructor asserts: refused, not a traceback
 ]
 
 

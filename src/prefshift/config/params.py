@@ -780,10 +780,11 @@ class ExpansionError(YAMLError):
     """YAML whose aliases expand to more values than any params file holds (an "alias bomb")."""
 
 
-MAX_PARAMS_VALUES = 100_000
-"""The bound on the values of a params document, aliases expanded: the embedded default holds about
-400. Nine nested aliases of nine items each (a few hundred bytes) stand for 10^9, which every check
-of the params would walk for hours."""
+MAX_ALIASED_VALUES = 100_000
+"""The bound on the values a params document's aliases add as they are expanded: the embedded
+default holds about 400 values and no alias. Nine nested aliases of nine items each (a few hundred
+bytes) stand for 10^9, which every check of the params would walk for hours. Values written out
+are not bounded here: DVC reads them, and the file's own size bounds them."""
 
 
 def _expanded_size(node: Node, sizes: dict[int, int], open_nodes: set[int]) -> int:
@@ -829,13 +830,14 @@ def _refuse_duplicate_keys(node: Node, path: tuple[str, ...], seen: set[int]) ->
 def _check_document(document: Node | None) -> None:
     """The checks DVC's reader lacks or words worse: a key given twice, named by its dotted path and
     both lines (DVC says only that the file is corrupted), and aliases that expand past
-    `MAX_PARAMS_VALUES`."""
+    `MAX_ALIASED_VALUES`."""
     if document is None:
         return
-    if _expanded_size(document, {}, set()) > MAX_PARAMS_VALUES:
+    distinct: dict[int, int] = {}  # each node's expanded size, measured once
+    if _expanded_size(document, distinct, set()) - len(distinct) > MAX_ALIASED_VALUES:
         raise ExpansionError(
-            f"its aliases (*name) expand to more than {MAX_PARAMS_VALUES:,} values, the bound on a "
-            "params document; write the values out, or repeat fewer of them"
+            f"its aliases (*name) expand to more than {MAX_ALIASED_VALUES:,} values beyond those "
+            "written out, the bound on a params document; write the values out, or repeat fewer of them"
         )
     _refuse_duplicate_keys(document, (), set())
 
@@ -866,7 +868,14 @@ def read_yaml(text: str, source: str, hint: str = "") -> Any:
         raise ConfigError(f"{source}: not valid YAML: {_yaml_problem(err)}{hint}") from None
     except RecursionError:
         raise ConfigError(f"{source}: nested too deeply to read; flatten it") from None
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError) as err:  # a tagged value it cannot
+    except (
+        ValueError,
+        TypeError,
+        KeyError,
+        IndexError,
+        AttributeError,
+        AssertionError,
+    ) as err:  # a tagged value it cannot
         raise ConfigError(f"{source}: {value_problem(err)}") from None  # build: `!!float 1:30`, a 13th month
 
 
