@@ -166,3 +166,18 @@ def test_source_must_not_be_a_target():
     with pytest.raises(ConfigError, match="must not contain the source"):
         parse_params({"data": {"source": "a", "targets": ["a", "b"]}})
     assert isinstance(parse_params({}), Params)
+
+
+def test_nesting_past_the_bound_is_refused_before_it_is_composed():
+    """The C parser DVC reads with composes recursively in C: a params file nested 30,000 levels
+    deep (60 KB of brackets) ended the process with a segmentation fault. The depth is counted from
+    the parser's events first, and the count stops at the bound."""
+    from prefshift.config.params import MAX_DEPTH
+
+    assert read_yaml("v: " + "[" * (MAX_DEPTH - 1) + "]" * (MAX_DEPTH - 1), "params")["v"]
+    for depth in (MAX_DEPTH, 100_000):
+        with pytest.raises(ConfigError, match=f"params: nested more than {MAX_DEPTH} levels deep"):
+            read_yaml("v: " + "[" * depth + "]" * depth, "params")
+    block = "".join(f"{'  ' * level}k:\n" for level in range(MAX_DEPTH)) + "  " * MAX_DEPTH + "v: 1\n"
+    with pytest.raises(ConfigError, match="nested more than"):
+        read_yaml(block, "params")

@@ -34,6 +34,7 @@ from pydantic import (
     model_validator,
 )
 from ruamel.yaml import YAML, YAMLError
+from ruamel.yaml.events import CollectionEndEvent, CollectionStartEvent
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from prefshift.core.errors import PrefshiftError, value_problem
@@ -780,6 +781,17 @@ class ExpansionError(YAMLError):
     """YAML whose aliases expand to more values than any params file holds (an "alias bomb")."""
 
 
+class NestingError(YAMLError):
+    """YAML nested deeper than any params file is (`MAX_DEPTH`)."""
+
+
+MAX_DEPTH = 200
+"""The deepest nesting of a params document that is read: the embedded default's is 4. The C
+parser that DVC reads with composes a document recursively in C, which no Python limit stops: at
+30,000 levels (60 KB of brackets) it ends the process with a segmentation fault, and its time
+grows as the square of the depth before that (100,000 levels: half a minute)."""
+
+
 MAX_ALIASED_VALUES = 100_000
 """The bound on the values a params document's aliases add as they are expanded: the embedded
 default holds about 400 values and no alias. Nine nested aliases of nine items each (a few hundred
@@ -827,6 +839,19 @@ def _refuse_duplicate_keys(node: Node, path: tuple[str, ...], seen: set[int]) ->
         _refuse_duplicate_keys(child, (*path, name), seen)
 
 
+def _check_depth(reader: YAML, text: str) -> None:
+    """Refuse a document nested past `MAX_DEPTH` from the parser's events, before anything composes
+    it: events come one at a time, without recursion, and the count stops at the bound."""
+    depth = 0
+    for event in reader.parse(text):
+        if isinstance(event, CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise NestingError(f"nested more than {MAX_DEPTH} levels deep, too deep to read; flatten it")
+        elif isinstance(event, CollectionEndEvent):
+            depth -= 1
+
+
 def _check_document(document: Node | None) -> None:
     """The checks DVC's reader lacks or words worse: a key given twice, named by its dotted path and
     both lines (DVC says only that the file is corrupted), and aliases that expand past
@@ -860,14 +885,15 @@ def read_yaml(text: str, source: str, hint: str = "") -> Any:
     The document is composed first for `_check_document`; the values then come as DVC builds them."""
     reader = YAML(typ="safe")  # as dvc.utils.serialize.parse_yaml
     try:
+        _check_depth(reader, text)
         _check_document(reader.compose(text))
         return reader.load(text)
-    except (DuplicateKeyError, ExpansionError) as err:
+    except (DuplicateKeyError, ExpansionError, NestingError) as err:
         raise ConfigError(f"{source}: {err}") from None
     except YAMLError as err:
         raise ConfigError(f"{source}: not valid YAML: {_yaml_problem(err)}{hint}") from None
-    except RecursionError:
-        raise ConfigError(f"{source}: nested too deeply to read; flatten it") from None
+    except RecursionError:  # aliases nest what each nests, past what any one level shows
+        raise ConfigError(f"{source}: nested too deeply to read, its aliases expanded; flatten it") from None
     except (
         ValueError,
         TypeError,
