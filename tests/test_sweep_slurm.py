@@ -171,6 +171,15 @@ def test_an_sbatch_that_fails_after_queueing_leaves_no_job_behind_and_no_false_w
         assert f"{kept}points 0" in failed
         assert point_states(record)[0] in ("missing", "stopped"), "the job it queued was cancelled"
 
+        # The points log to the server the sweep started with: one that no longer answers is named.
+        uri, record.data["tracking_uri"] = record.data["tracking_uri"], "http://127.0.0.1:9"
+        record.save()
+        refused = run_cli("sweep", "resume", record.id, *at[-4:], code=2).stderr
+        assert "MLflow tracking URI http://127.0.0.1:9: the server does not answer" in refused
+        assert "its points log there: start it at that address, before sweeping" in refused
+        record.data["tracking_uri"] = uri
+        record.save()
+
         resumed = run_cli("sweep", "resume", record.id, *at[-4:], code=2).stderr
         assert "Socket timed out on send/recv operation" in resumed and "go on" not in resumed
         (trace / "hold-2").unlink()
