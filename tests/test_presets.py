@@ -285,4 +285,17 @@ def test_a_written_string_reads_back_as_that_string(tmp_path, text):
 
     out = presets.write("laptop-helpful", tmp_path / "params.yaml", [f"tracking.experiment='{text}'"])
     assert load_params(out).tracking.experiment == text
-    assert parse_yaml(out.read_text(encoding="utf-8"), str(out))["tracking"]["experiment"] == text
+    written = out.read_text(encoding="utf-8")
+    assert parse_yaml(written, str(out))["tracking"]["experiment"] == text
+    assert yaml.safe_load(written)["tracking"]["experiment"] == text, "a YAML 1.1 reader's too"
+
+
+@pytest.mark.parametrize("name", ["helpful-qwen", "laptop-helpful"])
+def test_every_written_value_reads_alike_in_yaml_1_1_and_1_2(name):
+    """ruamel.yaml writes the float 1e-05 as `1e-05`, which YAML 1.1 readers (PyYAML, in many a
+    user's own script) read as text, and the string `yes` unquoted, which they read as true: each
+    is written so that both read the params prefshift and DVC read."""
+    from dvc.utils.serialize import parse_yaml
+
+    text = presets.render(name)
+    assert yaml.safe_load(text) == parse_yaml(text, name) == presets.resolve(name)[1].resolved()

@@ -17,6 +17,7 @@ import functools
 import importlib.metadata
 import io
 import math
+import re
 import string
 import types
 import typing
@@ -24,6 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
+import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -36,6 +38,7 @@ from pydantic import (
 from ruamel.yaml import YAML, YAMLError
 from ruamel.yaml.events import CollectionEndEvent, CollectionStartEvent
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from ruamel.yaml.representer import SafeRepresenter
 
 from prefshift.core.errors import PrefshiftError, value_problem
 from prefshift.core.reading import MIB, InputFileError, read_regular
@@ -905,11 +908,38 @@ def read_yaml(text: str, source: str, hint: str = "") -> Any:
         raise ConfigError(f"{source}: {value_problem(err)}") from None  # build: `!!float 1:30`, a 13th month
 
 
+class _BothReadersRepresenter(SafeRepresenter):
+    """ruamel.yaml's safe representer, writing each value so that YAML 1.1 readers (PyYAML, which
+    many users' own scripts load params.yaml with) read it as YAML 1.2 readers (DVC, prefshift)
+    do: a float with a dot (`1.0e-05`; YAML 1.1 reads `1e-05` as text), and a string that YAML 1.1
+    would read as something else quoted (`'yes'`, `'1:30'`)."""
+
+    yaml_1_1 = yaml.resolver.Resolver()
+
+    def represent_float(self, data: float) -> ScalarNode:
+        node = super().represent_float(data)
+        if re.fullmatch(r"[-+]?[0-9]+e[-+][0-9]+", node.value):
+            node.value = node.value.replace("e", ".0e", 1)
+        return node
+
+    def represent_str(self, data: str) -> ScalarNode:
+        node = super().represent_str(data)
+        if self.yaml_1_1.resolve(yaml.ScalarNode, data, (True, False)) != "tag:yaml.org,2002:str":
+            node.style = "'"
+        return node
+
+
+_BothReadersRepresenter.add_representer(float, _BothReadersRepresenter.represent_float)
+_BothReadersRepresenter.add_representer(str, _BothReadersRepresenter.represent_str)
+
+
 def dump_yaml(tree: Mapping[str, Any]) -> str:
-    """Params as YAML that `read_yaml` and DVC read back to the same values. PyYAML's dump writes
-    the strings `1e-05` and `0o17` unquoted, as YAML 1.1 reads them, and DVC reads them back as
-    numbers: a written params.yaml changed its own values."""
+    """Params as YAML that `read_yaml` and DVC read back to the same values, and PyYAML too
+    (_BothReadersRepresenter). PyYAML's own dump writes the strings `1e-05` and `0o17` unquoted,
+    as YAML 1.1 reads them, and DVC reads them back as numbers: a written params.yaml changed its
+    own values."""
     writer = YAML(typ="safe")
+    writer.Representer = _BothReadersRepresenter
     writer.default_flow_style, writer.sort_base_mapping_type_on_output = False, False
     text = io.StringIO()
     writer.dump(dict(tree), text)
