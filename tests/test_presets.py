@@ -297,5 +297,12 @@ def test_every_written_value_reads_alike_in_yaml_1_1_and_1_2(name):
     is written so that both read the params prefshift and DVC read."""
     from dvc.utils.serialize import parse_yaml
 
+    import io
+
+    from ruamel.yaml import YAML
+
     text = presets.render(name)
     assert yaml.safe_load(text) == parse_yaml(text, name) == presets.resolve(name)[1].resolved()
+    dvc_writes = io.StringIO()
+    YAML(typ="safe").dump({"x": "yes"}, dvc_writes)
+    assert dvc_writes.getvalue() == "{x: yes}\n", "ruamel.yaml's own representer, DVC's, is as it was"
