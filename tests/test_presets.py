@@ -295,10 +295,9 @@ def test_every_written_value_reads_alike_in_yaml_1_1_and_1_2(name):
     """ruamel.yaml writes the float 1e-05 as `1e-05`, which YAML 1.1 readers (PyYAML, in many a
     user's own script) read as text, and the string `yes` unquoted, which they read as true: each
     is written so that both read the params prefshift and DVC read."""
-    from dvc.utils.serialize import parse_yaml
-
     import io
 
+    from dvc.utils.serialize import parse_yaml
     from ruamel.yaml import YAML
 
     text = presets.render(name)
