@@ -879,6 +879,11 @@ def _yaml_problem(err: Exception) -> str:
     return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
 
 
+VALUE_BUILD_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError, AssertionError)
+"""What ruamel.yaml's constructor raises of a tagged value it cannot build (`!!float 1:30`, a 13th
+month, `!!omap` with a key given twice), other than its own YAMLError."""
+
+
 def read_yaml(text: str, source: str, hint: str = "") -> Any:
     """Parse params YAML (a file or an override value) as DVC reads params.yaml, with DVC's reader
     (ruamel.yaml's safe loader, YAML 1.2); errors name `source`. PyYAML reads YAML 1.1, where
@@ -897,15 +902,8 @@ def read_yaml(text: str, source: str, hint: str = "") -> Any:
         raise ConfigError(f"{source}: not valid YAML: {_yaml_problem(err)}{hint}") from None
     except RecursionError:  # aliases nest what each nests, past what any one level shows
         raise ConfigError(f"{source}: nested too deeply to read, its aliases expanded; flatten it") from None
-    except (
-        ValueError,
-        TypeError,
-        KeyError,
-        IndexError,
-        AttributeError,
-        AssertionError,
-    ) as err:  # a tagged value it cannot
-        raise ConfigError(f"{source}: {value_problem(err)}") from None  # build: `!!float 1:30`, a 13th month
+    except VALUE_BUILD_ERRORS as err:
+        raise ConfigError(f"{source}: {value_problem(err)}") from None
 
 
 class _BothReadersRepresenter(SafeRepresenter):
