@@ -140,6 +140,12 @@ def merged(base: dict, overlay: dict) -> dict:
             for k, v in {**base, **overlay}.items()}  # fmt: skip
 
 
+def shrink(clone: Path) -> None:
+    """Overlay the clone's params.yaml with the suite's small settings (small_overlay)."""
+    path = clone / "params.yaml"
+    path.write_text(dump_yaml(merged(read_yaml(path.read_text(), str(path)), small_overlay(clone))))
+
+
 def set_up(side: str, commit: str, tmp: Path, small: bool, metrics: bool) -> Path:
     """The side's clone with its baseline reproduced and committed; one left by an earlier run is
     reused, and one whose baseline was not finished is reproduced on from where it stopped."""
@@ -153,10 +159,7 @@ def set_up(side: str, commit: str, tmp: Path, small: bool, metrics: bool) -> Pat
         git("checkout", "-q", "--detach", commit, cwd=clone)
         git("remote", "remove", "origin", cwd=clone)
         if small:
-            params = merged(
-                read_yaml((clone / "params.yaml").read_text(), "params.yaml"), small_overlay(clone)
-            )
-            (clone / "params.yaml").write_text(dump_yaml(params))
+            shrink(clone)
     log(f"{side}: baseline dvc repro at {commit[:7]} (untimed set-up; minutes)")
     repro = timed(["dvc", "repro"], clone, log_file)
     log(f"{side}: baseline repro took {repro['wall_s']} s; committing the baseline")

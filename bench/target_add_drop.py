@@ -23,7 +23,7 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-from sweep_executors import REPO, git, log, merged, small_overlay, timed, uptime
+from sweep_executors import REPO, git, log, shrink, timed, uptime
 
 from prefshift.bench.common import machine, versions
 from prefshift.config.params import dump_yaml, read_yaml
@@ -53,7 +53,7 @@ def repro(clone: Path, step: str) -> dict:
 
 def set_targets(clone: Path, targets: list[str], sources: dict) -> None:
     path = clone / "params.yaml"
-    params = read_yaml(path.read_text(), "params.yaml")
+    params = read_yaml(path.read_text(), str(path))
     params["data"].update(targets=targets, sources=sources)
     path.write_text(dump_yaml(params))
 
@@ -72,11 +72,8 @@ def main() -> None:
         git("checkout", "-q", "--detach", commit, cwd=clone)
         git("remote", "remove", "origin", cwd=clone)
         if args.small:
-            params = merged(
-                read_yaml((clone / "params.yaml").read_text(), "params.yaml"), small_overlay(clone)
-            )
-            (clone / "params.yaml").write_text(dump_yaml(params))
-        data = read_yaml((clone / "params.yaml").read_text(), "params.yaml")["data"]
+            shrink(clone)
+        data = read_yaml((clone / "params.yaml").read_text(), str(clone / "params.yaml"))["data"]
         runs = {"full": repro(clone, "full")}
         set_targets(clone, [*data["targets"], NEW], {**data["sources"], NEW: {"path": str(FIXTURE)}})
         runs["add"] = repro(clone, "add")
