@@ -465,6 +465,27 @@ def test_sbatch_gets_the_sweep_s_own_options_and_the_resources_on_its_command_li
         SlurmResources(template=str(tmp_path / "latin1.sh")).check()
 
 
+def test_a_job_script_path_that_is_a_link_is_refused_and_its_target_kept(tmp_path):
+    """The job script went in with a plain write, through whatever stood at its path: a link there
+    rewrote the file it named. It goes through the atomic writer, which replaces only what prefshift
+    may replace, so the link's target is untouched and nothing reaches sbatch."""
+    from prefshift.core.atomic import OutputError
+    from prefshift.pipeline.sweep.record import SweepRecord
+    from prefshift.pipeline.sweep.slurm import SlurmResources, submit
+
+    folder = tmp_path / "s1"
+    folder.mkdir()
+    data = {"id": "s1", "points": [{}], "names": ["p"], "jobs": [], "tracking_uri": "x"}
+    record = SweepRecord(folder, data)
+    mine = tmp_path / "mine.sh"
+    mine.write_text("my own script\n")
+    (folder / "job-1.sbatch").symlink_to(mine)
+    with pytest.raises(OutputError, match=r"job-1\.sbatch"):
+        submit(record, [0], SlurmResources())
+    assert mine.read_text() == "my own script\n"
+    assert record.data["jobs"] == []
+
+
 def test_a_sweep_folder_or_template_sbatch_would_misread_is_escaped_or_refused(tmp_path):
     """A `%` in the sweep folder's path (the project's, by default) was read by sbatch as a pattern
     in the logs' path, a `\\` turned the patterns off: every task's log went elsewhere and each point

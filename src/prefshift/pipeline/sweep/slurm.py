@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from prefshift.core.atomic import write_text
 from prefshift.core.paths import Layout
 from prefshift.core.reading import MIB, read_regular
 from prefshift.pipeline.sweep.commands import SweepError, run, run_dvc, run_git, say
@@ -259,7 +260,7 @@ def submit(record: SweepRecord, indices: Sequence[int], resources: SlurmResource
     """Write the script into the sweep's folder, then `sbatch` it (the caller holds the sweep)."""
     script = record.folder / f"job-{len(record.data['jobs']) + 1}.sbatch"
     env = {"MLFLOW_TRACKING_URI": record.data["tracking_uri"]}
-    script.write_text(render_script(record, indices, resources, env), encoding="utf-8")
+    write_text(script, render_script(record, indices, resources, env))  # never through a link placed there
     options = sbatch_options(record, indices, resources)
     job = _slurm("sbatch", "--parsable", *options, str(script)).strip().split(";")[0]
     record.data["jobs"].append({"job": job, "indices": list(indices), "script": str(script)})
