@@ -771,6 +771,37 @@ def test_a_slurm_task_that_cannot_lock_its_experiment_goes_on_without_it_and_say
     )
 
 
+@pytest.mark.parametrize("kind", ["link", "dangling link", "fifo", "folder"])
+def test_a_point_log_that_is_no_regular_file_is_refused_and_what_is_there_kept(tmp_path, kind):
+    """The pool opened a point's log with a plain append, through whatever stood at its path: a link
+    there had the task write into the file it named (or create the file a dangling one named), and a
+    FIFO blocked the sweep until a reader came. Only a regular file is opened; the rest is refused by
+    name before any task starts (or a SLURM job is submitted to write there), and left as it was."""
+    from prefshift.pipeline.sweep import local, slurm
+
+    record = _record(tmp_path / "sweeps", [{"seed": "1"}], ["sweep-seed-1"])
+    log, mine = record.log(0), tmp_path / "mine.txt"
+    if kind == "link":
+        mine.write_text("my notes\n")
+        log.symlink_to(mine)
+    elif kind == "dangling link":
+        log.symlink_to(mine)
+    elif kind == "fifo":
+        os.mkfifo(log)
+    else:
+        log.mkdir()
+    refusal = rf"^{re.escape(str(log))}: a .*, not the point's log; move it away, then resume$"
+    pool = local.Pool(record, local.Slots(1))
+    pool.launch([0])
+    with pytest.raises(SweepError, match=refusal):
+        pool.live()
+    assert not pool.running
+    with pytest.raises(SweepError, match=refusal):  # slurmstepd would append there: nothing is submitted
+        slurm.submit(record, [0], slurm.SlurmResources())
+    assert not list(record.folder.glob("job-*.sbatch")) and record.data["jobs"] == []
+    assert (mine.read_text() == "my notes\n") if kind == "link" else not mine.exists()
+
+
 def test_the_sweep_waits_for_a_task_that_said_success_until_it_exits_and_prints_its_log(tmp_path, capsys):
     """A task writes `success`, then removes its clone (seconds, under load longer) before it exits.
     The sweep once returned at the word alone: that point's log was never printed and its process

@@ -83,7 +83,9 @@ class Pool:
             env["CUDA_VISIBLE_DEVICES"] = devices = ",".join(slot)
             say(f"sweep {self.record.id}: point {index} on CUDA_VISIBLE_DEVICES={devices}")
         command = [sys.executable, "-m", "prefshift", "sweep", "task", str(self.record.folder), str(index)]
-        with open(self.record.log(index), "a", encoding="utf-8") as log:  # the child keeps its own handle
+        self.record.check_log(index)  # then opened through no link that appeared since
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+        with open(os.open(self.record.log(index), flags, 0o600), "w") as log:  # the child keeps its own
             return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
 

@@ -12,10 +12,12 @@ taken for a live one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
 import socket
+import stat
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from prefshift.core.atomic import write_json
 from prefshift.core.locks import private_dir
+from prefshift.core.reading import special_kind
 from prefshift.pipeline.sweep.commands import SweepError
 
 SCRATCH_ENV = "PREFSHIFT_SWEEP_SCRATCH"
@@ -144,6 +147,14 @@ class SweepRecord:
 
     def clone(self, index: int) -> Path:
         return self.folder / "clones" / str(index)
+
+    def check_log(self, index: int) -> None:
+        """Refuse a point's log path that holds anything but a regular file: its task's output is
+        appended there, into the file a link names, and a FIFO would block the sweep."""
+        with contextlib.suppress(FileNotFoundError):
+            if not stat.S_ISREG(mode := os.lstat(log := self.log(index)).st_mode):
+                kind = "link" if stat.S_ISLNK(mode) else special_kind(mode)
+                raise SweepError(f"{log}: a {kind}, not the point's log; move it away, then resume")
 
     def state_file(self, index: int) -> Path:
         return self.folder / "points" / f"{index}.json"

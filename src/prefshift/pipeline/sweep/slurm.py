@@ -258,6 +258,8 @@ def _slurm(*args: str) -> str:
 
 def submit(record: SweepRecord, indices: Sequence[int], resources: SlurmResources) -> None:
     """Write the script into the sweep's folder, then `sbatch` it (the caller holds the sweep)."""
+    for index in indices:  # slurmstepd appends each task's output to its log, through a link too
+        record.check_log(index)
     script = record.folder / f"job-{len(record.data['jobs']) + 1}.sbatch"
     env = {"MLFLOW_TRACKING_URI": record.data["tracking_uri"]}
     write_text(script, render_script(record, indices, resources, env))  # never through a link placed there
