@@ -141,6 +141,31 @@ def test_the_private_folder_is_never_made_over_a_user_s_file_or_through_a_link(t
         assert not (tmp_path / "elsewhere").exists()
 
 
+@pytest.mark.parametrize("kind", ["link", "dangling link", "fifo"])
+def test_a_lock_path_holding_a_link_or_fifo_is_refused_by_a_stage_and_left_as_it_was(project, kind, tmp_path):
+    """A writer's lock file was opened through whatever stood at its path, truncated and rewritten: a
+    link there had `prefshift evaluate` overwrite the file it named with its pid (as root, any file).
+    The stage now refuses in one line naming the lock's path, and what stands there is untouched; a
+    probe (`held`) neither follows the link nor waits on the FIFO."""
+    lock, mine = locks.lock_file(project.root, project.metrics("naive")), tmp_path / "mine.txt"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.unlink(missing_ok=True)  # the lock file the build left
+    if kind == "fifo":
+        os.mkfifo(lock)
+    else:
+        lock.symlink_to(mine)
+        if kind == "link":
+            mine.write_text("my notes\n")
+    assert not locks.held(lock)
+    code, err = _finish(_prefshift(project, "evaluate", "--method", "naive"))
+    assert code == 2, err
+    shown = "FIFO (named pipe)" if kind == "fifo" else "link"
+    assert f"{lock}: a {shown}, where prefshift keeps a lock file it rewrites; move it away" in err
+    assert "Traceback" not in err
+    assert (mine.read_text() == "my notes\n") if kind == "link" else not mine.exists()
+    assert lock.is_symlink() or kind == "fifo"
+
+
 def test_a_probe_tells_a_held_lock_and_never_fails_a_patient_taker(tmp_path):
     """`held` answers for any holder, this process's other descriptors included, and leaves nothing
     behind; a `take` with PROBE_GRACE_S waits out probes that a tight loop keeps taking, and an

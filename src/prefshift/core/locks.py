@@ -19,6 +19,7 @@ import errno
 import fcntl
 import json
 import os
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -27,6 +28,7 @@ from pathlib import Path
 
 from prefshift.core.atomic import WriteFailed
 from prefshift.core.errors import PrefshiftError, os_error_cause
+from prefshift.core.reading import special_kind
 
 PRIVATE = ".prefshift"
 LOCKS = Path(PRIVATE) / "locks"
@@ -81,7 +83,7 @@ def take(path: Path, command: str, refusal: Callable[[str], str], patience_s: fl
     `command`) written into it; closing it releases the lock. A lock another process keeps past
     `patience_s` raises LockedError(refusal(who holds it))."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = _open_lock_file(path)
     deadline = time.monotonic() + patience_s
     while True:
         try:
@@ -101,14 +103,34 @@ def take(path: Path, command: str, refusal: Callable[[str], str], patience_s: fl
     return fd
 
 
+def _open_lock_file(path: Path) -> int:
+    """Lock file `path` opened for `take` to lock and rewrite, never through a link (a link there had
+    a stage rewrite the file it named) nor into anything but a regular file (non-blocking: a FIFO
+    does not wait for a reader before it is refused)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as err:
+        if err.errno != errno.ELOOP:
+            raise
+        kind = "link"
+    else:
+        if stat.S_ISREG(mode := os.fstat(fd).st_mode):
+            return fd
+        os.close(fd)
+        kind = special_kind(mode)
+    raise PrefshiftError(f"{path}: a {kind}, where prefshift keeps a lock file it rewrites; move it away")
+
+
 def held(path: Path) -> bool:
     """Whether a process (this one included) holds lock file `path`: a process's liveness that
     neither a reused pid nor a changed clock can fake. Probed with a shared lock released at once,
     so a `take` with a little patience never fails for a probe."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return False
+    try:  # a link is no lock of prefshift's (`take` refuses one), and a FIFO is not waited on
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as err:
+        if err.errno in (errno.ENOENT, errno.ELOOP):
+            return False
+        raise
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
