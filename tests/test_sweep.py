@@ -802,6 +802,41 @@ def test_a_point_log_that_is_no_regular_file_is_refused_and_what_is_there_kept(t
     assert (mine.read_text() == "my notes\n") if kind == "link" else not mine.exists()
 
 
+def _status_error(record: SweepRecord, fifo: Path) -> str:
+    """The error `status_lines(record)` ends with, or a failure if it waits on `fifo` (then let go)."""
+    import threading
+
+    from prefshift.pipeline.sweep.run import status_lines
+
+    errors: list[str] = []
+
+    def status() -> None:
+        try:
+            status_lines(record)
+        except PrefshiftError as err:
+            errors.append(str(err))
+
+    thread = threading.Thread(target=status, daemon=True)
+    thread.start()
+    thread.join(60)
+    if thread.is_alive():
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # lets the blocked reader go
+        pytest.fail(f"status waited on the FIFO {fifo}")
+    assert errors, "status read a FIFO as a file"
+    return errors[0]
+
+
+def test_a_fifo_at_a_point_s_state_or_log_is_refused_and_never_waited_on(tmp_path):
+    """Status read a point's state and log with a plain open, which on a FIFO waits for a writer:
+    `prefshift sweep status` (and a sweep's wait) hung for good. Each is refused by name."""
+    record = _record(tmp_path, [{"seed": "1"}], ["sweep-seed-1"])
+    for fifo, said in ((record.state_file(0), "point's state"), (record.log(0), "point's log")):
+        os.mkfifo(fifo)
+        refusal = f"{fifo}: is a FIFO (named pipe), not a regular file; prefshift reads a {said} only"
+        assert _status_error(record, fifo).startswith(refusal)
+        fifo.unlink()
+
+
 def test_the_sweep_waits_for_a_task_that_said_success_until_it_exits_and_prints_its_log(tmp_path, capsys):
     """A task writes `success`, then removes its clone (seconds, under load longer) before it exits.
     The sweep once returned at the word alone: that point's log was never printed and its process

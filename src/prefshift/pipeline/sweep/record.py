@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from prefshift.core.atomic import write_json
 from prefshift.core.locks import private_dir
-from prefshift.core.reading import special_kind
+from prefshift.core.reading import InputFileError, open_regular, special_kind
 from prefshift.pipeline.sweep.commands import SweepError
 
 SCRATCH_ENV = "PREFSHIFT_SWEEP_SCRATCH"
@@ -169,9 +169,16 @@ class SweepRecord:
     def save(self) -> None:
         write_json(self.folder / "sweep.json", self.data)
 
+    def log_text(self, index: int) -> str | None:
+        """The point's whole log, None where it has none; anything but a regular file there (a FIFO
+        would hang `status` for good) is refused by name."""
+        if not os.path.lexists(log := self.log(index)):
+            return None
+        with open_regular(log, "point's log") as stream:
+            return stream.read().decode("utf-8", errors="replace")
+
     def last_attempt(self, index: int) -> str:
-        log = self.log(index)
-        text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
+        text = self.log_text(index) or ""
         return text[text.rfind(TASK_HEADER) :] if TASK_HEADER in text else text
 
     def note_stop(self, signal_name: str, points: Sequence[int], lines: list[str]) -> None:
@@ -183,11 +190,14 @@ class SweepRecord:
 
     def read_state(self, index: int) -> dict[str, Any]:
         path, fix = self.state_file(index), "delete it to rerun the point"
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
+        if not os.path.lexists(path):
             return {}
-        except (OSError, ValueError) as err:
+        try:
+            with open_regular(path, "point's state") as stream:  # never a FIFO's endless wait
+                data = json.loads(stream.read())
+        except InputFileError as err:
+            raise SweepError(f"{err}; {fix}") from None
+        except ValueError as err:
             raise SweepError(f"{path}: cannot read the point's state ({err}); {fix}") from None
         return _checked(path, data, _PointState, fix)
 

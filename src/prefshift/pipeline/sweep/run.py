@@ -276,12 +276,13 @@ def _never_started(record: SweepRecord, index: int) -> str:
     it waited for a lock, which its log shows), its job ended before it began (a template's set-up
     failed, say, loudly or not: its log is made as it starts), or it never ran; on a cluster, a
     node that cannot write the sweep's folder leaves no log either."""
-    if not (log := record.log(index)).exists():
+    if (text := record.log_text(index)) is None:
         if record.data["executor"]["kind"] == "slurm":
             return (f"never started: no log; cancelled while pending, or its node could not write "
-                    f"{log.parent} (is the sweep's folder on a filesystem the nodes share?)")  # fmt: skip
+                    f"{record.log(index).parent} (is the sweep's folder on a filesystem the nodes "
+                    "share?)")  # fmt: skip
         return "never started"
-    if not (text := log.read_text(errors="replace").strip()):
+    if not (text := text.strip()):
         return "its job began (its log was made) and ended before prefshift's task wrote a line"
     last = text.splitlines()[-1]
     last = last if len(last) <= 200 else "..." + last[-200:]
