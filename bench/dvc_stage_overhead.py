@@ -18,7 +18,6 @@ Writes reports/results/dvc-stage-overhead/timings.json and timings.md.
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import shutil
 import statistics
@@ -31,6 +30,7 @@ import yaml
 from sweep_executors import REPO, git, log, timed, uptime
 
 from prefshift.bench.common import machine, versions
+from prefshift.core.atomic import write_json, write_text
 
 
 def rewrite_s(lock: Path) -> float:
@@ -49,8 +49,7 @@ def write(result: dict, out: Path) -> None:
     runs = result["runs"]
     result["median_s"] = {name: statistics.median(r[name] for r in runs) for name in runs[0]}
     median = result["median_s"]
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "timings.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_json(out / "timings.json", result)  # whole or not at all, never through a link
     stage = result["stage"]
     measures = {
         "command": f"`{result['command']}` alone",
@@ -62,7 +61,8 @@ def write(result: dict, out: Path) -> None:
         for key, shown in measures.items()
     ]
     overhead = median["forced"] - median["command"]
-    (out / "timings.md").write_text(
+    write_text(
+        out / "timings.md",
         "\n".join(
             [
                 "# What DVC adds to each stage it runs",
@@ -83,7 +83,7 @@ def write(result: dict, out: Path) -> None:
                 f"Load: {result['uptime_start']} at the start; {result['uptime_end']} at the end.",
                 "",
             ]
-        )
+        ),
     )
 
 

@@ -22,7 +22,6 @@ Writes reports/results/dvc-yaml-loader/timings.json and timings.md.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 from datetime import datetime, timezone
@@ -31,6 +30,7 @@ from pathlib import Path
 from sweep_executors import REPO, git, log, set_up, timed, uptime
 
 from prefshift.bench.common import machine, versions
+from prefshift.core.atomic import write_json, write_text
 
 COMMANDS = {
     "no-op repro": ["dvc", "repro"],
@@ -54,14 +54,14 @@ def write(result: dict, out: Path) -> None:
     result["ratio_c_over_pure"] = {
         name: round(m["c"] / m["pure"], 3) for name, m in result["median_s"].items() if len(m) == 2
     }
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "timings.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_json(out / "timings.json", result)  # whole or not at all, never through a link
     rows = [
         f"| {name} | {' / '.join(str(w) for w in walls[name]['c'])} | "
         f"{' / '.join(str(w) for w in walls[name]['pure'])} | {result['ratio_c_over_pure'].get(name, '—')} |"
         for name in COMMANDS
     ]
-    (out / "timings.md").write_text(
+    write_text(
+        out / "timings.md",
         "\n".join(
             [
                 "# DVC's YAML: ruamel.yaml's C parser against its pure-Python one",
@@ -83,7 +83,7 @@ def write(result: dict, out: Path) -> None:
                 + (f" Note: {result['note']}" if result["note"] else ""),
                 "",
             ]
-        )
+        ),
     )
 
 

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import json
 import os
 import re
 import shutil
@@ -52,6 +51,7 @@ from pathlib import Path
 from prefshift.bench.common import machine, versions
 from prefshift.bench.pipeline import _environment
 from prefshift.config.params import dump_yaml, read_yaml
+from prefshift.core.atomic import write_json, write_text
 from prefshift.pipeline.sweep.grid import experiment_name
 
 REPO = Path(__file__).resolve().parent.parent
@@ -297,8 +297,7 @@ def side_lines(result: dict) -> list[str]:
 
 
 def write(result: dict, out: Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "timings.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_json(out / "timings.json", result)  # whole or not at all, never through a link
     runs, ratio = result["runs"], result["ratio_new_over_old"]
 
     def cell(key: str) -> str:
@@ -315,7 +314,8 @@ def write(result: dict, out: Path) -> None:
             ("rerun", "the same sweep again"),
         )
     ]
-    (out / "timings.md").write_text(
+    write_text(
+        out / "timings.md",
         "\n".join(
             [
                 "# Sweep executors: DVC's queue against a clone per point (issue 46, point 5)",
@@ -346,7 +346,7 @@ def write(result: dict, out: Path) -> None:
                 "Written by `python bench/sweep_executors.py`.",
                 "",
             ]
-        )
+        ),
     )
 
 

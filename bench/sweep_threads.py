@@ -19,7 +19,6 @@ Writes reports/results/sweep-threads/timings.json and timings.md.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import tempfile
 from datetime import datetime, timezone
@@ -28,6 +27,7 @@ from pathlib import Path
 from sweep_executors import REPO, git, log, set_up, timed, uptime
 
 from prefshift.bench.common import machine, versions
+from prefshift.core.atomic import write_json, write_text
 
 RUNS = (("every_core", "0.1,10"), ("share", "0.2,5"), ("share", "0.3,4"), ("every_core", "0.4,3"))
 
@@ -38,8 +38,7 @@ def write(result: dict, out: Path) -> None:
     if all(walls.values()):
         mean = {side: sum(wall) / len(wall) for side, wall in walls.items()}
         result["ratio_share_over_every_core"] = round(mean["share"] / mean["every_core"], 3)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "timings.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_json(out / "timings.json", result)  # whole or not at all, never through a link
     rows = [
         f"| {run['side']} | {run['values']} | {run['threads']} | {run['wall_s']} | "
         f"{sum(run['stages_run'].values())} | {' '.join(run['loadavg_before'])} |"
@@ -47,7 +46,8 @@ def write(result: dict, out: Path) -> None:
     ]
     ratio = result.get("ratio_share_over_every_core", "not measured (no run of one side)")
     runs = {s: sum(r["side"] == s for r in result["runs"]) for s in ("every_core", "share")}
-    (out / "timings.md").write_text(
+    write_text(
+        out / "timings.md",
         "\n".join(
             [
                 "# A local sweep's torch threads: every core per task against each task's share",
@@ -68,7 +68,7 @@ def write(result: dict, out: Path) -> None:
                 f"Note: {result['note'] or 'none'}. Start: {result['uptime_start']}",
                 "",
             ]
-        )
+        ),
     )
 
 

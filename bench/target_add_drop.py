@@ -18,7 +18,6 @@ Writes reports/results/target-add-drop/timings.json and timings.md.
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
@@ -27,6 +26,7 @@ from sweep_executors import REPO, git, log, shrink, timed, uptime
 
 from prefshift.bench.common import machine, versions
 from prefshift.config.params import dump_yaml, read_yaml
+from prefshift.core.atomic import write_json, write_text
 
 NEW = "rewardbench_chat"
 FIXTURE = REPO / "tests" / "fixtures" / "benchmarks" / "rewardbench" / "filtered-00000-of-00001.parquet"
@@ -96,8 +96,7 @@ def main() -> None:
 
 
 def write(result: dict, out: Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "timings.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_json(out / "timings.json", result)  # whole or not at all, never through a link
     runs, full = result["runs"], result["runs"]["full"]["wall_s"]
     labels = {
         "full": "full (fresh clone)",
@@ -110,7 +109,8 @@ def write(result: dict, out: Path) -> None:
         f"{len(runs[key]['restored'])} | {', '.join(runs[key]['training_ran']) or 'none'} |"
         for key, label in labels.items()
     ]
-    (out / "timings.md").write_text(
+    write_text(
+        out / "timings.md",
         "\n".join(
             [
                 "# A new OOD target is scored, not trained for (issue 47): `dvc repro` times",
@@ -133,7 +133,7 @@ def write(result: dict, out: Path) -> None:
                 "Each figure is one run. Written by `python bench/target_add_drop.py`.",
                 "",
             ]
-        )
+        ),
     )
 
 
