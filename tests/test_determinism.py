@@ -9,38 +9,56 @@ import pytest
 
 from mlflow_support import seed_database
 from prefshift.core.paths import Layout
-from tiny_project import pipeline_root, run_pipeline, tiny_params
+from tiny_project import run_pipeline, score_on_targets, tiny_params
 
 
 @pytest.mark.slow
 def test_two_runs_give_byte_identical_metrics(tmp_path_factory):
-    first = Layout(pipeline_root(tmp_path_factory), seed=0)
-    root = tmp_path_factory.mktemp("tiny-pipeline-again")
-    seed_database(tmp_path_factory, root / "mlflow.db")
-    second = run_pipeline(root, tiny_params())
+    """Naive and anchor_last, each from its own project root. anchor_last reads the reference
+    states that the `reference` stage stored, through the anchor cache: a store whose order or
+    content hung on a path or a directory listing would pass naive and fail here."""
+    first, second = (
+        _with_anchor_last(tmp_path_factory, name) for name in ("tiny-pipeline", "tiny-pipeline-again")
+    )
 
-    for path in ("metrics", "teacher_metrics"):
-        a = getattr(first, path)("naive") if path == "metrics" else getattr(first, path)
-        b = getattr(second, path)("naive") if path == "metrics" else getattr(second, path)
-        assert a.read_bytes() == b.read_bytes(), f"{a.name} differs between two identical runs"
+    assert first.teacher_metrics.read_bytes() == second.teacher_metrics.read_bytes()
     labels_a, labels_b = pq.read_table(first.weak_labels), pq.read_table(second.weak_labels)
     assert labels_a.equals(labels_b) and labels_a.schema.metadata == labels_b.schema.metadata
     assert len(labels_a) == 80
-    for split in ("id_test", "syn_help_chat"):
-        scores = [pq.read_table(layout.scores("naive", split)) for layout in (first, second)]
-        assert scores[0].equals(scores[1])
-    assert (first.student_dir("naive") / "model.safetensors").read_bytes() == (
-        second.student_dir("naive") / "model.safetensors"
-    ).read_bytes()
-    config = [(layout.student_dir("naive") / "config.json").read_bytes() for layout in (first, second)]
-    assert config[0] == config[1] and b'"mean"' in config[0]  # the id_test reward stats, reproducibly
-    # Whole model directories, provenance files included: everything keyed on a model's content
-    # hash (policy sampling seeds, SEAM's generation cache, DVC's hashes) must come out the same.
-    for directory in ("base_dir", "teacher_dir"):
+    # Whole directories, provenance files included: everything keyed on a model's content hash
+    # (policy sampling seeds, SEAM's generation cache, DVC's hashes) must come out the same.
+    for directory in ("base_dir", "teacher_dir", "reference_dir"):
         trees = [_tree(getattr(layout, directory)) for layout in (first, second)]
         differing = sorted(k for k in trees[0].keys() | trees[1].keys() if trees[0].get(k) != trees[1].get(k))
         assert not differing, f"{directory}: {differing} differ between two identical runs"
-    assert _tree(first.student_dir("naive")) == _tree(second.student_dir("naive"))
+    assert _tree(first.reference_dir), "the reference stage stored no states for anchor_last to read"
+    for method in ("naive", "anchor_last"):
+        a, b = first.metrics(method), second.metrics(method)
+        assert a.read_bytes() == b.read_bytes(), f"{a} differs between two identical runs"
+        for split in ("id_test", "syn_help_chat"):
+            scores = [pq.read_table(layout.scores(method, split)) for layout in (first, second)]
+            assert scores[0].equals(scores[1]), f"{method}'s scores on {split} differ"
+        assert _tree(first.student_dir(method)) == _tree(second.student_dir(method)), method
+        config = (first.student_dir(method) / "config.json").read_bytes()
+        assert b'"mean"' in config  # the id_test reward stats, reproducibly
+    naive, anchored = (first.student_dir(m) / "model.safetensors" for m in ("naive", "anchor_last"))
+    assert naive.read_bytes() != anchored.read_bytes(), (
+        "anchor_last trained as naive: the test would prove nothing"
+    )
+
+
+def _with_anchor_last(tmp_path_factory, name: str) -> Layout:
+    """The tiny pipeline in a root of its own, then anchor_last trained, scored and evaluated there."""
+    from prefshift.pipeline.stages import evaluate, train
+
+    root = tmp_path_factory.mktemp(name)
+    seed_database(tmp_path_factory, root / "mlflow.db")
+    params = tiny_params()
+    layout = run_pipeline(root, params)
+    train.run(params, layout, "anchor_last")
+    score_on_targets(params, layout, "anchor_last")
+    evaluate.run(params, layout, "anchor_last")
+    return layout
 
 
 def _tree(directory: Path) -> dict[str, bytes]:
