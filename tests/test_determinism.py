@@ -11,14 +11,20 @@ from mlflow_support import seed_database
 from prefshift.core.paths import Layout
 from tiny_project import run_pipeline, score_on_targets, tiny_params
 
+METHODS = [
+    "naive", "confidence", "anchor_last", "anchor_mid", "ceiling",
+    "linear_probe", "lp_ft", "wise_ft", "l2_sp", "grm",
+]  # fmt: skip
+
 
 @pytest.mark.slow
 def test_two_runs_give_byte_identical_metrics(tmp_path_factory):
-    """Naive and anchor_last, each from its own project root. anchor_last reads the reference
-    states that the `reference` stage stored, through the anchor cache: a store whose order or
-    content hung on a path or a directory listing would pass naive and fail here."""
+    """Every built-in method but SEAM (its principle prompt needs more positions than the tiny
+    model has), each from its own project root. Each reads what naive never does: anchor_last the
+    reference states that the `reference` stage stored, WiSE-FT its α grid, LP-FT its probe phase;
+    a store whose order hung on a path or a directory listing would pass naive and fail here."""
     first, second = (
-        _with_anchor_last(tmp_path_factory, name) for name in ("tiny-pipeline", "tiny-pipeline-again")
+        _every_method(tmp_path_factory, name) for name in ("tiny-pipeline", "tiny-pipeline-again")
     )
 
     assert first.teacher_metrics.read_bytes() == second.teacher_metrics.read_bytes()
@@ -32,7 +38,7 @@ def test_two_runs_give_byte_identical_metrics(tmp_path_factory):
         differing = sorted(k for k in trees[0].keys() | trees[1].keys() if trees[0].get(k) != trees[1].get(k))
         assert not differing, f"{directory}: {differing} differ between two identical runs"
     assert _tree(first.reference_dir), "the reference stage stored no states for anchor_last to read"
-    for method in ("naive", "anchor_last"):
+    for method in METHODS:
         a, b = first.metrics(method), second.metrics(method)
         assert a.read_bytes() == b.read_bytes(), f"{a} differs between two identical runs"
         for split in ("id_test", "syn_help_chat"):
@@ -47,17 +53,19 @@ def test_two_runs_give_byte_identical_metrics(tmp_path_factory):
     )
 
 
-def _with_anchor_last(tmp_path_factory, name: str) -> Layout:
-    """The tiny pipeline in a root of its own, then anchor_last trained, scored and evaluated there."""
+def _every_method(tmp_path_factory, name: str) -> Layout:
+    """The tiny pipeline in a root of its own (naive trained), then every other method trained,
+    scored and evaluated there."""
     from prefshift.pipeline.stages import evaluate, train
 
     root = tmp_path_factory.mktemp(name)
     seed_database(tmp_path_factory, root / "mlflow.db")
-    params = tiny_params()
+    params = tiny_params(methods=METHODS, wise_ft={"alphas": [0.0, 0.5, 1.0]}, l2_sp={"lambda": 0.01})
     layout = run_pipeline(root, params)
-    train.run(params, layout, "anchor_last")
-    score_on_targets(params, layout, "anchor_last")
-    evaluate.run(params, layout, "anchor_last")
+    for method in METHODS[1:]:
+        train.run(params, layout, method)
+        score_on_targets(params, layout, method)
+        evaluate.run(params, layout, method)
     return layout
 
 
