@@ -2,8 +2,9 @@
 
 `make test` builds the site with `scripts/check_docs.sh`; these tests check that the README (which
 that build does not read as a page) is short, that its relative links and anchors resolve, that
-the benchmark block `prefshift bench --readme README.md` rewrites is still the one the Performance
-page includes, and that the check really fails on a broken link (mkdocs' `-q` once hid that).
+every repository file the README and the pages name exists, that the benchmark block `prefshift
+bench --readme README.md` rewrites is still the one the Performance page includes, and that the
+check really fails on a broken link (mkdocs' `-q` once hid that).
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ MAX_README_LINES = 260
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 SNIPPET_START = "<!-- --8<-- [start:bench-numbers] -->"
 SNIPPET_END = "<!-- --8<-- [end:bench-numbers] -->"
+REPO_PATH = re.compile(
+    r"(?<![\w/.-])((?:src|tests|bench|scripts|configs|\.ci)/[\w./-]*\w|test_\w+\.py|\w+_support\.py)"
+)
+"""A file of the repository as the docs name it: a path under a source folder, or a test module
+or test helper by its bare name (which lives in tests/). A URL's path is not one (`/` before it)."""
 
 
 def _prose(markdown: str) -> str:
@@ -68,6 +74,19 @@ def test_every_relative_link_in_the_readme_resolves():
         elif anchor and target.suffix == ".md" and anchor not in _anchors(target):
             broken.append(f"{link}: {path or 'README.md'} has no heading with anchor #{anchor}")
     assert not broken, "README.md has broken links:\n" + "\n".join(broken)
+
+
+def test_every_repository_file_the_docs_name_exists():
+    """A page that points a reader at a file that was renamed or removed (development.md named
+    test_sweep_cluster.py for a session after the sweep's tests were split) sends them nowhere."""
+    named, missing = 0, []
+    for page in (README, *sorted((ROOT / "docs").glob("*.md"))):
+        for path in REPO_PATH.findall(page.read_text(encoding="utf-8")):
+            named += 1
+            if not (ROOT / (path if "/" in path else f"tests/{path}")).exists():
+                missing.append(f"{page.relative_to(ROOT)}: {path}")
+    assert named > 50, "the pattern finds almost no file the docs name: it has stopped matching them"
+    assert not missing, "the docs name files the repository does not hold:\n" + "\n".join(missing)
 
 
 def test_the_bench_block_is_rewritten_inside_the_section_the_performance_page_includes(tmp_path):
