@@ -4,7 +4,7 @@ Runs our loop (shared-prefix forward, and on two whole sequences per pair), the 
 loop and TRL's length-grouped `RewardTrainer` (aligned to fp32 without gradient checkpointing,
 and as TRL ships it: bf16 autocast and gradient checkpointing) once each under `torch.profiler`,
 on the bench's `small_4x256` workload (`--workload realistic`: the HH-like lengths of
-`bench/realistic.py`), each in a fresh process, and writes the top operators by self CPU time
+`prefshift.bench.realistic`), each in a fresh process, and writes the top operators by self CPU time
 with their shares to `reports/bench_profile.json` and `bench_profile.md` (`_realistic` added to
 the names for the realistic workload). Operator shares say what a run spends
 its time on and hold up under machine load far better than wall times do; the profiler's own
