@@ -77,8 +77,8 @@ def test_every_relative_link_in_the_readme_resolves():
 
 
 def test_every_repository_file_the_docs_name_exists():
-    """A page that points a reader at a file that was renamed or removed (development.md named
-    test_sweep_cluster.py for a session after the sweep's tests were split) sends them nowhere."""
+    """A page that points a reader at a file that was renamed or removed sends them nowhere:
+    development.md named test_sweep_cluster.py long after the sweep's tests were split."""
     named, missing = 0, []
     for page in (README, *sorted((ROOT / "docs").glob("*.md"))):
         for path in REPO_PATH.findall(page.read_text(encoding="utf-8")):
