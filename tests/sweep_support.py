@@ -266,18 +266,32 @@ def through_pipe(command: list[str], root: Path, env: dict) -> tuple[callable, c
     return stop, status
 
 
-def through_tmux(command: list[str], root: Path, env: dict, tmp: Path) -> tuple[callable, callable]:
-    """Start the sweep in a tmux terminal of its own (a private server); Ctrl-C is typed into it."""
-    script, code = tmp / "run.sh", tmp / "exit-code"
+def through_tmux(
+    command: list[str], root: Path, env: dict, tmp: Path, close: bool = False
+) -> tuple[callable, callable]:
+    """Start the sweep in a tmux terminal of its own (a private server). Stopping types Ctrl-C into
+    it and returns the exit status; with `close`, the sweep runs as the terminal's own process and
+    stopping closes the terminal (SIGHUP), returning None once the sweep has exited."""
+    script, code, pid = tmp / "run.sh", tmp / "exit-code", tmp / "sweep-pid"
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
-    script.write_text(f"{exports}cd {shlex.quote(str(root))}\n{shlex.join(command)}\necho $? > {code}\n")
+    run = (
+        f"echo $$ > {pid}\nexec {shlex.join(command)}\n"
+        if close
+        else f"{shlex.join(command)}\necho $? > {code}\n"
+    )
+    script.write_text(f"{exports}cd {shlex.quote(str(root))}\n{run}")
     server = ["tmux", "-L", f"prefshift-{os.getpid()}-{tmp.name}"]
     subprocess.run([*server, "new-session", "-d", "-x", "160", "-y", "40", "bash", str(script)], check=True)
 
     def status() -> int | None:
         return int(code.read_text()) if code.exists() and code.read_text().strip() else None
 
-    def stop() -> int:
+    def stop() -> int | None:
+        if close:
+            sweep = int(pid.read_text())
+            subprocess.run([*server, "kill-server"], check=True)
+            wait_until(lambda: not is_alive(sweep), "the sweep to exit once its terminal closed", 300)
+            return None
         subprocess.run([*server, "send-keys", "C-c"], check=True)
         try:
             wait_until(lambda: status() is not None, "the sweep to exit after Ctrl-C", 300)
@@ -286,3 +300,20 @@ def through_tmux(command: list[str], root: Path, env: dict, tmp: Path) -> tuple[
         return status()
 
     return stop, status
+
+
+def first_done_second_running(
+    scratch: Path, trace: Path, status: Callable[[], int | None]
+) -> Callable[[], bool]:
+    """Whether a two-point sweep in `scratch` has finished point 0 while point 1 (lambda 2) runs:
+    the moment the stop tests stop it at. `status` is the sweep's exit status, None while it runs."""
+    from prefshift.pipeline.sweep.record import load
+
+    def seen() -> bool:
+        assert status() is None, f"the sweep ended early (exit {status()})"
+        folders = list(scratch.glob("*/sweep.json"))
+        if not folders or not any(t["lambda"] == 2 for t in trace_records(trace, "start")):
+            return False
+        return load(scratch, folders[0].parent.name).read_state(0).get("state") == "success"
+
+    return seen

@@ -5,7 +5,8 @@ here) and `slurm` (a real one-node cluster). The pipeline is a trivial two-stage
 Each test runs a two-point grid whose second point holds mid-run, stops the sweep with SIGINT
 (through a pipe whose reader has gone, or Ctrl-C in a tmux terminal), checks that nothing it
 started is left and that the record says what it stopped, then resumes it: only the stopped
-point reruns, and `dvc exp show` then carries both points."""
+point reruns, and `dvc exp show` then carries both points. SIGTERM with the output in a file, and a
+closed terminal (SIGHUP), are tried on the local executor: after the signal, every stop takes one path."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from sweep_support import (
     BIN,
     EVALUATE,
     a_project,
+    first_done_second_running,
     in_group,
     in_sweep_env,
     is_alive,
@@ -89,14 +91,7 @@ def test_a_stopped_sweep_leaves_no_process_and_resume_finishes_only_what_stopped
         else:
             stop, status = through_tmux(command, root, env, tmp_path)
 
-        def point_0_done_and_1_running() -> bool:
-            assert status() is None, f"the sweep ended early (exit {status()})"
-            folders = list(scratch.glob("*/sweep.json"))
-            if not folders or not any(t["lambda"] == 2 for t in trace_records(trace, "start")):
-                return False
-            return load(scratch, folders[0].parent.name).read_state(0).get("state") == "success"
-
-        wait_until(point_0_done_and_1_running, "point 0 to finish while point 1 runs", 600)
+        wait_until(first_done_second_running(scratch, trace, status), "point 0 done, point 1 running", 600)
         record = load(scratch, next(scratch.glob("*/sweep.json")).parent.name)
         refused = run_cli(
             "sweep", "resume", record.id, "--scratch", str(scratch), "--root", str(root), code=2
@@ -165,6 +160,54 @@ def test_a_stopped_sweep_leaves_no_process_and_resume_finishes_only_what_stopped
     assert filed["wrg"] == 4.0 and filed["sweep"] == {"anchor.lambda": 2, "seed": 0}
     assert sorted(p.name for p in record.log(0).parent.iterdir()) == ["0.log", "1.log"]
     assert not list(tmp_path.glob("elsewhere-*")), "the template's --output and --array did not win"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("via", ["SIGTERM, output into a file", "a closed terminal (SIGHUP)"])
+def test_sigterm_or_a_closed_terminal_stops_a_sweep_as_ctrl_c_does(tmp_path, monkeypatch, via):
+    """The other stops the sweep names (run.py): SIGTERM (a scheduler's, `kill`, `timeout`) with its
+    output going into a file, and the terminal it runs in closed under it (SIGHUP, its output then
+    going nowhere). Each ends the running task's process group, records the stop under the
+    signal's name, and leaves a sweep that resumes. On one executor: what follows the signal is
+    the path SIGINT takes on every executor, above."""
+    from prefshift.pipeline.sweep.record import load
+    from prefshift.pipeline.sweep.run import point_states
+
+    if via.startswith("a closed") and shutil.which("tmux") is None:
+        pytest.skip("tmux not installed (apt-get install tmux)")
+    env = in_sweep_env(monkeypatch)
+    root, trace = toy_project(tmp_path, env, remotes=False)
+    scratch = tmp_path / "scratch"
+    args = ["sweep", "-S", "anchor.lambda=0.5,2", "--methods", "anchor_last", "--no-report"]
+    args += ["--scratch", str(scratch), *EXECUTORS["local"]]
+    (trace / "hold-2").write_text("")
+    if via.startswith("SIGTERM"):
+        sweep = start_prefshift(root, env, tmp_path / "sweep.log", *args)
+        status = sweep.poll
+    else:
+        close, status = through_tmux([str(BIN / "prefshift"), *args], root, env, tmp_path, close=True)
+    wait_until(first_done_second_running(scratch, trace, status), "point 0 done, point 1 running", 600)
+    record = load(scratch, next(scratch.glob("*/sweep.json")).parent.name)
+    task_pid = record.read_state(1)["pid"]
+    (stage,) = [t for t in trace_records(trace, "start") if t["lambda"] == 2]
+    if via.startswith("SIGTERM"):
+        sweep.send_signal(signal.SIGTERM)
+        assert sweep.wait(timeout=300) == 128 + signal.SIGTERM
+        said = (tmp_path / "sweep.log").read_text()
+        assert f"sweep {record.id}: stopped by SIGTERM; `prefshift sweep resume {record.id}`" in said
+    else:
+        close()
+
+    assert not is_alive(stage["pid"]) and not is_alive(task_pid), "the stage and its task are gone"
+    assert in_group(task_pid) == [], "nothing of the task's process group is left"
+    record = load(scratch, record.id)
+    signal_name = "SIGTERM" if via.startswith("SIGTERM") else "SIGHUP"
+    assert record.data["stops"][-1]["signal"] == signal_name and record.data["stops"][-1]["points"] == [1]
+    assert point_states(record) == {0: "success", 1: "stopped"}
+    (trace / "hold-2").unlink()
+    resumed = run_cli("sweep", "resume", record.id, "--scratch", str(scratch), "--root", str(root))
+    assert "rerunning point 1 (sweep-anchor.lambda-2, stopped)" in resumed.stderr
+    assert sorted(t["lambda"] for t in trace_records(trace, "start")) == [0.5, 2, 2], "point 0 never reran"
 
 
 @pytest.mark.slow
