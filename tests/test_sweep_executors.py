@@ -163,8 +163,10 @@ def test_a_stopped_sweep_leaves_no_process_and_resume_finishes_only_what_stopped
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("via", ["SIGTERM, output into a file", "a closed terminal (SIGHUP)"])
-def test_sigterm_or_a_closed_terminal_stops_a_sweep_as_ctrl_c_does(tmp_path, monkeypatch, via):
+@pytest.mark.parametrize(
+    "by", ["SIGTERM", "SIGHUP"], ids=["SIGTERM-output-in-a-file", "SIGHUP-closed-terminal"]
+)
+def test_sigterm_or_a_closed_terminal_stops_a_sweep_as_ctrl_c_does(tmp_path, monkeypatch, by):
     """The other stops the sweep names (run.py): SIGTERM (a scheduler's, `kill`, `timeout`) with its
     output going into a file, and the terminal it runs in closed under it (SIGHUP, its output then
     going nowhere). Each ends the running task's process group, records the stop under the
@@ -173,7 +175,7 @@ def test_sigterm_or_a_closed_terminal_stops_a_sweep_as_ctrl_c_does(tmp_path, mon
     from prefshift.pipeline.sweep.record import load
     from prefshift.pipeline.sweep.run import point_states
 
-    if via.startswith("a closed") and shutil.which("tmux") is None:
+    if by == "SIGHUP" and shutil.which("tmux") is None:
         pytest.skip("tmux not installed (apt-get install tmux)")
     env = in_sweep_env(monkeypatch)
     root, trace = toy_project(tmp_path, env, remotes=False)
@@ -181,7 +183,7 @@ def test_sigterm_or_a_closed_terminal_stops_a_sweep_as_ctrl_c_does(tmp_path, mon
     args = ["sweep", "-S", "anchor.lambda=0.5,2", "--methods", "anchor_last", "--no-report"]
     args += ["--scratch", str(scratch), *EXECUTORS["local"]]
     (trace / "hold-2").write_text("")
-    if via.startswith("SIGTERM"):
+    if by == "SIGTERM":
         sweep = start_prefshift(root, env, tmp_path / "sweep.log", *args)
         status = sweep.poll
     else:
@@ -190,7 +192,7 @@ def test_sigterm_or_a_closed_terminal_stops_a_sweep_as_ctrl_c_does(tmp_path, mon
     record = load(scratch, next(scratch.glob("*/sweep.json")).parent.name)
     task_pid = record.read_state(1)["pid"]
     (stage,) = [t for t in trace_records(trace, "start") if t["lambda"] == 2]
-    if via.startswith("SIGTERM"):
+    if by == "SIGTERM":
         sweep.send_signal(signal.SIGTERM)
         assert sweep.wait(timeout=300) == 128 + signal.SIGTERM
         said = (tmp_path / "sweep.log").read_text()
@@ -201,8 +203,7 @@ def test_sigterm_or_a_closed_terminal_stops_a_sweep_as_ctrl_c_does(tmp_path, mon
     assert not is_alive(stage["pid"]) and not is_alive(task_pid), "the stage and its task are gone"
     assert in_group(task_pid) == [], "nothing of the task's process group is left"
     record = load(scratch, record.id)
-    signal_name = "SIGTERM" if via.startswith("SIGTERM") else "SIGHUP"
-    assert record.data["stops"][-1]["signal"] == signal_name and record.data["stops"][-1]["points"] == [1]
+    assert record.data["stops"][-1]["signal"] == by and record.data["stops"][-1]["points"] == [1]
     assert point_states(record) == {0: "success", 1: "stopped"}
     (trace / "hold-2").unlink()
     resumed = run_cli("sweep", "resume", record.id, "--scratch", str(scratch), "--root", str(root))
