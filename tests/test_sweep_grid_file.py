@@ -82,6 +82,50 @@ def test_bad_grid_files_are_refused_naming_the_file(tmp_path, change, message):
     assert str(path) in str(err.value) and "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize(
+    ("bundles", "block", "sources"),
+    [
+        (
+            {"model": {"a": {"seed": 3}}},
+            {"axes": {"seed": [1, 2], "model": ["a"]}},
+            "axis seed sets seed and axis model (bundles.model) sets seed",
+        ),
+        ({}, {"axes": {"seed": [1, 2]}, "set": {"seed": 5}}, "axis seed sets seed and `set` sets seed"),
+        (
+            {"model": {"a": {"anchor.lambda": 1}}},
+            {"axes": {"model": ["a"]}, "set": {"anchor": {"lambda": 2}}},
+            "axis model (bundles.model) sets anchor.lambda and `set` sets anchor",
+        ),
+        (
+            {"x": {"a": {"seed": 1}}, "y": {"b": {"methods": ["naive"]}, "c": {"seed": 2}}},
+            {"axes": {"x": ["a"], "y": ["b", "c"]}},
+            "axis x (bundles.x) sets seed and axis y (bundles.y)",
+        ),
+    ],
+)
+def test_a_param_two_parts_of_a_block_set_is_refused_not_overridden(tmp_path, bundles, block, sources):
+    """An axis, a bundle and `set` naming one param (or one inside another) in a block: `set` won in
+    silence, so `seed: [1, 2]` with `set: {seed: 5}` ran seed 5 alone, under labels saying 1 and 2."""
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump({"bundles": bundles, "blocks": [{"name": "b", **block}]}, sort_keys=False))
+    with pytest.raises(SweepError, match="one would override the other in silence") as err:
+        load_grid_file(path)
+    assert str(err.value).startswith(f"{path}: block 1 (b): {sources}")
+
+
+def test_blocks_may_set_one_param_differently_and_keys_that_only_share_letters_are_apart(tmp_path):
+    path = tmp_path / "grid.yaml"
+    blocks = [
+        {"axes": {"seed": [1]}, "set": {"seeds": [1, 2]}},
+        {"axes": {"anchor.lambda": [1]}, "set": {"seed": 2}},
+    ]
+    path.write_text(yaml.safe_dump({"blocks": blocks}))
+    assert load_grid_file(path).points == [
+        {"seed": "1", "seeds": "[1,2]"},
+        {"anchor.lambda": "1", "seed": "2"},
+    ]
+
+
 def _refused(args: list[str]) -> str:
     """A sweep command that must end with exit 2 and one line, no traceback; that line."""
     result = CliRunner().invoke(app, ["sweep", *args, "--dry-run", "--root", str(REPO)])

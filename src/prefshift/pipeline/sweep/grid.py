@@ -55,7 +55,26 @@ def parse_grid(specs: Sequence[str]) -> dict[str, list[str]]:
         grid[key] = split_values(values)
         if not all(grid[key]):
             raise SweepError(f"-S {spec!r}: empty value in the list")
+    check_one_source({f"-S {key}": [key] for key in grid}, "-S")
     return grid
+
+
+def check_one_source(sources: Mapping[str, Iterable[str]], where: str) -> None:
+    """Refuse a param that two parts of a grid set in one point (`-S anchor` and `-S anchor.lambda`;
+    in a grid file, an axis and a bundle, or a bundle and `set`): one would win in silence, and the
+    points asked for would collapse into fewer, labelled with values that never ran. `sources`: each
+    part's name → the dotted keys it sets."""
+    owner: dict[str, str] = {}
+    for source, keys in sources.items():
+        for key in keys:
+            for other, other_source in owner.items():
+                nested = f"{key}.".startswith(f"{other}.") or f"{other}.".startswith(f"{key}.")
+                if nested and other_source != source:
+                    raise SweepError(
+                        f"{where}: {other_source} sets {other} and {source} sets {key}; one would override "
+                        "the other in silence: set each param in one place"
+                    )
+            owner.setdefault(key, source)
 
 
 def check_size(count: int, max_points: int, where: str) -> None:

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, V
 from prefshift.config.params import load_params, read_yaml
 from prefshift.core.reading import MIB, read_regular
 from prefshift.pipeline.sweep.commands import SweepError
-from prefshift.pipeline.sweep.grid import MAX_POINTS, check_size, dvc_value
+from prefshift.pipeline.sweep.grid import MAX_POINTS, check_one_source, check_size, dvc_value
 
 MAX_FILE_BYTES = MIB  # the paper's grid is 6 KB
 
@@ -103,6 +103,17 @@ def _read(path: Path) -> GridSpec:
         raise SweepError(f"{path}: {where}: {problem}{more}") from None
 
 
+def _source(spec: GridSpec, axis: str) -> str:
+    return f"axis {axis}" + (f" (bundles.{axis})" if axis in spec.bundles else "")
+
+
+def _keys(spec: GridSpec, axis: str, values: list[Any]) -> set[str]:
+    """The params an axis sets: itself, or, for a bundle axis, what its bundles named there set."""
+    if axis not in spec.bundles:
+        return {axis}
+    return {key for value in values for key in spec.bundles[axis][str(value)]}
+
+
 def load_grid_file(path: Path, max_points: int = MAX_POINTS) -> GridFile:
     path = Path(path)
     spec = _read(path)
@@ -112,6 +123,8 @@ def load_grid_file(path: Path, max_points: int = MAX_POINTS) -> GridFile:
             if unknown := [v for v in values if axis in spec.bundles and str(v) not in spec.bundles[axis]]:
                 known = ", ".join(spec.bundles[axis])
                 raise SweepError(f"{where}: {axis} {unknown[0]!r} is not in bundles.{axis} ({known})")
+        sources = {_source(spec, axis): _keys(spec, axis, values) for axis, values in block.axes.items()}
+        check_one_source({**sources, "`set`": block.set}, where)
     check_size(sum(math.prod(len(v) for v in b.axes.values()) for b in spec.blocks), max_points, str(path))
     found: dict[str, tuple[dict[str, str], dict[str, str]]] = {}  # blocks may overlap; a point runs once
     for block in spec.blocks:
