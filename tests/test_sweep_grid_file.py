@@ -88,24 +88,35 @@ def test_bad_grid_files_are_refused_naming_the_file(tmp_path, change, message):
         (
             {"model": {"a": {"seed": 3}}},
             {"axes": {"seed": [1, 2], "model": ["a"]}},
-            "axis seed sets seed and axis model (bundles.model) sets seed",
+            "axis seed sets seed and axis model (bundles.model.a) sets seed",
         ),
         ({}, {"axes": {"seed": [1, 2]}, "set": {"seed": 5}}, "axis seed sets seed and `set` sets seed"),
         (
             {"model": {"a": {"anchor.lambda": 1}}},
             {"axes": {"model": ["a"]}, "set": {"anchor": {"lambda": 2}}},
-            "axis model (bundles.model) sets anchor.lambda and `set` sets anchor",
+            "`set` sets anchor and axis model (bundles.model.a) sets anchor.lambda",
         ),
-        (
+        (  # one bundle of two clashes with the other axis: the point that takes it is refused
             {"x": {"a": {"seed": 1}}, "y": {"b": {"methods": ["naive"]}, "c": {"seed": 2}}},
             {"axes": {"x": ["a"], "y": ["b", "c"]}},
-            "axis x (bundles.x) sets seed and axis y (bundles.y)",
+            "axis x (bundles.x.a) sets seed and axis y (bundles.y.c) sets seed",
+        ),
+        (  # within one bundle, and within `set`
+            {"x": {"a": {"anchor": {"lambda": 1}, "anchor.layers": "last"}}},
+            {"axes": {"x": ["a"]}},
+            "axis x (bundles.x.a) sets anchor and axis x (bundles.x.a) sets anchor.layers",
+        ),
+        (
+            {},
+            {"axes": {"seed": [1]}, "set": {"student.lr": 1, "student": {}}},
+            "`set` sets student and `set`",
         ),
     ],
 )
-def test_a_param_two_parts_of_a_block_set_is_refused_not_overridden(tmp_path, bundles, block, sources):
-    """An axis, a bundle and `set` naming one param (or one inside another) in a block: `set` won in
-    silence, so `seed: [1, 2]` with `set: {seed: 5}` ran seed 5 alone, under labels saying 1 and 2."""
+def test_a_param_set_twice_in_a_point_is_refused_not_overridden(tmp_path, bundles, block, sources):
+    """An axis, a bundle and `set` naming one param (or one inside another) in a block: the last won
+    in silence, so `seed: [1, 2]` with `set: {seed: 5}` ran seed 5 alone, under labels saying 1 and
+    2 (and the GPU-hour estimate counted both)."""
     path = tmp_path / "grid.yaml"
     path.write_text(yaml.safe_dump({"bundles": bundles, "blocks": [{"name": "b", **block}]}, sort_keys=False))
     with pytest.raises(SweepError, match="one would override the other in silence") as err:
@@ -114,16 +125,40 @@ def test_a_param_two_parts_of_a_block_set_is_refused_not_overridden(tmp_path, bu
 
 
 def test_blocks_may_set_one_param_differently_and_keys_that_only_share_letters_are_apart(tmp_path):
+    """Blocks may overlap; `seed` and `seeds`, `student.lr` and `student.lr_head` are two params;
+    two bundles of one axis may set `anchor` and `anchor.lambda`, never in one point."""
     path = tmp_path / "grid.yaml"
+    bundles = {"x": {"a": {"anchor": {"lambda": 1}}, "b": {"anchor.lambda": 2}}}
     blocks = [
         {"axes": {"seed": [1]}, "set": {"seeds": [1, 2]}},
         {"axes": {"anchor.lambda": [1]}, "set": {"seed": 2}},
+        {"axes": {"x": ["a", "b"], "student.lr": [1]}, "set": {"student.lr_head": 2}},
     ]
-    path.write_text(yaml.safe_dump({"blocks": blocks}))
+    path.write_text(yaml.safe_dump({"bundles": bundles, "blocks": blocks}))
     assert load_grid_file(path).points == [
         {"seed": "1", "seeds": "[1,2]"},
         {"anchor.lambda": "1", "seed": "2"},
+        {"anchor": '{"lambda":1}', "student.lr": "1", "student.lr_head": "2"},
+        {"anchor.lambda": "2", "student.lr": "1", "student.lr_head": "2"},
     ]
+
+
+def test_an_empty_bundle_sets_nothing_and_a_point_that_sets_nothing_is_refused(tmp_path):
+    """An empty bundle (the baseline's values) set a param named after its axis: `lora=on`, refused
+    as an unknown param."""
+    path = tmp_path / "grid.yaml"
+    bundles = {"lora": {"on": {}, "off": {"student.lora.enabled": False}}}
+    path.write_text(
+        yaml.safe_dump({"bundles": bundles, "blocks": [{"axes": {"lora": ["on", "off"], "seed": [1]}}]})
+    )
+    grid = load_grid_file(path)
+    assert grid.points == [{"seed": "1"}, {"student.lora.enabled": "false", "seed": "1"}]
+    assert grid.labels[0] == {"lora": "on", "seed": "1"}
+    path.write_text(yaml.safe_dump({"bundles": bundles, "blocks": [{"name": "n", "axes": {"lora": ["on"]}}]}))
+    with pytest.raises(
+        SweepError, match=r"block 1 \(n\): point \{'lora': 'on'\} sets no param: it is the baseline"
+    ):
+        load_grid_file(path)
 
 
 def _refused(args: list[str]) -> str:

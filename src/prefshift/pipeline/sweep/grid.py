@@ -55,26 +55,23 @@ def parse_grid(specs: Sequence[str]) -> dict[str, list[str]]:
         grid[key] = split_values(values)
         if not all(grid[key]):
             raise SweepError(f"-S {spec!r}: empty value in the list")
-    check_one_source({f"-S {key}": [key] for key in grid}, "-S")
+    check_one_source([(f"-S {key}", key) for key in grid], "-S")
     return grid
 
 
-def check_one_source(sources: Mapping[str, Iterable[str]], where: str) -> None:
-    """Refuse a param that two parts of a grid set in one point (`-S anchor` and `-S anchor.lambda`;
-    in a grid file, an axis and a bundle, or a bundle and `set`): one would win in silence, and the
-    points asked for would collapse into fewer, labelled with values that never ran. `sources`: each
-    part's name → the dotted keys it sets."""
-    owner: dict[str, str] = {}
-    for source, keys in sources.items():
-        for key in keys:
-            for other, other_source in owner.items():
-                nested = f"{key}.".startswith(f"{other}.") or f"{other}.".startswith(f"{key}.")
-                if nested and other_source != source:
-                    raise SweepError(
-                        f"{where}: {other_source} sets {other} and {source} sets {key}; one would override "
-                        "the other in silence: set each param in one place"
-                    )
-            owner.setdefault(key, source)
+def check_one_source(settings: Sequence[tuple[str, str]], where: str) -> None:
+    """Refuse a grid point that sets a param twice, or one inside another (`anchor` and
+    `anchor.lambda`): by two `-S`, or in a grid file by an axis, a bundle or `set`. One would win in
+    silence, and the points asked for would collapse into fewer, labelled with values that never
+    ran. `settings`: (where, dotted key) for each param the point sets. Sorted with a dot after
+    each key, a key that holds another comes right before one that it holds."""
+    ordered = sorted(settings, key=lambda setting: f"{setting[1]}.")
+    for (source, key), (other_source, other) in itertools.pairwise(ordered):
+        if f"{other}.".startswith(f"{key}."):
+            raise SweepError(
+                f"{where}: {source} sets {key} and {other_source} sets {other}; one would override the "
+                "other in silence: set each param in one place"
+            )
 
 
 def check_size(count: int, max_points: int, where: str) -> None:

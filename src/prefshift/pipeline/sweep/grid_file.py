@@ -103,42 +103,38 @@ def _read(path: Path) -> GridSpec:
         raise SweepError(f"{path}: {where}: {problem}{more}") from None
 
 
-def _source(spec: GridSpec, axis: str) -> str:
-    return f"axis {axis}" + (f" (bundles.{axis})" if axis in spec.bundles else "")
-
-
-def _keys(spec: GridSpec, axis: str, values: list[Any]) -> set[str]:
-    """The params an axis sets: itself, or, for a bundle axis, what its bundles named there set."""
+def _settings(spec: GridSpec, axis: str, value: Any) -> list[tuple[str, str, Any]]:
+    """What an axis's value sets, as (where it is set, param, value): itself, or its bundle's params
+    (an empty bundle sets none: the baseline's values)."""
     if axis not in spec.bundles:
-        return {axis}
-    return {key for value in values for key in spec.bundles[axis][str(value)]}
+        return [(f"axis {axis}", axis, value)]
+    where = f"axis {axis} (bundles.{axis}.{value})"
+    return [(where, key, given) for key, given in spec.bundles[axis][str(value)].items()]
 
 
 def load_grid_file(path: Path, max_points: int = MAX_POINTS) -> GridFile:
     path = Path(path)
     spec = _read(path)
-    for number, block in enumerate(spec.blocks, 1):
-        where = f"{path}: block {number} ({block.name})"
+    named = [f"{path}: block {number} ({block.name})" for number, block in enumerate(spec.blocks, 1)]
+    for where, block in zip(named, spec.blocks, strict=True):
         for axis, values in block.axes.items():
             if unknown := [v for v in values if axis in spec.bundles and str(v) not in spec.bundles[axis]]:
                 known = ", ".join(spec.bundles[axis])
                 raise SweepError(f"{where}: {axis} {unknown[0]!r} is not in bundles.{axis} ({known})")
-        sources = {_source(spec, axis): _keys(spec, axis, values) for axis, values in block.axes.items()}
-        check_one_source({**sources, "`set`": block.set}, where)
     check_size(sum(math.prod(len(v) for v in b.axes.values()) for b in spec.blocks), max_points, str(path))
     found: dict[str, tuple[dict[str, str], dict[str, str]]] = {}  # blocks may overlap; a point runs once
-    for block in spec.blocks:
-        fixed = {key: _text(value) for key, value in block.set.items()}
+    for where, block in zip(named, spec.blocks, strict=True):
+        fixed = [("`set`", key, value) for key, value in block.set.items()]
         for combo in itertools.product(*block.axes.values()):
-            point, label = {}, {axis: _text(value) for axis, value in zip(block.axes, combo, strict=True)}
-            for axis, value in zip(block.axes, combo, strict=True):
-                bundle = spec.bundles.get(axis, {}).get(str(value))
-                point.update({k: _text(v) for k, v in bundle.items()} if bundle else {axis: _text(value)})
-            point.update(fixed)
-            found.setdefault(
-                json.dumps(point, sort_keys=True),
-                (point, {**label, **{k: v for k, v in fixed.items() if k not in label}}),
-            )
+            pairs = list(zip(block.axes, combo, strict=True))
+            settings = [item for axis, value in pairs for item in _settings(spec, axis, value)] + fixed
+            check_one_source([(source, key) for source, key, _ in settings], where)
+            point = {key: _text(value) for _, key, value in settings}
+            label = {axis: _text(value) for axis, value in pairs}
+            if not point:
+                raise SweepError(f"{where}: point {label} sets no param: it is the baseline; drop it")
+            label |= {key: _text(value) for _, key, value in fixed if key not in label}
+            found.setdefault(json.dumps(point, sort_keys=True), (point, label))
     return GridFile(
         path, spec, [point for point, _ in found.values()], [label for _, label in found.values()]
     )
