@@ -89,9 +89,9 @@ def test_filed_record_names_fit_a_file_name_and_keep_the_names_filed_before():
     long = sweep_filename("naive", {"note": "é" * 300, "seed": 1})
     assert len(long.encode()) == MAX_FILENAME and long.startswith('naive__note="\\u00e9\\u00e9')
     assert capped("é" * 300, 101) == "é" * 44 + "-" + hashlib.sha256(("é" * 300).encode()).hexdigest()[:12]
-    grid = load_grid_file(REPO / "configs" / "paper-grid.yaml")
+    grid, baseline = load_grid_file(REPO / "configs" / "paper-grid.yaml"), (REPO / "params.yaml").read_text()
     names = [
-        sweep_filename(method, {key: dvc_value(key, text) for key, text in point.items()})
+        sweep_filename(method, {key: dvc_value(baseline, key, text) for key, text in point.items()})
         for point in grid.points
         for method in ("naive", "anchor_last", "anchor_mid")
     ]
@@ -135,9 +135,42 @@ def test_a_value_is_read_as_the_point_s_stages_will_read_it(tmp_path, text, read
     assert (
         read_yaml(params.read_text(), "params")["data"]["source"]
         == dvc_reads
-        == dvc_value("data.source", text)
+        == dvc_value("data:\n  source: x\n", "data.source", text)
     )
     assert dvc_reads == read
+
+
+def test_a_mapping_merges_and_a_param_params_yaml_lacks_is_refused_as_dvc_does(tmp_path):
+    """The checks set `-S anchor={lambda: 2}` as a new anchor section, where DVC merges it into the
+    one params.yaml holds; and they took a param the file lacks, which DVC refuses (it sets only
+    what the file holds), so every point failed once the sweep ran. Compared with DVC's own
+    apply_overrides on a real file."""
+    from dvc.exceptions import InvalidArgumentError
+    from dvc.utils.hydra import apply_overrides
+
+    from prefshift.config.params import read_yaml
+    from prefshift.pipeline.sweep.grid import check_distinct, dvc_value
+
+    text = (REPO / "params.yaml").read_text().replace("reference_batch_size: 16", "reference_batch_size: 4")
+    (params := tmp_path / "params.yaml").write_text(text)
+    apply_overrides(params, ["anchor={lambda: 2}"])
+    merged = read_yaml(params.read_text(), "params")["anchor"]
+    assert merged == dvc_value(text, "anchor", "{lambda: 2}")
+    assert merged == {**read_yaml(text, "p")["anchor"], "lambda": 2} and merged["reference_batch_size"] == 4
+    params.write_text(text)  # 4, not the default 16: set as a new section, the two points differed
+    with pytest.raises(SweepError, match="give the same params"):  # one experiment, written two ways
+        check_distinct(params, [{"anchor.lambda": "2"}, {"anchor": "{lambda: 2}"}])
+
+    lacking = "\n".join(line for line in text.splitlines() if "cache_max_gb" not in line) + "\n"
+    (params := tmp_path / "params.yaml").write_text(lacking)
+    with pytest.raises(InvalidArgumentError):
+        apply_overrides(params, ["anchor.cache_max_gb=3"])
+    with pytest.raises(
+        SweepError, match=r"^-S anchor\.cache_max_gb=3: params\.yaml does not hold anchor\.cache_"
+    ):
+        check_distinct(params, [{"anchor.cache_max_gb": "3"}])
+    with pytest.raises(PrefshiftError, match=r"anchor\.cache_max_gbs: unknown key"):  # misspelt: said so
+        check_distinct(params, [{"anchor.cache_max_gbs": "3"}])
 
 
 def test_a_value_the_stages_refuse_or_dvc_resolves_is_refused_before_anything_runs():

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from e2e_project import REPO
 from prefshift.cli import app
 from prefshift.pipeline.sweep.commands import SweepError
+from prefshift.pipeline.sweep.grid import check_distinct
 from prefshift.pipeline.sweep.grid_file import estimate, load_grid_file
 
 SMALL = {
@@ -46,7 +47,7 @@ def test_blocks_expand_bundles_and_the_estimate_adds_up_by_hand(tmp_path):
     assert len(grid.points) == 5
     assert grid.points[0] == {"data.category": "harmless", "seed": "1", "methods": '["naive","anchor_last"]'}
     assert grid.labels[-1] == {"setting": "a", "anchor.lambda": "0.01", "methods": '["anchor_last"]'}
-    cost = estimate(grid, REPO / "params.yaml")
+    cost = estimate(grid, check_distinct(REPO / "params.yaml", grid.points))
     # a: 1000 pairs -> 500 per side of the split x 2 sequences x 100 tokens = 100,000 tokens per training
     # b: 2000 -> 1000 x 2 x 50 = 100,000 tokens. Teachers: 5 x 100,000 / 100 tokens/s = 5,000 s.
     # Students: a: (2 + 2 + 1) x 100,000 / 10 = 50,000 s; b: (2 + 2) x 100,000 / 20 = 20,000 s.

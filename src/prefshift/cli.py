@@ -785,7 +785,7 @@ def _dry_run(root: Path, grid: Any, points: list, methods: list, chosen: Any, sc
         for line in grid_module.describe_points(grid.labels):
             typer.echo(f"  {line}")
         if grid.spec.estimate:
-            for line in _call(grid_module.estimate, grid, root / "params.yaml").lines()[1:]:
+            for line in _call(grid_module.estimate, grid, loaded).lines()[1:]:
                 typer.echo(line)
     problems = _call(
         _stage("pipeline.sweep.run", "workspace_problems"), root, scratch, chosen.kind == "slurm"

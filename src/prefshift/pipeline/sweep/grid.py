@@ -9,11 +9,20 @@ import itertools
 import json
 import math
 import re
+import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from prefshift.config.params import Params, load_params, parse_params, read_yaml, set_dotted, split_override
+from prefshift.config.params import (
+    Params,
+    get_dotted,
+    load_params,
+    parse_params,
+    read_yaml,
+    set_dotted,
+    split_override,
+)
 from prefshift.pipeline.sweep.commands import SweepError
 
 MAX_POINTS = 1000
@@ -106,12 +115,14 @@ def check_distinct(
     none of them, or a method that no point trains, is refused too: it would fail only when filed,
     after every point ran. params.yaml is parsed once."""
     load_params(params_path)  # the file itself, checked once with its own errors
-    raw = read_yaml(Path(params_path).read_text(encoding="utf-8"), str(params_path))
+    text = Path(params_path).read_text(encoding="utf-8")
+    raw = read_yaml(text, str(params_path))
     points, seen, trained, loaded = list(points), {}, set(), []  # seen: by resolved params (JSON), name
     for index, point in enumerate(points):
         overrides, tree = [f"{k}={v}" for k, v in point.items()], copy.deepcopy(raw)
-        for key, text in point.items():
-            set_dotted(tree, split_override(f"{key}={text}")[0], f"{key}={text}", dvc_value(key, text))
+        for key, given in point.items():
+            item = f"{key}={given}"
+            set_dotted(tree, split_override(item)[0], item, dvc_value(text, key, given))
         loaded.append(params := parse_params(tree, " -S ".join([str(params_path), *overrides])))
         trained.update(mine := [m for m in collected if m in params.methods])
         if collected and not mine:
@@ -152,9 +163,9 @@ def capped(name: str, limit: int) -> str:
 
 
 @functools.lru_cache(maxsize=4096)
-def _read_back(key: str, text: str) -> Any:
-    from dvc.utils.hydra import to_hydra_overrides
-    from dvc.utils.serialize import dumps_yaml
+def _applied(params_text: str, key: str, text: str) -> Any:
+    from dvc.exceptions import InvalidArgumentError
+    from dvc.utils.hydra import apply_overrides, to_hydra_overrides
     from hydra.errors import HydraException
 
     quote = f"quote it as a string: -S \"{key}='{text}'\""
@@ -168,14 +179,32 @@ def _read_back(key: str, text: str) -> Any:
         raise SweepError(f"-S {key}={text}: DVC cannot parse this value ({problem}); {quote}") from None
     if override.is_sweep_override():
         raise SweepError(f"-S {key}={text}: a Hydra sweep, which DVC would run as a grid of its own; {quote}")
-    return read_yaml(dumps_yaml({"value": override.value()}), f"-S {key}={text}")["value"]
+    try:
+        get_dotted(raw := read_yaml(params_text, "params.yaml"), key)
+    except KeyError:  # a misspelt key is refused as such; a known one DVC would refuse in every point
+        set_dotted(raw, split_override(f"{key}={text}")[0], f"{key}={text}", override.value())
+        parse_params(raw, f"params.yaml -S {key}={text}")
+        raise SweepError(
+            f"-S {key}={text}: params.yaml does not hold {key}, and DVC sets only a param the file holds "
+            f"(every point would fail): add {key} to params.yaml, commit, then sweep"
+        ) from None
+    with tempfile.TemporaryDirectory(prefix="prefshift-sweep-") as scratch:
+        (path := Path(scratch) / "params.yaml").write_text(params_text, encoding="utf-8")
+        try:
+            apply_overrides(path, [f"{key}={text}"])
+        except InvalidArgumentError as err:
+            problem = str(err.__cause__ or err).strip().splitlines()[0]
+            raise SweepError(f"-S {key}={text}: DVC cannot set this value ({problem})") from None
+        return get_dotted(read_yaml(path.read_text(encoding="utf-8"), f"-S {key}={text}"), key)
 
 
-def dvc_value(key: str, text: str) -> Any:
-    """The value a point's stages read for `-S key=text`: what `dvc exp run -S` writes into the
-    point's params.yaml, read back as prefshift reads that file. DVC parses the text with Hydra's
-    override grammar (not YAML: `1e-4` is a number, and some unquoted text, `#`, `=`, `~` or
-    non-ASCII, is refused) and writes it as YAML, which prefshift reads as DVC does (read_yaml). The
-    checks before a sweep, the paths it will file and a task's reuse of an earlier experiment all
-    read values so."""
-    return copy.deepcopy(_read_back(key, text))
+def dvc_value(params_text: str, key: str, text: str) -> Any:
+    """The value a point's stages read at `key` for `-S key=text`: what `dvc exp run -S` writes into
+    the point's params.yaml (the baseline's, `params_text`), by DVC's own apply_overrides, read back
+    as prefshift reads that file. DVC parses the text with Hydra's override grammar (not YAML: `1e-4`
+    is a number, and some unquoted text, `#`, `=`, `~` or non-ASCII, is refused), sets only a param
+    the file holds, merges a mapping into the one there (`anchor={lambda: 2}` keeps anchor's other
+    keys) and writes YAML 1.2, which prefshift reads as DVC does (read_yaml). The checks before a
+    sweep, the paths it will file, the estimate and a task's reuse of an earlier experiment all read
+    values so. Two params a point sets never nest (check_one_source), so each is applied alone."""
+    return copy.deepcopy(_applied(params_text, key, text))

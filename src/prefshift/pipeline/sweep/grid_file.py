@@ -19,10 +19,10 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
 
-from prefshift.config.params import load_params, read_yaml
+from prefshift.config.params import Params, read_yaml
 from prefshift.core.reading import MIB, read_regular
 from prefshift.pipeline.sweep.commands import SweepError
-from prefshift.pipeline.sweep.grid import MAX_POINTS, check_one_source, check_size, dvc_value
+from prefshift.pipeline.sweep.grid import MAX_POINTS, check_one_source, check_size
 
 MAX_FILE_BYTES = MIB  # the paper's grid is 6 KB
 
@@ -159,25 +159,25 @@ class Estimate:
         ]
 
 
-def estimate(grid: GridFile, params_path: Path) -> Estimate:
+def estimate(grid: GridFile, loaded: Sequence[Params]) -> Estimate:
     """GPU-hours to train every point's teacher and students: tokens (the data axis's train pairs,
     halved between teacher and students by the split protocol, × 2 sequences × tokens per sequence ×
-    epochs) over the rate axis's tokens/s/GPU (`strong_full` for a student whose point turns LoRA
-    off). Scoring, labelling, generation and best-of-n are forward passes, not counted."""
+    epochs) over the rate axis's tokens/s/GPU (`strong_full` for a student fully fine-tuned, LoRA
+    off). `loaded`: each point's params (grid.check_distinct). Scoring, labelling, generation and
+    best-of-n are forward passes, not counted."""
     spec, where = grid.spec.estimate, f"{grid.path}: estimate"
     assert spec is not None, "the dry run estimates a grid file with an estimate block"
     teacher_s = student_s = 0.0
-    students, baseline = 0, load_params(params_path)
-    for point, label in zip(grid.points, grid.labels, strict=True):
+    students = 0
+    for params, label in zip(loaded, grid.labels, strict=True):
         try:
             sizes, rate = spec.data[label[spec.data_axis]], spec.rates[label[spec.rate_axis]]
         except KeyError as err:
             raise SweepError(f"{where}: no entry for {err.args[0]!r} (point {label})") from None
         tokens = sizes.train_pairs / 2 * 2 * sizes.tokens_per_sequence
         teacher_s += tokens * spec.epochs.teacher / rate.weak
-        given = {key: dvc_value(key, text) for key, text in point.items()}  # as the point's stages read it
-        students += (trained := len(given.get("methods", baseline.methods)))
-        full = given.get("student.lora.enabled") is False and rate.strong_full
+        students += (trained := len(params.methods))
+        full = not params.student.lora.enabled and rate.strong_full
         student_s += trained * tokens * spec.epochs.student / (rate.strong_full if full else rate.strong)
     notes = [f"data ({name}): {entry.source}" for name, entry in spec.data.items()]
     notes += [f"rates ({name}): {entry.source}" for name, entry in spec.rates.items()]

@@ -84,8 +84,9 @@ def filing_problems(
     file at a record's path; a file where reports/sweeps/ goes), found before any point runs: found
     when filing, they failed the sweep after every point had run."""
     layout, paths = Layout(root), []
+    baseline = (Path(root) / "params.yaml").read_text(encoding="utf-8")
     for point, params in zip(points, loaded, strict=True):
-        sweep = {key: dvc_value(key, text) for key, text in point.items()}
+        sweep = {key: dvc_value(baseline, key, text) for key, text in point.items()}
         paths += [
             _filed_as(layout, method, sweep, seed)[0]
             for method in methods

@@ -60,7 +60,8 @@ def _fetch_earlier(record: SweepRecord, index: int, clone: Path, say) -> None:
     point, where = record.points[index], f"{ref}:params.yaml"
     try:
         theirs = read_yaml(run_git(clone, "show", where), where)
-        same = all(get_dotted(theirs, key) == dvc_value(key, value) for key, value in point.items())
+        ours = run_git(clone, "show", f"{record.data['baseline']}:params.yaml")
+        same = all(get_dotted(theirs, key) == dvc_value(ours, key, value) for key, value in point.items())
     except (KeyError, ConfigError, SweepError):  # no params.yaml there, no such key, no YAML
         same = False
     if not same:
