@@ -404,10 +404,18 @@ def test_a_workspace_the_sweep_cannot_start_from_is_refused_in_one_line_and_the_
     refused("not committed: params.yaml")
 
 
-def test_device_sets_are_disjoint_and_jobs_are_plain_slots():
-    from prefshift.pipeline.sweep.local import Slots, parse_devices
+def test_device_sets_are_disjoint_and_jobs_are_plain_slots(tmp_path, capsys):
+    from prefshift.pipeline.sweep.local import Pool, Slots, parse_devices
 
-    assert Slots(1, parse_devices("0, 1,2,3,4"), per_task=2).free == [("0", "1"), ("2", "3")]  # 4: no set
+    slots = Slots(1, parse_devices("0, 1,2,3,4"), per_task=2)
+    assert slots.free == [("0", "1"), ("2", "3")] and slots.idle == ["4"]  # 4: no set, and said so
+    assert Slots(1, ["0", "1"], per_task=2).idle == [] == Slots(2).idle
+    record = _record(tmp_path / "sweeps", [{"seed": "1"}], ["sweep-seed-1"])
+    Pool(record, slots).launch([])
+    assert (
+        f"sweep {record.id}: 2 point(s) at a time; device 4 left idle, short of a set"
+        in capsys.readouterr().err
+    )
     assert Slots(3).free == [None, None, None]
     for text, message in (
         ("0,0", "listed twice"),

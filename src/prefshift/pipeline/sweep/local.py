@@ -45,6 +45,7 @@ class Slots:
             raise SweepError(f"--jobs {jobs}: run at least one point at a time")
         sets = [tuple(devices[i : i + per_task]) for i in range(0, len(devices) - per_task + 1, per_task)]
         self.free: list[tuple[str, ...] | None] = sets if devices else [None] * jobs
+        self.idle = list(devices[len(sets) * per_task :])  # too few left to make a set
 
 
 class Pool:
@@ -52,7 +53,7 @@ class Pool:
 
     def __init__(self, record: SweepRecord, slots: Slots):
         """A pool for the process that holds the sweep (`driving`)."""
-        self.record, self.free, self.queued = record, slots.free, []
+        self.record, self.free, self.queued, self.idle = record, slots.free, [], slots.idle
         self.awaited: dict[int, list[tuple[str, ...] | None]] = {}
         self.threads = str(host.core_share(len(slots.free)))
         self.running: dict[int, tuple[subprocess.Popen, tuple[str, ...] | None]] = {}
@@ -66,7 +67,8 @@ class Pool:
         self.record.data["driver"] = {"points": [*indices, *awaited], "since": now()}
         self.record.save()
         self.queued += indices
-        say(f"sweep {self.record.id}: {len(self.free)} point(s) at a time")
+        idle = f"; device {','.join(self.idle)} left idle, short of a set" if self.idle else ""
+        say(f"sweep {self.record.id}: {len(self.free)} point(s) at a time{idle}")
         for index in awaited:  # the slot each holds: its recorded devices', or any; none if none is free
             used = self.record.read_state(index).get("devices")
             held = [s for s in self.free if s is not None and ",".join(s) == used][:1] or self.free[:1]
