@@ -160,6 +160,8 @@ def test_a_mapping_merges_and_a_param_params_yaml_lacks_is_refused_as_dvc_does(t
     params.write_text(text)  # 4, not the default 16: set as a new section, the two points differed
     with pytest.raises(SweepError, match="give the same params"):  # one experiment, written two ways
         check_distinct(params, [{"anchor.lambda": "2"}, {"anchor": "{lambda: 2}"}])
+    with pytest.raises(SweepError, match=r"DVC cannot set this value \(Could not override 'anchor'"):
+        check_distinct(params, [{"anchor": "{lambda: 2, extra: 1}"}])  # a key the mapping there lacks
 
     lacking = "\n".join(line for line in text.splitlines() if "cache_max_gb" not in line) + "\n"
     (params := tmp_path / "params.yaml").write_text(lacking)

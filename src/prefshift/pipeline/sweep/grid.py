@@ -193,7 +193,8 @@ def _applied(params_text: str, key: str, text: str) -> Any:
         try:
             apply_overrides(path, [f"{key}={text}"])
         except InvalidArgumentError as err:
-            problem = str(err.__cause__ or err).strip().splitlines()[0]
+            cause = err.__cause__ or err
+            problem = next(iter(str(cause).strip().splitlines()), type(cause).__name__)
             raise SweepError(f"-S {key}={text}: DVC cannot set this value ({problem})") from None
         return get_dotted(read_yaml(path.read_text(encoding="utf-8"), f"-S {key}={text}"), key)
 
