@@ -1,7 +1,7 @@
 """Plain progress lines for long loops (training, reference pass, scoring, generation, probes).
 
-Why plain lines: a stage often runs with no terminal (a DVC queue worker, a SLURM job, `dvc
-repro > log`). A rich bar there draws nothing until it stops, so a 25-minute training stage left
+Why plain lines: a stage often runs with no terminal (a sweep's task, a SLURM job, `dvc repro >
+log`). A rich bar there draws nothing until it stops, so a 25-minute training stage left
 its log empty until the end. Every long loop instead prints one self-contained line now and then:
 
     train naive: 120/600 steps (20.0%) | loss 0.6812 acc 0.563 | 41.3 pairs/s | 29s elapsed | ETA 1m56s

@@ -1,7 +1,7 @@
 """Signals that end a command, turned into exceptions so that its cleanups run.
 
 SIGTERM's and SIGHUP's default action ends a process at once: no `finally`, no `except`, so an
-MLflow run stays RUNNING for good and a sweep leaves its DVC queue running. Inside
+MLflow run stays RUNNING for good and a sweep leaves its tasks' process groups running. Inside
 `signals_as_exceptions` they raise `Terminated` in the main thread instead, as Ctrl-C raises
 KeyboardInterrupt; the code that catches it ends what it started and then exits with
 `exit_code`, the status the signal's default action would have given (128 + its number).
