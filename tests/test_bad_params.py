@@ -224,8 +224,9 @@ def test_an_override_that_is_not_yaml_is_named(tmp_path, command, override, prob
 
 def test_sweep_parses_its_grid_values_as_dvc_will(tmp_path):
     """A sweep's values go to `dvc exp run -S`, which reads them with Hydra's grammar, not YAML:
-    the sweep checks them with that parser, before anything runs (test_sweep.py has the cases)."""
-    _params_file(tmp_path, {})
+    the sweep checks them with that parser, before anything runs (test_sweep.py has the cases). The
+    params file holds the param: DVC sets only a param the file holds."""
+    _params_file(tmp_path, {"anchor": {"lambda": 1.0}})
     message = _cli_error("sweep", "-S", "anchor.lambda=1e-4,[", "--root", str(tmp_path), "--no-report")
     assert message.startswith("error: -S anchor.lambda=[: DVC cannot parse this value (")
     assert message.rstrip().endswith("quote it as a string: -S \"anchor.lambda='['\"")
