@@ -209,7 +209,11 @@ def waits_or_runs(trace: Path, logs: Path, waiting: str) -> Callable[[], bool]:
 
 
 def trace_records(trace: Path, kind: str) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted(trace.glob(f"{kind}-*.json"))]
+    """The stage's `kind` records (start, end) in the order they happened. Not in their files' name
+    order: a name ends in the pid, and pid 977 sorted after 1003, so a test read an attempt that a
+    kill had already ended as the one running."""
+    records = [json.loads(p.read_text()) for p in trace.glob(f"{kind}-*.json")]
+    return sorted(records, key=lambda record: record[kind])
 
 
 def wait_until(condition, what: str, timeout: float = 180.0) -> None:
