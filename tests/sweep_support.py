@@ -110,12 +110,15 @@ def run_ok(args, cwd, env) -> str:
     return done.stdout
 
 
-def toy_project(tmp: Path, env: dict[str, str], remotes: bool, committed: bool = True) -> tuple[Path, Path]:
+def toy_project(
+    tmp: Path, env: dict[str, str], remotes: bool, committed: bool = True, subdir: str = ""
+) -> tuple[Path, Path]:
     """A two-stage project (prepare → report) reproduced once, committed with its results (or, not
     `committed`, its sources alone); with `remotes`, a bare git origin holding the baseline and a
-    local DVC remote. Returns (project, trace folder)."""
-    root, trace = tmp / "project", tmp / "trace"
-    root.mkdir()
+    local DVC remote; with `subdir`, in that folder of its git repository, as in a monorepo.
+    Returns (project, trace folder)."""
+    top, trace = tmp / "project", tmp / "trace"
+    (root := top / subdir).mkdir(parents=True)
     trace.mkdir()
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     (root / "params.yaml").write_text(yaml.safe_dump({**params, "seeds": [0]}, sort_keys=False))
@@ -139,8 +142,8 @@ def toy_project(tmp: Path, env: dict[str, str], remotes: bool, committed: bool =
         },
     }
     (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}))
-    run_ok(["git", "init", "-q", "-b", "main"], root, env)
-    run_ok(["dvc", "init", "-q"], root, env)
+    run_ok(["git", "init", "-q", "-b", "main"], top, env)
+    run_ok(["dvc", "init", "-q", *(["--subdir"] if subdir else [])], root, env)
     if remotes:
         run_ok(["git", "init", "-q", "--bare", str(tmp / "origin.git")], tmp, env)
         run_ok(["git", "remote", "add", "origin", str(tmp / "origin.git")], root, env)
@@ -173,28 +176,32 @@ def on_a_cluster(stack: ExitStack, tmp: Path, env: dict[str, str], monkeypatch) 
 
 
 @contextmanager
-def a_cluster_project(tmp: Path, monkeypatch) -> Iterator[tuple[Path, Path, dict[str, str]]]:
+def a_cluster_project(
+    tmp: Path, monkeypatch, subdir: str = ""
+) -> Iterator[tuple[Path, Path, dict[str, str]]]:
     """(project with remotes, trace folder, environment) on a one-node SLURM with an MLflow server,
-    for the body; the test is skipped where SLURM cannot run."""
+    for the body; the test is skipped where SLURM cannot run. `subdir` as for toy_project."""
     if reason := why_not():
         pytest.skip(reason)
     env = in_sweep_env(monkeypatch)
     with ExitStack() as stack:
-        root, trace = toy_project(tmp, env, remotes=True)
+        root, trace = toy_project(tmp, env, remotes=True, subdir=subdir)
         on_a_cluster(stack, tmp, env, monkeypatch)
         yield root, trace, env
 
 
 @contextmanager
-def a_project(tmp: Path, monkeypatch, executor: str) -> Iterator[tuple[Path, Path, dict[str, str]]]:
+def a_project(
+    tmp: Path, monkeypatch, executor: str, subdir: str = ""
+) -> Iterator[tuple[Path, Path, dict[str, str]]]:
     """(project, trace folder, environment) for `executor`: on a one-node SLURM with remotes (as
-    a_cluster_project), else on this machine alone."""
+    a_cluster_project), else on this machine alone. `subdir` as for toy_project."""
     if executor == "slurm":
-        with a_cluster_project(tmp, monkeypatch) as made:
+        with a_cluster_project(tmp, monkeypatch, subdir) as made:
             yield made
     else:
         env = in_sweep_env(monkeypatch)
-        yield (*toy_project(tmp, env, remotes=False), env)
+        yield (*toy_project(tmp, env, remotes=False, subdir=subdir), env)
 
 
 def waits_or_runs(trace: Path, logs: Path, waiting: str) -> Callable[[], bool]:

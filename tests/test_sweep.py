@@ -334,32 +334,45 @@ def test_distinct_points_pass_the_duplicate_check():
     check_distinct(REPO / "params.yaml", grid_points(parse_grid(["anchor.lambda=1e-4,1e-2,1", "seed=1,2"])))
 
 
-def test_uncommitted_baseline_names_lock_and_metrics_not_in_head_with_the_command(tmp_path):
-    from prefshift.pipeline.sweep.baseline import commit_command, uncommitted_baseline
+@pytest.mark.parametrize("subdir", ["", "ml"])
+def test_uncommitted_baseline_names_lock_and_metrics_not_in_head_with_the_command(tmp_path, subdir):
+    """Also for a project in a folder of its git repository (a monorepo's, `dvc init --subdir`): git
+    names paths from the repository's top, so a project's uncommitted dvc.lock went unseen there and
+    the command named paths (`ml/params.yaml`) that `git add` run in the project cannot find."""
+    from prefshift.pipeline.sweep.baseline import check_committed, commit_command, uncommitted_baseline
 
     env = {**os.environ, **{f"GIT_{w}_{x}": "t" for w in ("AUTHOR", "COMMITTER") for x in ("NAME", "EMAIL")}}
+    (root := tmp_path / subdir).mkdir(exist_ok=True)
     stages = {
         "ev": {"cmd": "true", "outs": ["scores"], "metrics": [{"reports/metrics/a.json": {"cache": False}}]},
         "report": {"cmd": "true", "metrics": [{"reports/metrics.json": {"cache": False}}]},
     }
-    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}))
-    (tmp_path / "reports" / "metrics").mkdir(parents=True)
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}))
+    (root / "reports" / "metrics").mkdir(parents=True)
     for rel in ("reports/metrics/a.json", "reports/metrics.json"):
-        (tmp_path / rel).write_text("{}\n")
-    (tmp_path / "dvc.lock").write_text("schema: '2.0'\nstages: {}\n")
+        (root / rel).write_text("{}\n")
+    (root / "dvc.lock").write_text("schema: '2.0'\nstages: {}\n")
+    (tmp_path / "README").write_text("the repository's\n")
     _run(["git", "init", "-q"], tmp_path, env)
-    _run([str(Path(sys.executable).parent / "dvc"), "init", "-q"], tmp_path, env)
-    _run(["git", "add", "dvc.yaml", ".dvc", "reports/metrics.json"], tmp_path, env)
-    _run(["git", "commit", "-qm", "base"], tmp_path, env)
-    _run(["git", "add", "dvc.lock"], tmp_path, env)  # staged, as core.autostage leaves it: not in HEAD
-    assert uncommitted_baseline(tmp_path) == ["dvc.lock", "reports/metrics/a.json"]
-    (tmp_path / "reports" / "metrics.json").write_text('{"wrg": 1}\n')
-    uncommitted = uncommitted_baseline(tmp_path)
+    _run([str(Path(sys.executable).parent / "dvc"), "init", "-q", "--subdir"], root, env)
+    _run(["git", "add", "dvc.yaml", ".dvc", "reports/metrics.json", str(tmp_path / "README")], root, env)
+    _run(["git", "commit", "-qm", "base"], root, env)
+    _run(["git", "add", "dvc.lock"], root, env)  # staged, as core.autostage leaves it: not in HEAD
+    assert uncommitted_baseline(root) == ["dvc.lock", "reports/metrics/a.json"]
+    (root / "reports" / "metrics.json").write_text('{"wrg": 1}\n')
+    uncommitted = uncommitted_baseline(root)
     assert uncommitted == ["dvc.lock", "reports/metrics/a.json", "reports/metrics.json"]
     command = commit_command(uncommitted)
     assert command.startswith("git add dvc.lock reports/metrics/a.json reports/metrics.json && git commit")
-    subprocess.run(command, shell=True, cwd=tmp_path, env=env, check=True, capture_output=True)
-    assert uncommitted_baseline(tmp_path) == []
+    subprocess.run(command, shell=True, cwd=root, env=env, check=True, capture_output=True)
+    assert uncommitted_baseline(root) == []
+    (tmp_path / "README").write_text("changed: the clone of HEAD would not see it\n")
+    with pytest.raises(SweepError) as refused:
+        check_committed(root)
+    outside = "../README" if subdir else "README"
+    assert f"not committed: {outside};" in str(refused.value)
+    subprocess.run(commit_command([outside]), shell=True, cwd=root, env=env, check=True, capture_output=True)
+    check_committed(root)
 
 
 def test_a_workspace_the_sweep_cannot_start_from_is_refused_in_one_line_and_the_dry_run_says_so(

@@ -290,6 +290,29 @@ def test_a_project_whose_path_holds_a_space_a_hash_and_a_comma_shares_its_dvc_ca
 
 @pytest.mark.slow
 @pytest.mark.parametrize("executor", ["local", "slurm"])
+def test_a_project_in_a_folder_of_its_git_repository_is_swept_filed_and_reused(
+    tmp_path, monkeypatch, executor
+):
+    """A DVC project in a folder of a monorepo (`dvc init --subdir`): every point failed at its clone
+    (`git clone` of a folder inside a repository: "does not exist"). A task now clones the repository
+    and runs DVC in the project's folder of its clone; the experiment, its numbers and a repeated
+    sweep's reuse come through as for a project at the top."""
+    with a_project(tmp_path, monkeypatch, executor, subdir="ml") as (root, trace, env):
+        sweep = ["sweep", "-S", "anchor.lambda=0.5", "--methods", "anchor_last", "--no-report"]
+        sweep += ["--root", str(root), *EXECUTORS[executor]]
+        run_cli(*sweep)
+        run_cli(*sweep)
+    assert len(trace_records(trace, "start")) == 1, "the repeated sweep reused the point"
+    assert (trace / "prepare-runs").read_text() == "prepare\n", "the shared stage was restored"
+    said = "".join(log.read_text() for log in (root / ".prefshift" / "sweeps").glob("*/logs/0.log"))
+    assert "experiment sweep-anchor.lambda-0.5 is on this baseline already" in said
+    assert run_ok(["dvc", "exp", "list", "--name-only"], root, env).split() == ["sweep-anchor.lambda-0.5"]
+    filed = root / "reports" / "sweeps" / "anchor_last__anchor.lambda=0.5__seed=0.json"
+    assert json.loads(filed.read_text())["wrg"] == 1.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("executor", ["local", "slurm"])
 def test_one_grid_swept_twice_at_once_trains_each_point_once(tmp_path, monkeypatch, executor):
     """Two sweeps of one grid started side by side each trained the point, and the second's push
     replaced the first's experiment. A task now holds the experiment's lock in the project: the

@@ -8,12 +8,28 @@ compares against them, and an experiment's parent commit holds the code that mad
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
 from prefshift.pipeline.sweep.commands import SweepError, run_git
 from prefshift.pipeline.sweep.record import default_scratch
+
+
+def git_place(root: Path) -> tuple[str, str]:
+    """(the top folder of the git repository that holds project `root`, the project's folder in it:
+    '' at the top, `ml` for a monorepo's `ml/` made with `dvc init --subdir`). A task clones the
+    repository whole and runs DVC in that folder of its clone."""
+    top = run_git(root, "rev-parse", "--show-toplevel").removesuffix("\n")
+    return top, run_git(root, "rev-parse", "--show-prefix").removesuffix("\n").rstrip("/")
+
+
+def _from_project(root: Path, paths: Sequence[str]) -> list[str]:
+    """Paths git gives from the top of its repository, as seen from project `root` (`../src/x.py`
+    outside it), so that a command run there takes them."""
+    prefix = git_place(root)[1]
+    return [os.path.relpath(path, prefix or ".") for path in paths]
 
 
 def pipeline_outputs(root: Path) -> list[tuple[Path, bool, bool]]:
@@ -77,7 +93,7 @@ def uncommitted_baseline(root: Path) -> list[str]:
     paths = [p.as_posix() for p, _, metric in pipeline_outputs(root) if metric and (root / p).exists()]
     paths = ["dvc.lock", *paths] if (root / "dvc.lock").exists() else paths
     status = run_git(root, "status", "--porcelain", "--untracked-files=all", "--", *paths) if paths else ""
-    changed = {line[3:].strip() for line in status.splitlines()}
+    changed = set(_from_project(root, [line[3:].strip() for line in status.splitlines()]))
     return [p for p in paths if p in changed]
 
 
@@ -95,7 +111,8 @@ def check_committed(root: Path) -> None:
             f"{root}: no git commit to start from (not a git repository, or one without a commit); each "
             "point runs in a clone of the baseline commit: commit the project, then its baseline"
         ) from None
-    changed = [p for p in run_git(root, "diff", "HEAD", "--name-only", "--no-renames", "-z").split("\0") if p]
+    changed = run_git(root, "diff", "HEAD", "--name-only", "--no-renames", "-z").split("\0")
+    changed = _from_project(root, [path for path in changed if path])
     missing = sorted(set(changed) | set(uncommitted_baseline(root)))  # no DVC project is refused here
     if not (root / "dvc.lock").exists():
         raise SweepError(

@@ -70,6 +70,7 @@ class _Stored(_Checked):
 
     id: str
     root: str
+    subdir: str = ""  # the project's folder in its git repository (baseline.git_place)
     baseline: str
     points: list[dict[str, str]]
     names: list[str]
@@ -141,12 +142,17 @@ class SweepRecord:
         self.id: str = self.data["id"]
         self.points: list[dict[str, str]] = self.data["points"]
         self.names: list[str] = self.data["names"]
+        self.subdir: str = self.data.get("subdir", "")  # none in a record from before monorepos
 
     def log(self, index: int) -> Path:
         return self.folder / "logs" / f"{index}.log"
 
     def clone(self, index: int) -> Path:
         return self.folder / "clones" / str(index)
+
+    def project(self, index: int) -> Path:
+        """The project in the point's clone, where its task runs DVC: a monorepo's is a folder of it."""
+        return self.clone(index) / self.subdir
 
     def check_log(self, index: int) -> None:
         """Refuse a point's log path that holds anything but a regular file: its task's output is

@@ -37,7 +37,7 @@ def _json_at(root: Path, rev: str, rel: str) -> Mapping[str, Any]:
     """The JSON object `rel` in commit `rev`; {} if it has none or it is no JSON object, so that
     every headline number it should hold is reported missing."""
     try:
-        data = json.loads(run_git(root, "show", f"{rev}:{rel}"))
+        data = json.loads(run_git(root, "show", f"{rev}:./{rel}"))  # ./: from the project's folder
     except (SweepError, ValueError):
         return {}
     return data if isinstance(data, Mapping) else {}
@@ -53,7 +53,7 @@ def point_results(
 ) -> tuple[list[tuple[Path, dict]], list[str]]:
     """The records to file for one experiment commit (each of `methods` that it trains), and every
     headline number it lacks."""
-    params = read_yaml(run_git(root, "show", f"{rev}:params.yaml"), where := f"{rev[:7]}:params.yaml")
+    params = read_yaml(run_git(root, "show", f"{rev}:./params.yaml"), where := f"{rev[:7]}:params.yaml")
     try:
         sweep = {key: get_dotted(params, key) for key in point}
     except KeyError as err:

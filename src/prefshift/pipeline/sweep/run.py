@@ -22,7 +22,7 @@ from prefshift.config.params import check_method
 from prefshift.core.paths import Layout
 from prefshift.core.signals import exit_code, signals_as_exceptions, signals_ignored, stop_signal
 from prefshift.pipeline.sweep import local, slurm
-from prefshift.pipeline.sweep.baseline import check_committed, check_scratch, dvc_cache_dir
+from prefshift.pipeline.sweep.baseline import check_committed, check_scratch, dvc_cache_dir, git_place
 from prefshift.pipeline.sweep.commands import SweepError, run_dvc, run_git, say
 from prefshift.pipeline.sweep.grid import check_distinct, experiment_name
 from prefshift.pipeline.sweep.record import (
@@ -133,9 +133,10 @@ def start(
     uri, baseline = tracking_uri(Layout(root)), run_git(root, "rev-parse", "HEAD").strip()
     cluster = executor.kind == "slurm"
     # One machine: the tasks clone this project and share its DVC cache; a cluster's, the remotes.
+    top, subdir = git_place(root)
     cache = None if cluster else dvc_cache_dir(root)
-    where = slurm.prepare(root, baseline, uri) if cluster else {"git_remote": str(root), "dvc_cache": cache}
-    data = {"root": str(root), "baseline": baseline, "points": [dict(p) for p in points]}
+    where = slurm.prepare(root, baseline, uri) if cluster else {"git_remote": top, "dvc_cache": cache}
+    data = {"root": str(root), "subdir": subdir, "baseline": baseline, "points": [dict(p) for p in points]}
     data.update(names=[experiment_name(p) for p in points], methods=methods, report=report)
     record = create(scratch, {**data, "tracking_uri": uri, **where, "executor": asdict(executor)}, root)
     say(f"sweep {record.id}: {len(points)} point(s), folder {record.folder}")

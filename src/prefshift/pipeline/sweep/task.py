@@ -48,24 +48,25 @@ def experiment_commit(root: Path, name: str) -> str:
     return run_git(root, "for-each-ref", "--format=%(objectname)", ref).strip()
 
 
-def _fetch_earlier(record: SweepRecord, index: int, clone: Path, say) -> None:
+def _fetch_earlier(record: SweepRecord, index: int, project: Path, say) -> None:
     """Fetch the point's experiment if the user's repository already holds it on this baseline (an
     earlier sweep ran the point): the task then pushes it back instead of running it again, so a
     sweep repeated as it was reruns nothing. One whose params differ from the point's (two values
-    that make one name, such as `a/b` and `a_b`) is dropped from the clone, and the point runs."""
+    that make one name, such as `a/b` and `a_b`) is dropped from the clone, and the point runs.
+    `project` is the project's folder in the clone, and `./` names a file in it."""
     ref = experiment_ref(record.data["baseline"], record.names[index])
-    if not run_git(clone, "ls-remote", "origin", ref).strip():
+    if not run_git(project, "ls-remote", "origin", ref).strip():
         return
-    run_git(clone, "fetch", "--quiet", "origin", f"+{ref}:{ref}")
-    point, where = record.points[index], f"{ref}:params.yaml"
+    run_git(project, "fetch", "--quiet", "origin", f"+{ref}:{ref}")
+    point, where = record.points[index], f"{ref}:./params.yaml"
     try:
-        theirs = read_yaml(run_git(clone, "show", where), where)
-        ours = run_git(clone, "show", f"{record.data['baseline']}:params.yaml")
+        theirs = read_yaml(run_git(project, "show", where), where)
+        ours = run_git(project, "show", f"{record.data['baseline']}:./params.yaml")
         same = all(get_dotted(theirs, key) == dvc_value(ours, key, value) for key, value in point.items())
     except (KeyError, ConfigError, SweepError):  # no params.yaml there, no such key, no YAML
         same = False
     if not same:
-        run_git(clone, "update-ref", "-d", ref)
+        run_git(project, "update-ref", "-d", ref)
         say(f"an earlier experiment named {record.names[index]} has other params; running the point")
 
 
@@ -84,14 +85,15 @@ def _clone(record: SweepRecord, index: int, say) -> Path:
     if clone.exists():
         say(f"reusing {clone} (an earlier attempt's checkpoints stay)")
         for name in DVC_LOCKS:
-            (clone / ".dvc" / "tmp" / name).unlink(missing_ok=True)
+            (record.project(index) / ".dvc" / "tmp" / name).unlink(missing_ok=True)
         return clone
     say(f"cloning {remote} at {record.data['baseline'][:12]} into {clone}")
     with atomic_path(clone, directory=True) as staging:
         run_git(clone.parent, "clone", "--quiet", "--no-checkout", remote, str(staging))
         run_git(staging, "checkout", "--quiet", "--detach", record.data["baseline"])
         if cache := record.data.get("dvc_cache"):  # one machine: what `dvc cache dir --local` writes
-            (staging / ".dvc" / "config.local").write_text(cache_config(cache), encoding="utf-8")
+            config = staging / record.subdir / ".dvc" / "config.local"
+            config.write_text(cache_config(cache), encoding="utf-8")
     return clone
 
 
@@ -101,32 +103,32 @@ def _made_here(clone: Path) -> bool:
     return clone.is_dir() and git.is_dir() and not git.is_symlink()
 
 
-def _run(record: SweepRecord, index: int, clone: Path, say) -> list[str]:
+def _run(record: SweepRecord, index: int, project: Path, say) -> list[str]:
     """Run the point's experiment unless it exists; return the stages DVC could not pull and so
     recomputed (UNPULLED): on a cluster, a DVC remote the node does not reach, which left alone
     would retrain the shared stages in every point."""
-    _fetch_earlier(record, index, clone, say)
-    if experiment_commit(clone, name := record.names[index]):
+    _fetch_earlier(record, index, project, say)
+    if experiment_commit(project, name := record.names[index]):
         say(f"experiment {name} is on this baseline already (an earlier attempt or sweep); pushing it")
         return []
     overrides = [f"-S{key}={value}" for key, value in record.points[index].items()]
     args = ["exp", "run", "--name", name, *overrides]
     if record.data.get("dvc_cache"):
-        run_dvc(clone, ["checkout", "--allow-missing"])
+        run_dvc(project, ["checkout", "--allow-missing"])
     else:
         args.append("--pull")
     say(f"dvc {' '.join(args)} {TARGET}")
-    return UNPULLED.findall(run_dvc(clone, [*args, TARGET]))
+    return UNPULLED.findall(run_dvc(project, [*args, TARGET]))
 
 
-def _push(record: SweepRecord, index: int, clone: Path, say) -> str:
-    if not (commit := experiment_commit(clone, name := record.names[index])):
-        raise SweepError(f"{clone}: `dvc exp run` left no experiment named {name}")
+def _push(record: SweepRecord, index: int, project: Path, say) -> str:
+    if not (commit := experiment_commit(project, name := record.names[index])):
+        raise SweepError(f"{project}: `dvc exp run` left no experiment named {name}")
     say(f"dvc exp push origin {name}")
-    run_dvc(clone, ["exp", "push", "--force", "--no-cache", "origin", name])
+    run_dvc(project, ["exp", "push", "--force", "--no-cache", "origin", name])
     if not record.data.get("dvc_cache"):
         say("dvc push (the experiment's outputs, to the project's DVC remote)")
-        run_dvc(clone, ["push"])
+        run_dvc(project, ["push"])
     return commit
 
 
@@ -242,9 +244,9 @@ def _attempt(record: SweepRecord, index: int, say, **started: str | int) -> int:
         with signals_as_exceptions():
             clone = _clone(record, index, say)
             record.write_state(index, "running", step=(step := "run"))
-            unpulled = _run(record, index, clone, say)
+            unpulled = _run(record, index, record.project(index), say)
             record.write_state(index, "running", step=(step := "push"))
-            commit = _push(record, index, clone, say)
+            commit = _push(record, index, record.project(index), say)
     except (Terminated, KeyboardInterrupt) as stop:
         record.write_state(index, STOPPED, step=step, error=f"stopped by a signal during {step}")
         say(f"stopped by a signal during {step}")
