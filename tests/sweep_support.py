@@ -42,7 +42,8 @@ if lam == 13:
     sys.exit(f"evaluate.py: no result for lambda {lam}")
 checkpoint = pathlib.Path("models/checkpoints/evaluate/step")
 seen = {"lambda": lam, "pid": os.getpid(), "devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-        "threads": os.environ.get("OMP_NUM_THREADS"), "resumed": checkpoint.exists(), "start": time.time()}
+        "threads": os.environ.get("OMP_NUM_THREADS"), "resumed": checkpoint.exists(), "start": time.time(),
+        "links": os.stat("data/base.txt").st_nlink}
 (trace / f"start-{lam}-{os.getpid()}.json").write_text(json.dumps(seen))
 checkpoint.parent.mkdir(parents=True, exist_ok=True)
 checkpoint.write_text("1")  # as training leaves its resumable checkpoint (no DVC output)

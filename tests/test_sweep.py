@@ -194,7 +194,7 @@ def test_quoted_values_stay_whole_and_a_name_clash_says_why():
         check_distinct(REPO / "params.yaml", grid_points(parse_grid(["tracking.experiment='é','ü'"])))
 
 
-def test_the_clones_cache_path_is_written_whole_or_refused():
+def test_the_clones_cache_path_is_written_whole_or_refused(tmp_path):
     """Written bare into each clone's config.local, a project path with a space, `#` or `,` sent
     the clone's cache elsewhere or failed it; one DVC's config cannot hold is refused by name."""
     from configobj import ConfigObj
@@ -202,10 +202,39 @@ def test_the_clones_cache_path_is_written_whole_or_refused():
     from prefshift.pipeline.sweep.baseline import cache_config
 
     for path in ("/w/my work#2,final/.dvc/cache", '/w/it\'s "q"/.dvc/cache'):
-        assert ConfigObj(cache_config(path).splitlines())["cache"]["dir"] == path
+        assert ConfigObj(cache_config(path, tmp_path).splitlines())["cache"]["dir"] == path
     for path in ("/w/%(x)s/.dvc/cache", "/w/'''\"\"\"/.dvc/cache"):
         with pytest.raises(SweepError, match=r"DVC's config cannot hold this path .*move the project"):
-            cache_config(path)
+            cache_config(path, tmp_path)
+
+
+def test_a_clone_links_and_locks_as_the_project_s_own_config_says_and_gets_none_of_its_remotes(tmp_path):
+    """A clone's config.local held the cache path alone: a project set to `cache.type hardlink`
+    (or `cache.shared group` for a team's cache) had each clone copy every output it restored (or
+    write the shared cache with the user's own permissions). Its remotes, credentials included,
+    stay in the project: a task on one machine pulls and pushes no data."""
+    from configobj import ConfigObj
+
+    from prefshift.pipeline.sweep.baseline import cache_config
+
+    (tmp_path / ".dvc").mkdir()
+    own = tmp_path / ".dvc" / "config.local"
+    own.write_text(
+        '[core]\n    hardlink_lock = true\n[cache]\n    type = "hardlink,symlink"\n    shared = group\n'
+        "    dir = ../elsewhere\n['remote \"s3\"']\n    url = s3://bucket/x\n    secret_access_key = SECRET\n"
+    )
+    written = cache_config("/w/project/.dvc/cache", tmp_path)
+    assert "SECRET" not in written and "remote" not in written
+    read = ConfigObj(written.splitlines())
+    assert dict(read["cache"]) == {
+        "type": "hardlink,symlink",
+        "shared": "group",
+        "dir": "/w/project/.dvc/cache",
+    }
+    assert dict(read["core"]) == {"hardlink_lock": "true"}
+    own.write_text("[cache\n")
+    with pytest.raises(SweepError, match=r"config.local: DVC cannot read it .*fix or remove it"):
+        cache_config("/w/project/.dvc/cache", tmp_path)
 
 
 NASTY_VALUES = [

@@ -270,17 +270,22 @@ pathlib.Path("reports/metrics.json").write_text(json.dumps(summary))
 
 
 @pytest.mark.slow
-def test_a_project_whose_path_holds_a_space_a_hash_and_a_comma_shares_its_dvc_cache(tmp_path, monkeypatch):
+def test_a_project_whose_path_holds_a_space_a_hash_and_a_comma_shares_its_dvc_cache_as_it_links(
+    tmp_path, monkeypatch
+):
     """The clones' config.local got the project's cache path bare: after a space it was relative
     (every point recomputed the shared stages), after `#` cut short (DVC cached outside the project)
-    and with `,` a list (every point failed)."""
+    and with `,` a list (every point failed). It also got nothing else of the project's own
+    config.local: set to `cache.type hardlink`, each clone copied every output it restored."""
     env = in_sweep_env(monkeypatch)
     (odd := tmp_path / "my work#2,final").mkdir()
     root, trace = toy_project(odd, env, remotes=False)
+    run_ok(["dvc", "config", "--local", "cache.type", "hardlink"], root, env)
     run_cli(
         "sweep", "-S", "anchor.lambda=0.5", "--methods", "anchor_last", "--no-report", "--root", str(root)
     )
     assert (trace / "prepare-runs").read_text() == "prepare\n", "prepare's output came from the cache"
+    assert trace_records(trace, "start")[0]["links"] > 1, "the clone linked prepare's output, not a copy"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["my work#2,final"], "no cache outside it"
     filed = json.loads(
         (root / "reports" / "sweeps" / "anchor_last__anchor.lambda=0.5__seed=0.json").read_text()

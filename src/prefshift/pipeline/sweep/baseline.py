@@ -59,23 +59,38 @@ def pipeline_outputs(root: Path) -> list[tuple[Path, bool, bool]]:
 
 def dvc_cache_dir(root: Path) -> str:
     """The project's DVC cache folder, whole (a path may hold spaces, `#` or `,`), for the clones
-    on this machine to share; refused where DVC's config cannot hold it (cache_config)."""
+    on this machine to share; refused where a clone's config cannot hold it (cache_config)."""
     from dvc.repo import Repo
 
     with Repo(str(root)) as repo:
         cache = repo.cache.local_cache_dir
-    cache_config(cache)
+    cache_config(cache, root)
     return cache
 
 
-def cache_config(cache: str) -> str:
-    """A clone's config.local pointing it at the DVC cache `cache`, written by DVC's own config
-    library (a path holding `#` or `,` quoted: bare, `#` began a comment and `,` made a list), and
-    read back as DVC reads it, interpolation included (`%(x)s` in a path is a missing option)."""
+LOCAL_SECTIONS = ("core", "cache")
+"""What a clone on this machine takes from the project's own config.local: how DVC links outputs
+from the cache and locks (`cache.type`, `cache.shared`, `core.hardlink_lock`). Its remotes stay
+there: a task on one machine pulls and pushes no data."""
+
+
+def cache_config(cache: str, project: Path) -> str:
+    """A clone's config.local: the LOCAL_SECTIONS of `project`'s own config.local (without them, a
+    project set to `cache.type hardlink` had each clone copy every output it restored), pointed at
+    the DVC cache `cache`. Written by DVC's config library (a path holding `#` or `,` quoted: bare,
+    `#` began a comment and `,` made a list), and read back as DVC reads it, interpolation included
+    (`%(x)s` in a path is a missing option)."""
     from configobj import ConfigObj, ConfigObjError
 
+    own = Path(project) / ".dvc" / "config.local"
     try:
-        lines = ConfigObj({"cache": {"dir": cache}}).write()
+        settings = ConfigObj(str(own)) if own.is_file() else {}
+    except ConfigObjError as err:
+        raise SweepError(f"{own}: DVC cannot read it ({err}); fix or remove it") from None
+    sections = {name: dict(settings.get(name, {})) for name in LOCAL_SECTIONS}
+    sections["cache"]["dir"] = cache
+    try:
+        lines = ConfigObj({name: section for name, section in sections.items() if section}).write()
         same = ConfigObj(lines)["cache"]["dir"] == cache
     except ConfigObjError:
         same = False

@@ -93,7 +93,7 @@ def _clone(record: SweepRecord, index: int, say) -> Path:
         run_git(staging, "checkout", "--quiet", "--detach", record.data["baseline"])
         if cache := record.data.get("dvc_cache"):  # one machine: what `dvc cache dir --local` writes
             config = staging / record.subdir / ".dvc" / "config.local"
-            config.write_text(cache_config(cache), encoding="utf-8")
+            config.write_text(cache_config(cache, Path(record.data["root"])), encoding="utf-8")
     return clone
 
 
