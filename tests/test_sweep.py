@@ -474,6 +474,63 @@ def test_device_sets_are_disjoint_and_jobs_are_plain_slots(tmp_path, capsys):
         Slots(0)
 
 
+def _devices_here(monkeypatch, given: str | None, count: int) -> None:
+    """This shell's CUDA_VISIBLE_DEVICES (None: unset) and the machine's device count (no GPU here)."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+    if given is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", given)
+
+
+@pytest.mark.parametrize(
+    ("given", "count", "text", "says"),
+    [
+        (None, 0, "0-3", "'0-3' is no device index or GPU-/MIG- UUID"),
+        (None, 0, "0,1 2", "'1 2' is no device index"),
+        (None, 0, "-1", "'-1' is no device index"),
+        (None, 0, "0,gpu0", "'gpu0' is no device index"),
+        (None, 0, "1,01", "listed twice"),
+        (None, 4, "2,3,4,5", "device 4: this machine has 4 (0 to 3)"),
+        (
+            "4,5,6,7",
+            4,
+            "0,1",
+            "device 0 is not among those this shell was given (CUDA_VISIBLE_DEVICES=4,5,6,7)",
+        ),
+        ("GPU-aa,GPU-bb", 2, "GPU-aa,GPU-cc", "device GPU-cc is not among those"),
+    ],
+)
+def test_a_device_cuda_would_hide_or_another_job_holds_is_refused(monkeypatch, given, count, text, says):
+    """CUDA reads CUDA_VISIBLE_DEVICES up to its first entry that is no device: `--gpus 0-3` (a
+    range), `-1` or index 5 of four GPUs gave a task no device, and it trained on the CPU in
+    silence. A device outside this shell's own CUDA_VISIBLE_DEVICES (a scheduler's allocation) is
+    another job's, since a task's setting replaces that one."""
+    from prefshift.pipeline.sweep.local import parse_devices
+
+    _devices_here(monkeypatch, given, count)
+    with pytest.raises(SweepError, match=re.escape(says)):
+        parse_devices(text)
+
+
+@pytest.mark.parametrize(
+    ("given", "count", "text", "devices"),
+    [
+        (None, 0, "0,1", ["0", "1"]),  # no CUDA here (the executor tests' fake list): taken as given
+        (None, 4, " 00, 3", ["0", "3"]),
+        (None, 2, "GPU-8a3c-11,MIG-9b/1/0", ["GPU-8a3c-11", "MIG-9b/1/0"]),
+        ("4,5,6,7", 4, "6,7", ["6", "7"]),
+    ],
+)
+def test_devices_this_machine_has_and_this_shell_was_given_pass(monkeypatch, given, count, text, devices):
+    from prefshift.pipeline.sweep.local import parse_devices
+
+    _devices_here(monkeypatch, given, count)
+    assert parse_devices(text) == devices
+
+
 def test_a_sweep_folder_is_its_user_s_alone(tmp_path):
     """Its record and the SLURM script carry the tracking URI, which may hold a password; they were
     readable by every user of a shared filesystem."""

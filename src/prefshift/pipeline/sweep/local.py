@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -25,14 +26,49 @@ POLL_S = 1.0
 STOP_GRACE_S = 30.0  # what a task gets after SIGTERM to record itself stopped (SLURM's KillWait)
 
 
+DEVICE = re.compile(r"\d+|(GPU|MIG)-[0-9A-Za-z/-]+")
+"""A device as CUDA_VISIBLE_DEVICES takes it: an index, or a UUID as `nvidia-smi -L` prints it."""
+
+
 def parse_devices(text: str) -> list[str]:
-    """`0,1,2,3` → ['0', '1', '2', '3'], refusing empty or repeated entries."""
+    """`0,1,2,3` → ['0', '1', '2', '3'], each a device this machine has and this shell was given.
+    CUDA reads CUDA_VISIBLE_DEVICES up to its first entry that is no device and hides the rest, so a
+    task given `0-3`, or index 5 of four GPUs, trained on the CPU without a word; a task's own
+    setting also replaces this shell's, so a device outside a CUDA_VISIBLE_DEVICES set here (a
+    scheduler's allocation) would be another job's. Each is refused by name, as is a repeat."""
     devices = [d.strip() for d in text.split(",")]
     if not text.strip() or not all(devices):
         raise SweepError(f"--gpus {text!r}: list device ids separated by commas, e.g. --gpus 0,1,2,3")
+    if bad := [d for d in devices if not DEVICE.fullmatch(d)]:
+        raise SweepError(
+            f"--gpus {text!r}: {bad[0]!r} is no device index or GPU-/MIG- UUID (nvidia-smi -L); CUDA would "
+            "hide it and every device after it, and the point would train on the CPU: list each, e.g. 0,1,2,3"
+        )
+    devices = [str(int(d)) if d.isdigit() else d for d in devices]  # 00 is device 0
     if len(set(devices)) != len(devices):
         raise SweepError(f"--gpus {text!r}: a device is listed twice; two experiments would share it")
+    if given := os.environ.get("CUDA_VISIBLE_DEVICES", "").strip():
+        allowed = {str(int(d)) if d.isdigit() else d for d in map(str.strip, given.split(","))}
+        if outside := [d for d in devices if d not in allowed]:
+            raise SweepError(
+                f"--gpus {text!r}: device {outside[0]} is not among those this shell was given "
+                f"(CUDA_VISIBLE_DEVICES={given}), and a point's own setting would replace that: choose "
+                "from them"
+            )
+    elif (count := _device_count()) and (past := [d for d in devices if d.isdigit() and int(d) >= count]):
+        raise SweepError(
+            f"--gpus {text!r}: device {past[0]}: this machine has {count} (0 to {count - 1}); CUDA would "
+            "hide it, and the point would train on the CPU"
+        )
     return devices
+
+
+def _device_count() -> int:
+    """CUDA devices here; with none, a list is taken as given (the executor's tests run one on a
+    machine without a GPU)."""
+    import torch
+
+    return torch.cuda.device_count()
 
 
 class Slots:
