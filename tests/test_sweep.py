@@ -515,6 +515,22 @@ def test_a_device_cuda_would_hide_or_another_job_holds_is_refused(monkeypatch, g
         parse_devices(text)
 
 
+def test_jobs_on_a_gpu_machine_say_that_every_point_trains_on_the_first_device(tmp_path, monkeypatch, capsys):
+    """`--executor local --jobs 2` on a machine with GPUs ran both points on its first device, side by
+    side, without a word (the paper's 8-GPU machine ran 8 points on one)."""
+    from prefshift.pipeline.sweep.local import Pool, Slots
+
+    _devices_here(monkeypatch, None, 4)
+    assert (Slots(2).shared, Slots(1).shared, Slots(1, ["0", "1"]).shared) == (4, 0, 0)
+    record = _record(tmp_path / "sweeps", [{"seed": "1"}], ["sweep-seed-1"])
+    Pool(record, Slots(2)).launch([])
+    said = capsys.readouterr().err
+    assert "2 point(s) at a time; each sees this machine's 4 GPU(s) and trains on the first" in said
+    assert "--executor local-gpus --gpus gives each its own" in said
+    _devices_here(monkeypatch, None, 0)
+    assert Slots(2).shared == 0
+
+
 @pytest.mark.parametrize(
     ("given", "count", "text", "devices"),
     [

@@ -82,6 +82,7 @@ class Slots:
         sets = [tuple(devices[i : i + per_task]) for i in range(0, len(devices) - per_task + 1, per_task)]
         self.free: list[tuple[str, ...] | None] = sets if devices else [None] * jobs
         self.idle = list(devices[len(sets) * per_task :])  # too few left to make a set
+        self.shared = _device_count() if not devices and jobs > 1 else 0  # GPUs every task sees
 
 
 class Pool:
@@ -90,6 +91,7 @@ class Pool:
     def __init__(self, record: SweepRecord, slots: Slots):
         """A pool for the process that holds the sweep (`driving`)."""
         self.record, self.free, self.queued, self.idle = record, slots.free, [], slots.idle
+        self.shared = slots.shared
         self.awaited: dict[int, list[tuple[str, ...] | None]] = {}
         self.threads = str(host.core_share(len(slots.free)))
         self.running: dict[int, tuple[subprocess.Popen, tuple[str, ...] | None]] = {}
@@ -104,6 +106,9 @@ class Pool:
         self.record.save()
         self.queued += indices
         idle = f"; device {','.join(self.idle)} left idle, short of a set" if self.idle else ""
+        if self.shared:  # --jobs on a GPU machine: each task trains on the first device it sees
+            idle = (f"; each sees this machine's {self.shared} GPU(s) and trains on the first, beside the "
+                    f"others: --executor local-gpus --gpus gives each its own")  # fmt: skip
         say(f"sweep {self.record.id}: {len(self.free)} point(s) at a time{idle}")
         for index in awaited:  # the slot each holds: its recorded devices', or any; none if none is free
             used = self.record.read_state(index).get("devices")
