@@ -316,6 +316,58 @@ def test_a_project_in_a_folder_of_its_git_repository_is_swept_filed_and_reused(
     assert json.loads(filed.read_text())["wrg"] == 1.0
 
 
+def _a_repository(folder: Path, file: str, env: dict[str, str]) -> Path:
+    folder.mkdir()
+    (folder / file).write_text(f"{file}\n")
+    run_ok(["git", "init", "-q", "-b", "main"], folder, env)
+    run_ok(["git", "add", "-A"], folder, env)
+    run_ok(["git", "commit", "-qm", file], folder, env)
+    return folder
+
+
+def _with_submodules(tmp: Path, root: Path, env: dict[str, str]) -> None:
+    """The toy project's report stage reads from a submodule `lib` and from `lib/inner`, nested in
+    it; a third, `unused`, is registered but left out of the workspace (its URL leads nowhere).
+    Reproduced and committed again (and pushed where it has an origin)."""
+    submodule = ["git", "-c", "protocol.file.allow=always", "submodule", "--quiet"]
+    inner = _a_repository(tmp / "inner-repo", "x.txt", env)
+    lib = _a_repository(tmp / "lib-repo", "helper.txt", env)
+    run_ok([*submodule, "add", str(inner), "inner"], lib, env)
+    run_ok(["git", "commit", "-qm", "inner"], lib, env)
+    run_ok([*submodule, "add", str(lib), "lib"], root, env)
+    run_ok([*submodule, "update", "--init", "--recursive"], root, env)
+    run_ok([*submodule, "add", str(_a_repository(tmp / "unused-repo", "y.txt", env)), "unused"], root, env)
+    run_ok([*submodule, "deinit", "-f", "unused"], root, env)
+    run_ok(["git", "config", "-f", ".gitmodules", "submodule.unused.url", str(tmp / "gone.git")], root, env)
+    stages = yaml.safe_load((root / "dvc.yaml").read_text())
+    stages["stages"]["report"]["deps"] += ["lib/helper.txt", "lib/inner/x.txt"]
+    (root / "dvc.yaml").write_text(yaml.safe_dump(stages))
+    run_ok(["dvc", "repro"], root, env)
+    run_ok(["git", "add", "-A"], root, env)
+    run_ok(["git", "commit", "-qm", "submodules"], root, env)
+    if run_ok(["git", "remote"], root, env).strip():
+        run_ok(["git", "push", "-q", "origin", "main"], root, env)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("executor", ["local", "slurm"])
+def test_a_project_with_submodules_has_them_checked_out_in_each_point_s_clone(
+    tmp_path, monkeypatch, executor
+):
+    """A stage reading a submodule failed in every point: the task's clone held none (`No such file or
+    directory: .../clones/0/lib/helper.txt`). A clone now checks out those the workspace has, nested
+    ones too, at the commits its baseline records, and leaves out one the workspace leaves out."""
+    with a_project(tmp_path, monkeypatch, executor) as (root, trace, env):
+        _with_submodules(tmp_path, root, env)
+        for baseline_trace in trace.glob("*-*.json"):
+            baseline_trace.unlink()
+        run_cli("sweep", "-S", "anchor.lambda=0.5", "--methods", "anchor_last", "--no-report",
+                "--root", str(root), *EXECUTORS[executor])  # fmt: skip
+    assert len(trace_records(trace, "end")) == 1, "the point's stage ran to its end in the clone"
+    filed = root / "reports" / "sweeps" / "anchor_last__anchor.lambda=0.5__seed=0.json"
+    assert json.loads(filed.read_text())["wrg"] == 1.0
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("executor", ["local", "slurm"])
 def test_one_grid_swept_twice_at_once_trains_each_point_once(tmp_path, monkeypatch, executor):

@@ -25,6 +25,16 @@ def git_place(root: Path) -> tuple[str, str]:
     return top, run_git(root, "rev-parse", "--show-prefix").removesuffix("\n").rstrip("/")
 
 
+def checked_out_submodules(top: str) -> list[str]:
+    """The submodules checked out in the repository at `top`, nested ones after the one that holds
+    them, as paths from its top: a clone of HEAD holds none of them until its task checks them out
+    (task._submodules); one the workspace leaves out, the clone leaves out too."""
+    listed = run_git(
+        Path(top), "submodule", "foreach", "--recursive", "--quiet", 'printf "%s\\0" "$displaypath"'
+    )
+    return [path for path in listed.split("\0") if path]
+
+
 def _from_project(root: Path, paths: Sequence[str]) -> list[str]:
     """Paths git gives from the top of its repository, as seen from project `root` (`../src/x.py`
     outside it), so that a command run there takes them."""

@@ -71,6 +71,7 @@ class _Stored(_Checked):
     id: str
     root: str
     subdir: str = ""  # the project's folder in its git repository (baseline.git_place)
+    submodules: list[str] = []  # the repository's submodules to check out (baseline.checked_out_submodules)
     baseline: str
     points: list[dict[str, str]]
     names: list[str]

@@ -22,7 +22,13 @@ from prefshift.config.params import check_method
 from prefshift.core.paths import Layout
 from prefshift.core.signals import exit_code, signals_as_exceptions, signals_ignored, stop_signal
 from prefshift.pipeline.sweep import local, slurm
-from prefshift.pipeline.sweep.baseline import check_committed, check_scratch, dvc_cache_dir, git_place
+from prefshift.pipeline.sweep.baseline import (
+    check_committed,
+    check_scratch,
+    checked_out_submodules,
+    dvc_cache_dir,
+    git_place,
+)
 from prefshift.pipeline.sweep.commands import SweepError, run_dvc, run_git, say
 from prefshift.pipeline.sweep.grid import check_distinct, experiment_name
 from prefshift.pipeline.sweep.record import (
@@ -136,8 +142,9 @@ def start(
     top, subdir = git_place(root)
     cache = None if cluster else dvc_cache_dir(root)
     where = slurm.prepare(root, baseline, uri) if cluster else {"git_remote": top, "dvc_cache": cache}
-    data = {"root": str(root), "subdir": subdir, "baseline": baseline, "points": [dict(p) for p in points]}
-    data.update(names=[experiment_name(p) for p in points], methods=methods, report=report)
+    data = {"root": str(root), "subdir": subdir, "submodules": checked_out_submodules(top)}
+    data.update(baseline=baseline, points=[dict(p) for p in points], methods=methods, report=report)
+    data["names"] = [experiment_name(p) for p in points]
     record = create(scratch, {**data, "tracking_uri": uri, **where, "executor": asdict(executor)}, root)
     say(f"sweep {record.id}: {len(points)} point(s), folder {record.folder}")
     with local.driving(record, not cluster) as record:
