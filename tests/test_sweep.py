@@ -113,6 +113,49 @@ def test_a_value_dvc_cannot_parse_is_refused_before_anything_runs(value):
 
 
 @pytest.mark.parametrize(
+    "text",
+    [
+        "range(1,4)",
+        "range(0.5, 2, 0.5)",
+        " range(3)",
+        "choice(0.5, 2)",
+        "choice([1,2],[3], abc, 'q,r', 1e-4)",
+    ],
+)
+def test_range_and_choice_expand_as_dvc_s_own_sweeps_expand_them(text):
+    """`dvc exp run -S 'x=range(1,4)' --queue` runs three experiments; prefshift cut the value at its
+    commas into `range(1` and `4)`, and its refusal said to quote them. Each point's text is what
+    DVC's own sweep expansion gives (dvc.utils.hydra.get_hydra_sweeps), a list's as typed."""
+    from dvc.utils.hydra import get_hydra_sweeps
+
+    dvc = [sweep["params.yaml"][0] for sweep in get_hydra_sweeps({"params.yaml": [f"seed={text}"]})]
+    assert [f"seed={value}" for value in parse_grid([f"seed={text}"])["seed"]] == dvc
+    assert parse_grid(["anchor.lambda=1e-4,int(3)"]) == {"anchor.lambda": ["1e-4", "int(3)"]}
+
+
+@pytest.mark.parametrize(
+    ("key", "says"),
+    [
+        (
+            "other.yaml:anchor.lambda",
+            "other.yaml is another params file; a sweep sets the params of params.yaml",
+        ),
+        ("+anchor.new", "+ adds or deletes a param, and a sweep sets params that params.yaml holds"),
+        ("++anchor.lambda", "++ adds or deletes a param"),
+        ("~anchor.lambda", "~ adds or deletes a param"),
+    ],
+)
+def test_a_key_of_another_params_file_or_one_hydra_adds_or_deletes_is_refused_as_such(key, says):
+    """DVC reads `-S file:key=v` as a param of another file and Hydra's `+key`, `++key` and `~key`
+    as adding or deleting one; the refusal said to quote the value, or named `+anchor` an unknown
+    section."""
+    from prefshift.pipeline.sweep.grid import check_distinct
+
+    with pytest.raises(SweepError, match=re.escape(f"-S {key}=2: {says}")):
+        check_distinct(REPO / "params.yaml", [{key: "2"}])
+
+
+@pytest.mark.parametrize(
     "text, read",
     [("1e-4", 0.0001), ("1e-5", 1e-05), ("yes", "yes"), ("'yes'", "yes"), ("off", "off"), ("1:20", "1:20"),
      ("'1e-5'", "1e-5"), ("[1e-5,on]", [1e-05, "on"]), ("true", True), ("010", "010"),
@@ -331,6 +374,12 @@ def test_a_cap_below_one_point_or_past_the_ceiling_is_refused():
             "-S anchor sets anchor and -S anchor.lambda",
         ),
         (["anchor={lambda: 2}", "anchor.lambda=0.5"], "-S anchor sets anchor and -S anchor.lambda sets"),
+        # Hydra's sweeps that DVC does not expand, or that expand to nothing or past the ceiling
+        (["seed=glob(*)"], r"glob\(\) is no sweep a grid takes; use range\(start, stop, step\), choice"),
+        (["seed=interval(0,1)"], r"interval\(\) is no sweep a grid takes"),
+        (["seed=range(3,1)"], "expands to no value"),
+        (["seed=range(0,1000000000)"], "expands to more than 100,000 values"),
+        (["seed=range(1,x)"], r"DVC cannot parse this sweep \(Error parsing override"),
     ],
 )
 def test_bad_grids_are_refused(specs, message):

@@ -52,6 +52,42 @@ def split_values(text: str) -> list[str]:
     return [value.strip() for value in values]
 
 
+SWEEP_CALL = re.compile(r"\s*(range|choice|interval|glob|sort|shuffle|tag)\s*\(")
+"""A value that is one of Hydra's sweep functions, which DVC's own sweeps take (`-S x=range(1,4)`)."""
+EXPANDED = ("range", "choice")
+
+
+def axis_values(key: str, text: str) -> list[str]:
+    """The values of axis `-S key=text`: split on its top-level commas, each as typed; or what
+    `range(start, stop[, step])` or `choice(a, b)` expands to, as DVC's own sweeps expand them
+    (Hydra's grammar, through DVC's parser). Split at their commas, they were values DVC cannot
+    parse, and the refusal said to quote them. Past POINTS_CEILING values, refused unbuilt."""
+    if not (call := SWEEP_CALL.match(text)):
+        return split_values(text)
+    if call.group(1) not in EXPANDED:
+        raise SweepError(
+            f"-S {key}={text}: {call.group(1)}() is no sweep a grid takes; use range(start, stop, step), "
+            "choice(a, b) or a list a,b"
+        )
+    from dvc.utils.hydra import to_hydra_overrides
+    from hydra.errors import HydraException
+
+    try:
+        (override,) = to_hydra_overrides([f"{key}={text}"])
+    except HydraException as err:
+        raise SweepError(f"-S {key}={text}: DVC cannot parse this sweep ({_first_line(err)})") from None
+    values = list(itertools.islice(override.sweep_string_iterator(), POINTS_CEILING + 1))
+    if not values or len(values) > POINTS_CEILING:
+        size = "no value" if not values else f"more than {POINTS_CEILING:,} values, the most a sweep takes"
+        raise SweepError(f"-S {key}={text}: expands to {size}")
+    return values
+
+
+def _first_line(err: BaseException) -> str:
+    """What an error of Hydra's or DVC's says, in one line (some say nothing but their type)."""
+    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+
+
 def parse_grid(specs: Sequence[str]) -> dict[str, list[str]]:
     """`-S key=v1,v2` items → {key: [v1, v2]} (values kept as text; DVC parses them)."""
     if not specs:
@@ -61,7 +97,7 @@ def parse_grid(specs: Sequence[str]) -> dict[str, list[str]]:
         keys, values = split_override(spec)
         if (key := ".".join(keys)) in grid:
             raise SweepError(f"-S {key}: given twice; list every value in one -S")
-        grid[key] = split_values(values)
+        grid[key] = axis_values(key, values)
         if not all(grid[key]):
             raise SweepError(f"-S {spec!r}: empty value in the list")
     check_one_source([(f"-S {key}", key) for key in grid], "-S")
@@ -169,13 +205,20 @@ def _applied(params_text: str, key: str, text: str) -> Any:
     from hydra.errors import HydraException
 
     quote = f"quote it as a string: -S \"{key}='{text}'\""
+    if ":" in key:  # DVC's `-S file:key=value`, read as part of a value DVC cannot parse
+        file, _, own = key.partition(":")
+        raise SweepError(f"-S {key}={text}: {file} is another params file; a sweep sets the params of "
+                         f"params.yaml, which prefshift's stages read: -S {own}=...")  # fmt: skip
+    if prefix := key[: len(key) - len(key.lstrip("+~"))]:  # Hydra's add (+, ++) or delete (~)
+        raise SweepError(f"-S {key}={text}: {prefix} adds or deletes a param, and a sweep sets params that "
+                         "params.yaml holds: change its keys there and commit, then sweep")  # fmt: skip
     if "${" in text:  # DVC resolves it against the whole params file as it writes the point's
         raise SweepError(f"-S {key}={text}: an interpolation, which DVC resolves as it writes params.yaml; "
                          "give the value itself")  # fmt: skip
     try:
         (override,) = to_hydra_overrides([f"{key}={text}"])
     except HydraException as err:
-        problem = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        problem = _first_line(err)
         raise SweepError(f"-S {key}={text}: DVC cannot parse this value ({problem}); {quote}") from None
     if override.is_sweep_override():
         raise SweepError(f"-S {key}={text}: a Hydra sweep, which DVC would run as a grid of its own; {quote}")
@@ -193,8 +236,7 @@ def _applied(params_text: str, key: str, text: str) -> Any:
         try:
             apply_overrides(path, [f"{key}={text}"])
         except InvalidArgumentError as err:
-            cause = err.__cause__ or err
-            problem = next(iter(str(cause).strip().splitlines()), type(cause).__name__)
+            problem = _first_line(err.__cause__ or err)
             raise SweepError(f"-S {key}={text}: DVC cannot set this value ({problem})") from None
         return get_dotted(read_yaml(path.read_text(encoding="utf-8"), f"-S {key}={text}"), key)
 
