@@ -140,6 +140,23 @@ def test_dvc_root_wins_for_the_default_database(project, monkeypatch, tmp_path):
     )
 
 
+def test_a_project_in_a_folder_of_its_git_repository_keeps_one_database_in_and_out_of_stages(
+    monkeypatch, tmp_path
+):
+    """In a monorepo's `ml/` (`dvc init --subdir`), DVC runs each stage with DVC_ROOT=ml, so the
+    stages logged to ml/mlflow.db, while a command outside a stage took the repository's top: a
+    sweep's points logged to mono/mlflow.db, apart from the project's other runs. Both are ml's now."""
+    monkeypatch.delenv("DVC_ROOT", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    ml = (tmp_path / "mono" / "ml").resolve()
+    (ml / ".dvc").mkdir(parents=True)
+    (ml / "src").mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path / "mono", check=True)
+    outside = [tracking.tracking_uri(Layout(start, seed=0)) for start in (ml, ml / "src")]
+    monkeypatch.setenv("DVC_ROOT", str(ml))
+    assert outside == [tracking.tracking_uri(Layout(ml, seed=0))] * 2 == [f"sqlite:///{ml / 'mlflow.db'}"] * 2
+
+
 def test_unreachable_server_fails_naming_the_uri_unless_optional(project, monkeypatch):
     root, _ = project
     uri = f"http://127.0.0.1:{free_port()}"

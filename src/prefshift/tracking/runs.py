@@ -4,7 +4,9 @@ Where runs go. `MLFLOW_TRACKING_URI` wins; otherwise a sqlite file at the projec
 root, addressed by absolute path. The project root is `DVC_ROOT` when DVC runs the
 stage (DVC sets it for every stage command and points it at the *original* repo even
 for queued `dvc exp` runs, which execute in a temporary copy under .dvc/tmp/exps), else
-the git top level of the stage's root, else the root itself. Artifacts of the default
+the DVC project holding the stage's root (the folder with `.dvc/`, as DVC_ROOT would
+name it: in a monorepo's `ml/`, that folder and not the repository's top), else the git
+top level, else the root itself. Artifacts of the default
 database go to `<root>/mlartifacts`; neither is a DVC output.
 
 Pipeline run id. `PREFSHIFT_PIPELINE_RUN_ID` wins (CI or a driver script can group
@@ -98,6 +100,9 @@ def project_root(start: Path) -> Path:
     """The repository that owns the default tracking database (see the module docstring)."""
     if os.environ.get("DVC_ROOT"):
         return Path(os.environ["DVC_ROOT"]).resolve()
+    start = Path(start).resolve()
+    if dvc_root := next((d for d in (start, *start.parents) if (d / ".dvc").is_dir()), None):
+        return dvc_root
     top = _git(start, "rev-parse", "--show-toplevel")
     return Path(top).resolve() if top else start.resolve()
 
