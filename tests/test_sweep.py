@@ -564,6 +564,31 @@ def test_a_device_cuda_would_hide_or_another_job_holds_is_refused(monkeypatch, g
         parse_devices(text)
 
 
+def test_several_gpus_per_point_are_said_to_leave_all_but_one_idle_unless_a_stage_launches_processes(
+    tmp_path,
+):
+    """A point given two devices ran each stage as one process, on the first of them: prefshift's
+    dvc.yaml starts no `accelerate launch`, and the docs' example asked for two per point."""
+    from prefshift.pipeline.sweep import slurm
+    from prefshift.pipeline.sweep.run import device_notes
+
+    two = Executor("local-gpus", devices=("0", "1"), resources=slurm.SlurmResources(gpus_per_task=2))
+    assert device_notes(tmp_path, two) == [], "no DVC project: the workspace checks say so"
+    _run(["git", "init", "-q"], tmp_path, os.environ)
+    _run([str(BIN / "dvc"), "init", "-q"], tmp_path, os.environ)
+    for cmd, said in (("prefshift train --method naive", True), (["python prep.py", "torchrun x.py"], False)):
+        (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"train": {"cmd": cmd}}}))
+        notes = device_notes(tmp_path, two)
+        assert bool(notes) == said, notes
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"train": {"cmd": "prefshift train"}}}))
+    (note,) = device_notes(tmp_path, two)
+    assert note.startswith(
+        "--gpus-per-task 2: each stage of a point runs as one process and trains on the first"
+    )
+    assert device_notes(tmp_path, Executor("local-gpus", devices=("0", "1"))) == []
+    assert device_notes(tmp_path, Executor(jobs=2)) == []
+
+
 def test_jobs_on_a_gpu_machine_say_that_every_point_trains_on_the_first_device(tmp_path, monkeypatch, capsys):
     """`--executor local --jobs 2` on a machine with GPUs ran both points on its first device, side by
     side, without a word (the paper's 8-GPU machine ran 8 points on one)."""

@@ -12,6 +12,7 @@ import os
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from prefshift.pipeline.sweep.commands import SweepError, run_git
 from prefshift.pipeline.sweep.record import default_scratch
@@ -42,29 +43,42 @@ def _from_project(root: Path, paths: Sequence[str]) -> list[str]:
     return [os.path.relpath(path, prefix or ".") for path in paths]
 
 
-def pipeline_outputs(root: Path) -> list[tuple[Path, bool, bool]]:
-    """(path relative to root, DVC-cached?, declared as metrics?) of every stage output; a folder
-    that is no DVC project, or a dvc.yaml DVC cannot read, is a SweepError naming it."""
+def _stages(root: Path) -> list[Any]:
+    """The pipeline's stages, as DVC reads them; a folder that is no DVC project, or a dvc.yaml DVC
+    cannot read, is a SweepError naming it."""
     from dvc.exceptions import DvcException, NotDvcRepoError
     from dvc.repo import Repo
 
     try:
         with Repo(str(root)) as repo:
-            return [
-                (
-                    Path(out.fs_path).resolve().relative_to(Path(root).resolve()),
-                    out.use_cache,
-                    bool(out.metric),
-                )
-                for stage in repo.index.stages
-                for out in stage.outs
-            ]
+            return list(repo.index.stages)
     except NotDvcRepoError:
         raise SweepError(
             f"{root}: not a DVC project (no .dvc); a sweep runs its pipeline: `dvc init`"
         ) from None
     except DvcException as err:
         raise SweepError(f"{root}: DVC cannot read the pipeline ({err}); fix dvc.yaml") from None
+
+
+def pipeline_outputs(root: Path) -> list[tuple[Path, bool, bool]]:
+    """(path relative to root, DVC-cached?, declared as metrics?) of every stage output."""
+    return [
+        (Path(out.fs_path).resolve().relative_to(Path(root).resolve()), out.use_cache, bool(out.metric))
+        for stage in _stages(root)
+        for out in stage.outs
+    ]
+
+
+LAUNCHERS = ("accelerate launch", "torchrun")
+"""What starts a stage as several processes, one per device (docs/scaling.md)."""
+
+
+def launches_processes(root: Path) -> bool:
+    """Whether some stage's command starts several processes: else each stage, training included,
+    runs as one process on the first device it sees, however many its point is given."""
+    commands = [stage.cmd for stage in _stages(root) if getattr(stage, "cmd", None)]
+    texts = [" ".join(cmd) if isinstance(cmd, list) else str(cmd) for cmd in commands]
+    return any(launcher in text for text in texts for launcher in LAUNCHERS)
 
 
 def dvc_cache_dir(root: Path) -> str:

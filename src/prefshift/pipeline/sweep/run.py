@@ -28,6 +28,7 @@ from prefshift.pipeline.sweep.baseline import (
     checked_out_submodules,
     dvc_cache_dir,
     git_place,
+    launches_processes,
 )
 from prefshift.pipeline.sweep.commands import SweepError, run_dvc, run_git, say
 from prefshift.pipeline.sweep.grid import check_distinct, experiment_name
@@ -136,6 +137,8 @@ def start(
     problems = workspace_problems(root, scratch, executor.kind == "slurm")
     if problems := problems + filing_problems(root, points, loaded, methods):
         raise SweepError(problems[0])
+    for note in device_notes(root, executor):
+        say(f"sweep: {note}")
     uri, baseline = tracking_uri(Layout(root)), run_git(root, "rev-parse", "HEAD").strip()
     cluster = executor.kind == "slurm"
     # One machine: the tasks clone this project and share its DVC cache; a cluster's, the remotes.
@@ -177,6 +180,23 @@ def workspace_problems(root: Path, scratch: Path | None, cluster: bool) -> list[
         except SweepError as err:
             problems += [str(err)] if str(err) not in problems else []
     return problems
+
+
+def device_notes(root: Path, executor: Executor) -> list[str]:
+    """What a point's devices will do that its user may not expect, said before anything runs: a
+    point given several GPUs whose stages each run as one process uses the first alone."""
+    if (per_task := executor.resources.gpus_per_task) < 2:
+        return []
+    try:
+        if launches_processes(root):
+            return []
+    except SweepError:  # no pipeline to read: workspace_problems says so
+        return []
+    return [
+        f"--gpus-per-task {per_task}: each stage of a point runs as one process and trains on the first "
+        f"of its {per_task} devices (no command in dvc.yaml starts `accelerate launch` or `torchrun`; see "
+        "docs/scaling.md), so the rest stay idle; --gpus-per-task 1 runs more points at once"
+    ]
 
 
 def _launch(
