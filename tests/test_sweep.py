@@ -1387,7 +1387,8 @@ def _git_env() -> dict[str, str]:
 def test_a_cluster_sweep_checks_its_remotes_as_the_tasks_clones_will_see_them(tmp_path):
     """Each of these passed the checks and then failed every point on the cluster, or quietly cost
     every point the shared stages: an `origin` or a DVC remote given as a relative path (the tasks
-    read it from the sweep's folder, or from their clone's .dvc/), a default DVC remote set with
+    read it from the sweep's folder, or from their clone's .dvc/; git reads `origin` from the
+    repository's top, for a project in a folder of it too), a default DVC remote set with
     --local (the clones never get config.local), a baseline pushed to another remote only."""
     from prefshift.pipeline.sweep.slurm import check_pushed, dvc_remote, git_origin
 
@@ -1403,6 +1404,9 @@ def test_a_cluster_sweep_checks_its_remotes_as_the_tasks_clones_will_see_them(tm
         _run(["git", "init", "-q", "--bare", str(tmp_path / name)], tmp_path, env)
     _run(["git", "remote", "add", "origin", "../shared.git"], root, env)
     assert git_origin(root) == str(tmp_path / "shared.git")
+    (root / "ml").mkdir()  # a project in a folder of the repository: git reads the URL from the top
+    _run(["git", "ls-remote", "origin"], root / "ml", env)
+    assert git_origin(root / "ml") == str(tmp_path / "shared.git")
     _run(["git", "remote", "set-url", "origin", "git@host.example:lab/project.git"], root, env)
     assert git_origin(root) == "git@host.example:lab/project.git"
     _run(["git", "remote", "set-url", "origin", str(tmp_path / "shared.git")], root, env)

@@ -27,6 +27,7 @@ from typing import Any
 from prefshift.core.atomic import write_text
 from prefshift.core.paths import Layout
 from prefshift.core.reading import MIB, read_regular
+from prefshift.pipeline.sweep.baseline import git_place
 from prefshift.pipeline.sweep.commands import SweepError, run, run_dvc, run_git, say
 from prefshift.pipeline.sweep.record import SweepRecord, default_scratch
 from prefshift.tracking.runs import tracking_uri
@@ -118,8 +119,9 @@ def check_tracking(
 
 
 def git_origin(root: Path) -> str:
-    """`origin`'s URL as the tasks' clones must see it: a local path given relative to the project
-    (git takes `../shared.git`) made absolute, since the tasks clone from the sweep's folder."""
+    """`origin`'s URL as the tasks' clones must see it: a local path given relative (git takes
+    `../shared.git`, from the repository's top, also for a project in a folder of it) made absolute,
+    since the tasks clone from the sweep's folder."""
     try:
         url = run_git(root, "remote", "get-url", "origin").strip()
     except SweepError:
@@ -128,7 +130,7 @@ def git_origin(root: Path) -> str:
             "experiments to it: `git remote add origin <url>` (a bare repository on the shared filesystem)"
         ) from None
     local = "://" not in url and not re.match(r"^[^/]+:", url)  # not a URL, not git's host:path
-    return str((root / url).resolve()) if local and not Path(url).is_absolute() else url
+    return str((Path(git_place(root)[0]) / url).resolve()) if local and not Path(url).is_absolute() else url
 
 
 def check_folder(folder: Path) -> None:
