@@ -453,6 +453,54 @@ def test_uncommitted_baseline_names_lock_and_metrics_not_in_head_with_the_comman
     check_committed(root)
 
 
+def test_a_file_a_stage_reads_that_git_does_not_hold_and_no_stage_makes_is_refused(tmp_path):
+    """A new module left out of `git add`, or the bytecode Python writes beside a source folder's
+    modules: dvc.lock hashed them in the workspace, a point's clone of HEAD lacks them, and there each
+    stage reading the folder reran without them, in every point. An output's files (restored from
+    the cache) and what .dvcignore lists are no such input."""
+    from prefshift.pipeline.sweep.baseline import check_committed, unversioned_inputs
+
+    env = _git_env()
+    stage = {"cmd": "true", "deps": ["src", "data"], "outs": ["data/made"]}
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"train": stage}}))
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "model.py").write_text("X = 1\n")
+    (tmp_path / "data" / "made").mkdir(parents=True)
+    (tmp_path / "data" / "made" / "out.txt").write_text("an output's file\n")
+    (tmp_path / "dvc.lock").write_text("schema: '2.0'\nstages: {}\n")
+    _run(["git", "init", "-q"], tmp_path, env)
+    _run([str(BIN / "dvc"), "init", "-q"], tmp_path, env)
+    (tmp_path / ".gitignore").write_text("__pycache__/\n/data/made\n")
+    _run(["git", "add", "-A"], tmp_path, env)
+    _run(["git", "commit", "-qm", "base"], tmp_path, env)
+    assert unversioned_inputs(tmp_path) == []
+    (tmp_path / "src" / "method.py").write_text("Y = 2\n")
+    (tmp_path / "src" / "__pycache__").mkdir()
+    (tmp_path / "src" / "__pycache__" / "model.cpython-311.pyc").write_bytes(b"\x00")
+    expected = ["src/__pycache__/model.cpython-311.pyc", "src/method.py"]
+    assert unversioned_inputs(tmp_path) == expected
+    with pytest.raises(SweepError) as refused:
+        check_committed(tmp_path)
+    assert f"not committed: {', '.join(expected)};" in str(refused.value)
+    assert "(or list in .dvcignore a file no stage needs" in str(refused.value)
+    (tmp_path / ".dvcignore").write_text("__pycache__/\n")
+    _run(["git", "add", ".dvcignore", "src/method.py"], tmp_path, env)
+    _run(["git", "commit", "-qm", "the module, and no bytecode in DVC's hashes"], tmp_path, env)
+    check_committed(tmp_path)
+
+
+def test_python_bytecode_is_in_no_hash_of_prefshift_s_own_pipeline():
+    """prefshift's stages read source folders (src/prefshift/config, src/prefshift/models), where
+    any import of an editable install writes __pycache__/: a run that wrote it left every such stage
+    "changed", and a sweep's clones reran them in every point. Its .dvcignore leaves bytecode out."""
+    from dvc.repo import Repo
+
+    with Repo(str(REPO)) as repo:
+        folder = REPO / "src" / "prefshift" / "config" / "__pycache__"
+        assert repo.dvcignore.is_ignored_dir(str(folder))
+        assert repo.dvcignore.is_ignored_file(str(REPO / "src" / "prefshift" / "config" / "params.pyc"))
+
+
 def test_a_workspace_the_sweep_cannot_start_from_is_refused_in_one_line_and_the_dry_run_says_so(
     tmp_path, monkeypatch
 ):

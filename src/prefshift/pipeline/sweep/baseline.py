@@ -8,9 +8,10 @@ compares against them, and an experiment's parent commit holds the code that mad
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,15 +44,16 @@ def _from_project(root: Path, paths: Sequence[str]) -> list[str]:
     return [os.path.relpath(path, prefix or ".") for path in paths]
 
 
-def _stages(root: Path) -> list[Any]:
-    """The pipeline's stages, as DVC reads them; a folder that is no DVC project, or a dvc.yaml DVC
-    cannot read, is a SweepError naming it."""
+@contextlib.contextmanager
+def _pipeline(root: Path) -> Iterator[Any]:
+    """The project's DVC repository, its pipeline read as DVC reads it; a folder that is no DVC
+    project, or a dvc.yaml DVC cannot read, is a SweepError naming it."""
     from dvc.exceptions import DvcException, NotDvcRepoError
     from dvc.repo import Repo
 
     try:
         with Repo(str(root)) as repo:
-            return list(repo.index.stages)
+            yield repo
     except NotDvcRepoError:
         raise SweepError(
             f"{root}: not a DVC project (no .dvc); a sweep runs its pipeline: `dvc init`"
@@ -62,11 +64,43 @@ def _stages(root: Path) -> list[Any]:
 
 def pipeline_outputs(root: Path) -> list[tuple[Path, bool, bool]]:
     """(path relative to root, DVC-cached?, declared as metrics?) of every stage output."""
-    return [
-        (Path(out.fs_path).resolve().relative_to(Path(root).resolve()), out.use_cache, bool(out.metric))
-        for stage in _stages(root)
-        for out in stage.outs
-    ]
+    with _pipeline(root) as repo:
+        return [
+            (Path(out.fs_path).resolve().relative_to(Path(root).resolve()), out.use_cache, bool(out.metric))
+            for stage in repo.index.stages
+            for out in stage.outs
+        ]
+
+
+def unversioned_inputs(root: Path) -> list[str]:
+    """Files a stage reads that git does not hold and no stage or `.dvc` file makes (a new module
+    left out of `git add`, or bytecode Python wrote into a source folder): dvc.lock hashed them in
+    the workspace, and a point's clone of HEAD lacks them, so there each stage reading them would
+    rerun without them, in every point. A file DVC ignores (.dvcignore) is no input."""
+    root = Path(root).resolve()
+    with _pipeline(root) as repo:
+        outputs = [Path(out.fs_path) for stage in repo.index.stages for out in stage.outs]
+        inputs = {Path(dep.fs_path) for stage in repo.index.stages for dep in stage.deps if dep.is_in_repo}
+        inputs = {path for path in inputs if path.exists() and not _inside_any(path, outputs)}
+        if not inputs:
+            return []
+        listed = run_git(root, "ls-files", "--others", "-z", "--", *(str(path) for path in sorted(inputs)))
+        found = [root / path for path in listed.split("\0") if path]
+        return sorted(
+            path.relative_to(root).as_posix()
+            for path in found
+            if not _inside_any(path, outputs) and not _dvc_ignores(repo.dvcignore, path, root)
+        )
+
+
+def _inside_any(path: Path, folders: Sequence[Path]) -> bool:
+    return any(path == folder or path.is_relative_to(folder) for folder in folders)
+
+
+def _dvc_ignores(ignore: Any, path: Path, root: Path) -> bool:
+    """Whether DVC leaves `path` out of every hash: it, or a folder holding it, is in .dvcignore."""
+    folders = [folder for folder in path.parents if folder != root and folder.is_relative_to(root)]
+    return ignore.is_ignored_file(str(path)) or any(ignore.is_ignored_dir(str(f)) for f in folders)
 
 
 LAUNCHERS = ("accelerate launch", "torchrun")
@@ -76,7 +110,8 @@ LAUNCHERS = ("accelerate launch", "torchrun")
 def launches_processes(root: Path) -> bool:
     """Whether some stage's command starts several processes: else each stage, training included,
     runs as one process on the first device it sees, however many its point is given."""
-    commands = [stage.cmd for stage in _stages(root) if getattr(stage, "cmd", None)]
+    with _pipeline(root) as repo:
+        commands = [stage.cmd for stage in repo.index.stages if getattr(stage, "cmd", None)]
     texts = [" ".join(cmd) if isinstance(cmd, list) else str(cmd) for cmd in commands]
     return any(launcher in text for text in texts for launcher in LAUNCHERS)
 
@@ -152,7 +187,8 @@ def check_committed(root: Path) -> None:
         ) from None
     changed = run_git(root, "diff", "HEAD", "--name-only", "--no-renames", "-z").split("\0")
     changed = _from_project(root, [path for path in changed if path])
-    missing = sorted(set(changed) | set(uncommitted_baseline(root)))  # no DVC project is refused here
+    inputs = unversioned_inputs(root)  # no DVC project is refused here
+    missing = sorted(set(changed) | set(uncommitted_baseline(root)) | set(inputs))
     if not (root / "dvc.lock").exists():
         raise SweepError(
             f"{root}: no dvc.lock, so no baseline: every point would compute every stage, the ones they "
@@ -162,6 +198,12 @@ def check_committed(root: Path) -> None:
         raise SweepError(
             f"{root}: not committed: {', '.join(missing[:6])}{' ...' if len(missing) > 6 else ''}; "
             f"each point runs in a clone of the baseline commit, so commit first: {commit_command(missing)}"
+            + (
+                " (or list in .dvcignore a file no stage needs: DVC hashes every file of a folder a stage "
+                "reads)"
+                if inputs
+                else ""
+            )
         )
 
 
