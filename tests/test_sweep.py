@@ -482,7 +482,9 @@ def test_a_file_a_stage_reads_that_git_does_not_hold_and_no_stage_makes_is_refus
     with pytest.raises(SweepError) as refused:
         check_committed(tmp_path)
     assert f"not committed: {', '.join(expected)};" in str(refused.value)
-    assert "(or list in .dvcignore a file no stage needs" in str(refused.value)
+    assert "(or, for data, track it with `dvc add`; a file no stage needs goes in .dvcignore" in str(
+        refused.value
+    )
     (tmp_path / ".dvcignore").write_text("__pycache__/\n")
     _run(["git", "add", ".dvcignore", "src/method.py"], tmp_path, env)
     _run(["git", "commit", "-qm", "the module, and no bytecode in DVC's hashes"], tmp_path, env)

@@ -175,6 +175,12 @@ def commit_command(paths: Sequence[str]) -> str:
     return f'git add {shlex.join(paths)} && git commit -m "Baseline results for the sweep"'
 
 
+UNVERSIONED = (
+    " (or, for data, track it with `dvc add`; a file no stage needs goes in .dvcignore, since DVC hashes"
+    " every file of a folder a stage reads)"
+)
+
+
 def check_committed(root: Path) -> None:
     """Refuse a workspace that holds anything a task cloning HEAD would miss, or no baseline at all:
     with no dvc.lock every point would compute every stage, the shared ones too."""
@@ -198,12 +204,7 @@ def check_committed(root: Path) -> None:
         raise SweepError(
             f"{root}: not committed: {', '.join(missing[:6])}{' ...' if len(missing) > 6 else ''}; "
             f"each point runs in a clone of the baseline commit, so commit first: {commit_command(missing)}"
-            + (
-                " (or list in .dvcignore a file no stage needs: DVC hashes every file of a folder a stage "
-                "reads)"
-                if inputs
-                else ""
-            )
+            + (UNVERSIONED if inputs else "")
         )
 
 
