@@ -491,6 +491,44 @@ def test_a_file_a_stage_reads_that_git_does_not_hold_and_no_stage_makes_is_refus
     check_committed(tmp_path)
 
 
+def test_a_local_input_params_name_that_a_point_s_clone_would_lack_is_refused(tmp_path):
+    """A model folder or dataset file named by a path relative to the project (`hf/strong`) and kept
+    out of git: each point's `inputs` and `backbone` stages read it in the clone, where it is missing
+    (or, given as `../`, lands elsewhere), and every point failed after the queue. One given whole,
+    one git holds and one a stage makes pass."""
+    from prefshift.config.params import load_params
+    from prefshift.pipeline.sweep.baseline import unversioned_params_inputs
+
+    env, root = _git_env(), tmp_path / "project"
+    (root / "hf" / "strong").mkdir(parents=True)
+    (root / "hf" / "strong" / "config.json").write_text("{}\n")
+    (root / "models" / "made").mkdir(parents=True)
+    (root / "models" / "made" / "config.json").write_text("{}\n")
+    (tmp_path / "elsewhere").mkdir()
+    stage = {"cmd": "true", "outs": ["models/made"]}
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"made": stage}}))
+    (root / ".gitignore").write_text("/hf/\n/models/made\n")
+    _run(["git", "init", "-q"], root, env)
+    _run([str(BIN / "dvc"), "init", "-q"], root, env)
+
+    def problems(strong: str, policy: str | None = None) -> list[str]:
+        params = yaml.safe_load((REPO / "params.yaml").read_text())
+        params["backbone"]["strong"]["name_or_path"] = strong
+        params["downstream"]["policy"] = policy
+        (root / "params.yaml").write_text(yaml.safe_dump(params))
+        return unversioned_params_inputs(root, [load_params(root / "params.yaml")])
+
+    (refused,) = problems("hf/strong")
+    assert refused.startswith("hf/strong/config.json: a local input params name, which git does not hold")
+    assert "give its path whole (absolute), or track it (`dvc add`, then commit)" in refused
+    (refused,) = problems("tiny", "../elsewhere")
+    assert refused.startswith("../elsewhere: a local input given relative to the project but outside its")
+    assert problems(str(root / "hf" / "strong")) == []
+    assert problems("tiny", "models/made") == []
+    _run(["git", "add", "-f", "hf"], root, env)
+    assert problems("hf/strong") == []
+
+
 def test_python_bytecode_is_in_no_hash_of_prefshift_s_own_pipeline():
     """prefshift's stages read source folders (src/prefshift/config, src/prefshift/models), where
     any import of an editable install writes __pycache__/: a run that wrote it left every such stage

@@ -789,7 +789,7 @@ def _dry_run(root: Path, grid: Any, points: list, methods: list, chosen: Any, sc
                 typer.echo(line)
     problems = _call(
         _stage("pipeline.sweep.run", "workspace_problems"), root, scratch, chosen.kind == "slurm"
-    ) + _call(_stage("pipeline.sweep.results", "filing_problems"), root, points, loaded, methods)
+    ) + _call(_stage("pipeline.sweep.run", "point_problems"), root, points, loaded, methods)
     for problem in problems:
         typer.echo(f"note: the sweep itself would stop here: {problem}")
     for note in _call(_stage("pipeline.sweep.run", "device_notes"), root, chosen):

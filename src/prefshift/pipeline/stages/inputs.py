@@ -97,6 +97,10 @@ class FileHashes:
             write_json(self.cache_path, self.used)
 
 
+Hashes = FileHashes | None
+"""How `records` hashes local files; None lists them and reads none (`local_paths`)."""
+
+
 def local_files(path: Path) -> list[Path]:
     """The files a local input consists of: itself, or every file under it (sorted)."""
     if path.is_file():
@@ -108,7 +112,7 @@ def local_files(path: Path) -> list[Path]:
     )
 
 
-def local_record(path: Path, hashes: FileHashes, shown: str | None = None) -> dict[str, Any]:
+def local_record(path: Path, hashes: Hashes, shown: str | None = None) -> dict[str, Any]:
     """{path, files: {relative name: md5}}, or {path, missing: true}; `path` as params spell it
     (`shown`), so the record does not depend on who runs it or where the project lies."""
     shown = str(path) if shown is None else shown
@@ -118,10 +122,11 @@ def local_record(path: Path, hashes: FileHashes, shown: str | None = None) -> di
         return {"path": shown, "not_a_file_or_directory": True}
     files = local_files(path)
     names = [p.name if p == path else p.relative_to(path).as_posix() for p in files]
-    return {"path": shown, "files": {name: hashes.md5(p) for name, p in zip(names, files, strict=True)}}
+    md5 = hashes.md5 if hashes else lambda path: ""
+    return {"path": shown, "files": {name: md5(p) for name, p in zip(names, files, strict=True)}}
 
 
-def dataset_record(name: str, splits: Iterable[str], params: Params, hashes: FileHashes) -> dict[str, Any]:
+def dataset_record(name: str, splits: Iterable[str], params: Params, hashes: Hashes) -> dict[str, Any]:
     """One dataset prepare reads: its local files per split, or its hub id and revision, and its
     `data.sources` row (its stage depends on this file, not on data.sources as a whole)."""
     source = params.data.sources.get(name)
@@ -129,7 +134,7 @@ def dataset_record(name: str, splits: Iterable[str], params: Params, hashes: Fil
     return files if source is None else {"params": source.model_dump(mode="json"), **files}
 
 
-def _dataset_files(name: str, splits: Iterable[str], params: Params, hashes: FileHashes) -> dict[str, Any]:
+def _dataset_files(name: str, splits: Iterable[str], params: Params, hashes: Hashes) -> dict[str, Any]:
     from prefshift.data.adapters import get_adapter
 
     adapter = get_adapter(name, params)
@@ -156,7 +161,7 @@ def _dataset_files(name: str, splits: Iterable[str], params: Params, hashes: Fil
     }
 
 
-def model_record(name_or_path: str | None, revision: str | None, hashes: FileHashes) -> dict[str, Any]:
+def model_record(name_or_path: str | None, revision: str | None, hashes: Hashes) -> dict[str, Any]:
     """A model a stage loads: a local directory's files, or a hub id and the revision asked for."""
     from prefshift.models.validate import looks_local
 
@@ -167,7 +172,7 @@ def model_record(name_or_path: str | None, revision: str | None, hashes: FileHas
     return {"hub": name_or_path, "revision": revision}
 
 
-def records(params: Params, hashes: FileHashes) -> dict[str, dict[str, Any]]:
+def records(params: Params, hashes: Hashes) -> dict[str, dict[str, Any]]:
     data, downstream = params.data, params.downstream
     datasets = {data.source: ("train", "test"), **{target: ("test",) for target in data.targets}}
     judge = None if downstream.judge == JUDGE_TRAINED else downstream.judge
@@ -181,6 +186,12 @@ def records(params: Params, hashes: FileHashes) -> dict[str, dict[str, Any]]:
         "policy": {"policy": model_record(downstream.policy, downstream.policy_revision, hashes)},
         "judge": {"judge": model_record(judge, downstream.judge_revision, hashes)},
     }
+
+
+def local_paths(params: Params) -> list[str]:
+    """Every local file or folder params name for the pipeline to read, as params spell it: what
+    `records` hashes, listed without reading a byte (a sweep checks its clones will have them)."""
+    return sorted({record["path"] for record in _locals(records(params, None)) if "path" in record})
 
 
 def run(params: Params, layout: Layout) -> dict[str, dict[str, Any]]:

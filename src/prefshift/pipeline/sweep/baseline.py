@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from prefshift.config.params import Params
 from prefshift.pipeline.sweep.commands import SweepError, run_git
 from prefshift.pipeline.sweep.record import default_scratch
 
@@ -91,6 +92,36 @@ def unversioned_inputs(root: Path) -> list[str]:
             for path in found
             if not _inside_any(path, outputs) and not _dvc_ignores(repo.dvcignore, path, root)
         )
+
+
+def unversioned_params_inputs(root: Path, loaded: Sequence[Params]) -> list[str]:
+    """Why a point would lack a local input its params name (a dataset file, a model folder: what
+    the `inputs` stage hashes) by a path relative to the project: each point reads it in its clone,
+    where a path out of the repository lands elsewhere and one git does not hold (a model folder
+    left out of git) is missing, so every point failed after the queue. One given whole is read
+    where it lies, and one a stage makes is restored in the clone."""
+    from prefshift.pipeline.stages.inputs import local_paths
+
+    root = Path(root).resolve()
+    with contextlib.chdir(root):  # params spell them from the project, as its stages read them
+        spelled = sorted({path for params in loaded for path in local_paths(params)})
+    relative = [path for path in spelled if not Path(path).expanduser().is_absolute()]
+    found = [path for path in relative if (root / path).exists()]
+    if not found:
+        return []
+    top = Path(git_place(root)[0]).resolve()
+    if outside := [path for path in found if not (root / path).resolve().is_relative_to(top)]:
+        return [f"{outside[0]}: a local input given relative to the project but outside its repository, "
+                "where a point's clone lies elsewhere; give it whole (an absolute path)"]  # fmt: skip
+    outputs = [root / path for path, _, _ in pipeline_outputs(root)]
+    listed = run_git(root, "ls-files", "--others", "-z", "--", *found)
+    missing = [path for path in listed.split("\0") if path and not _inside_any(root / path, outputs)]
+    if not missing:
+        return []
+    shown = ", ".join(missing[:4]) + (" ..." if len(missing) > 4 else "")
+    return [f"{shown}: a local input params name, which git does not hold and no stage makes, so a point's "
+            "clone of the baseline lacks it; give its path whole (absolute), or track it (`dvc add`, "
+            "then commit)"]  # fmt: skip
 
 
 def _inside_any(path: Path, folders: Sequence[Path]) -> bool:

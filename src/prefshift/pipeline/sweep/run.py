@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from prefshift.config.params import check_method
+from prefshift.config.params import Params, check_method
 from prefshift.core.paths import Layout
 from prefshift.core.signals import exit_code, signals_as_exceptions, signals_ignored, stop_signal
 from prefshift.pipeline.sweep import local, slurm
@@ -29,6 +29,7 @@ from prefshift.pipeline.sweep.baseline import (
     dvc_cache_dir,
     git_place,
     launches_processes,
+    unversioned_params_inputs,
 )
 from prefshift.pipeline.sweep.commands import SweepError, run_dvc, run_git, say
 from prefshift.pipeline.sweep.grid import check_distinct, experiment_name
@@ -135,7 +136,7 @@ def start(
     executor = executor.read()
     loaded = check_distinct(root / "params.yaml", points, methods)
     problems = workspace_problems(root, scratch, executor.kind == "slurm")
-    if problems := problems + filing_problems(root, points, loaded, methods):
+    if problems := problems + point_problems(root, points, loaded, methods):
         raise SweepError(problems[0])
     for note in device_notes(root, executor):
         say(f"sweep: {note}")
@@ -197,6 +198,18 @@ def device_notes(root: Path, executor: Executor) -> list[str]:
         f"of its {per_task} devices (no command in dvc.yaml starts `accelerate launch` or `torchrun`; see "
         "docs/scaling.md), so the rest stay idle; --gpus-per-task 1 runs more points at once"
     ]
+
+
+def point_problems(
+    root: Path, points: Sequence[Mapping[str, str]], loaded: Sequence[Params], methods: Sequence[str]
+) -> list[str]:
+    """Each refusal the points earn beside the workspace's: a record the sweep could not file, a
+    local input their params name that a clone would lack."""
+    try:
+        missing = unversioned_params_inputs(root, loaded)
+    except SweepError as err:  # no pipeline to read: workspace_problems says so
+        missing = [str(err)]
+    return filing_problems(root, points, loaded, methods) + missing
 
 
 def _launch(
