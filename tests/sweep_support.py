@@ -35,7 +35,7 @@ pathlib.Path("data").mkdir(exist_ok=True)
 pathlib.Path("data/base.txt").write_text("base 3\\n")
 """
 EVALUATE = """\
-import json, os, pathlib, sys, time, yaml
+import importlib.util, json, os, pathlib, sys, time, yaml
 trace = pathlib.Path(sys.argv[1])
 lam = yaml.safe_load(open("params.yaml"))["anchor"]["lambda"]
 if lam == 13:
@@ -43,7 +43,7 @@ if lam == 13:
 checkpoint = pathlib.Path("models/checkpoints/evaluate/step")
 seen = {"lambda": lam, "pid": os.getpid(), "devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "threads": os.environ.get("OMP_NUM_THREADS"), "resumed": checkpoint.exists(), "start": time.time(),
-        "links": os.stat("data/base.txt").st_nlink}
+        "links": os.stat("data/base.txt").st_nlink, "prefshift": importlib.util.find_spec("prefshift").origin}
 (trace / f"start-{lam}-{os.getpid()}.json").write_text(json.dumps(seen))
 checkpoint.parent.mkdir(parents=True, exist_ok=True)
 checkpoint.write_text("1")  # as training leaves its resumable checkpoint (no DVC output)

@@ -529,6 +529,25 @@ def test_a_local_input_params_name_that_a_point_s_clone_would_lack_is_refused(tm
     assert problems("hf/strong") == []
 
 
+def test_a_point_s_stages_import_the_clone_s_prefshift_when_it_runs_from_the_project_s_repository(tmp_path):
+    """Where the running prefshift lies in the project's repository (an editable install; for a
+    project in a folder of it, anywhere in the repository), the stages import the point's clone's
+    copy; installed from elsewhere, it is no part of the project and is left alone."""
+    import prefshift
+    from prefshift.pipeline.sweep.task import baseline_code
+
+    package = Path(prefshift.__file__).resolve().parent
+    top = package.parents[1]  # the repository a project holding this package would be, `src/` below
+    for root, subdir in ((top, ""), (top / "ml", "ml"), (top / "a" / "ml", "a/ml")):
+        record = _record(tmp_path / "sweeps", [{"seed": "1"}], ["sweep-seed-1"])
+        record.data.update(root=str(root), subdir=subdir)
+        record.__post_init__()
+        assert baseline_code(record, 0) == str(record.clone(0) / package.parent.relative_to(top))
+    record.data.update(root=str(tmp_path / "elsewhere"), subdir="")
+    record.__post_init__()
+    assert baseline_code(record, 0) is None
+
+
 def test_python_bytecode_is_in_no_hash_of_prefshift_s_own_pipeline():
     """prefshift's stages read source folders (src/prefshift/config, src/prefshift/models), where
     any import of an editable install writes __pycache__/: a run that wrote it left every such stage

@@ -316,6 +316,28 @@ def test_a_project_in_a_folder_of_its_git_repository_is_swept_filed_and_reused(
     assert json.loads(filed.read_text())["wrg"] == 1.0
 
 
+def test_a_point_runs_the_baseline_s_code_where_prefshift_runs_from_the_project_s_source(
+    tmp_path, monkeypatch
+):
+    """With prefshift run from the project's own source (an editable install, as `make` sets it
+    up), a point's stages imported the workspace's copy, not the clone's: a point started after an
+    edit ran the new code as an experiment of the baseline. They now import the clone's."""
+    env = in_sweep_env(monkeypatch)
+    root, trace = toy_project(tmp_path, env, remotes=False)
+    shutil.copytree(REPO / "src" / "prefshift", root / "src" / "prefshift")
+    run_ok(["git", "add", "src"], root, env)
+    run_ok(["git", "commit", "-qm", "the project's own prefshift"], root, env)
+    monkeypatch.setenv("PYTHONPATH", str(root / "src"))  # the tasks run the project's prefshift
+    run_cli(
+        "sweep", "-S", "anchor.lambda=0.5", "--methods", "anchor_last", "--no-report", "--root", str(root)
+    )
+    (record,) = trace_records(trace, "start")
+    clone = Path(record["prefshift"]).parents[2]
+    assert clone.parent.name == "clones" and clone.is_relative_to(root / ".prefshift" / "sweeps"), record
+    said = "".join(log.read_text() for log in (root / ".prefshift" / "sweeps").glob("*/logs/0.log"))
+    assert f"the stages import prefshift from {clone / 'src'}, the baseline's" in said
+
+
 def _a_repository(folder: Path, file: str, env: dict[str, str]) -> Path:
     folder.mkdir()
     (folder / file).write_text(f"{file}\n")

@@ -57,11 +57,12 @@ def run_git(root: Path, *args: str) -> str:
     return run("git", *args, cwd=root)
 
 
-def run_dvc(root: Path, args: Sequence[str], echo: bool = True) -> str:
+def run_dvc(root: Path, args: Sequence[str], echo: bool = True, env: Mapping[str, str] | None = None) -> str:
     """Run the dvc installed with prefshift, its directory first on PATH (stages call plain `dvc`
-    and `prefshift`), echoing its output as it comes unless told not to; return that output."""
+    and `prefshift`), echoing its output as it comes unless told not to; return that output. `env`
+    adds to this process's environment."""
     bin_dir = Path(sys.executable).parent
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env = {**os.environ, **(env or {}), "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
     command = [str(bin_dir / "dvc") if (bin_dir / "dvc").exists() else "dvc", *args]
     proc = subprocess.Popen(
         command, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True

@@ -136,7 +136,25 @@ def _run(record: SweepRecord, index: int, project: Path, say) -> list[str]:
     else:
         args.append("--pull")
     say(f"dvc {' '.join(args)} {TARGET}")
-    return UNPULLED.findall(run_dvc(project, [*args, TARGET]))
+    if code := baseline_code(record, index):
+        say(f"the stages import prefshift from {code}, the baseline's, not the workspace's")
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [code, os.environ.get("PYTHONPATH")]))} if code else {}
+    return UNPULLED.findall(run_dvc(project, [*args, TARGET], env=env))
+
+
+def baseline_code(record: SweepRecord, index: int) -> str | None:
+    """Where the point's stages import prefshift from, when it runs from the project's own source
+    (an editable install, as `make` sets it up): the clone's copy, the baseline's code. Left to the
+    install, they imported the workspace's source, which may change while the sweep runs, and a
+    point started after an edit ran the new code as an experiment of the baseline. None where
+    prefshift is installed from elsewhere (its code is then no part of the project)."""
+    import prefshift
+
+    package = Path(prefshift.__file__).resolve().parent
+    top = Path(record.data["root"]).joinpath(*[".."] * len(Path(record.subdir).parts)).resolve()
+    if not package.is_relative_to(top):  # the workspace's repository, which each point clones
+        return None
+    return str(record.clone(index) / package.parent.relative_to(top))
 
 
 def _push(record: SweepRecord, index: int, project: Path, say) -> str:
