@@ -491,6 +491,42 @@ def test_a_file_a_stage_reads_that_git_does_not_hold_and_no_stage_makes_is_refus
     check_committed(tmp_path)
 
 
+def test_an_edited_submodule_is_refused_with_the_commit_inside_it_that_fixes_it(tmp_path):
+    """A clone checks out the commit a submodule records: edits to its files were refused with
+    `git add lib`, which records the submodule's commit and not the edits, so the same refusal came
+    back. It now says to commit inside the submodule first; that done, `git add lib` fixes it."""
+    from prefshift.pipeline.sweep.baseline import check_committed
+
+    env, root, lib = _git_env(), tmp_path / "project", tmp_path / "lib"
+    for folder in (root, lib):
+        folder.mkdir()
+        _run(["git", "init", "-q"], folder, env)
+    (lib / "helper.txt").write_text("1\n")
+    _run(["git", "add", "-A"], lib, env)
+    _run(["git", "commit", "-qm", "lib"], lib, env)
+    _run([str(BIN / "dvc"), "init", "-q"], root, env)
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"s": {"cmd": "true", "deps": ["lib"]}}}))
+    (root / "dvc.lock").write_text("schema: '2.0'\nstages: {}\n")
+    _run(
+        ["git", "-c", "protocol.file.allow=always", "submodule", "--quiet", "add", str(lib), "lib"], root, env
+    )
+    _run(["git", "add", "-A"], root, env)
+    _run(["git", "commit", "-qm", "base"], root, env)
+    check_committed(root)
+    (root / "lib" / "untracked.txt").write_text("no stage's concern\n")
+    (root / "lib" / "helper.txt").write_text("2\n")
+    with pytest.raises(SweepError) as refused:
+        check_committed(root)
+    assert "not committed: lib;" in str(refused.value)
+    assert "(in submodule lib, first its own: git -C lib commit -a)" in str(refused.value)
+    _run(["git", "commit", "-qam", "two"], root / "lib", env)
+    with pytest.raises(SweepError) as refused:
+        check_committed(root)
+    assert "not committed: lib;" in str(refused.value) and "in submodule" not in str(refused.value)
+    _run(["git", "commit", "-qam", "lib at two"], root, env)
+    check_committed(root)
+
+
 def test_a_local_input_params_name_that_a_point_s_clone_would_lack_is_refused(tmp_path):
     """A model folder or dataset file named by a path relative to the project (`hf/strong`) and kept
     out of git: each point's `inputs` and `backbone` stages read it in the clone, where it is missing

@@ -232,11 +232,23 @@ def check_committed(root: Path) -> None:
             "share too. Run `dvc repro` (`make repro`) first; the sweep then names what to commit"
         )
     if missing:
+        edited = [path for path in _edited_submodules(root) if path in missing]
+        inside = "".join(f" (in submodule {path}, first its own: git -C {path} commit -a)" for path in edited)
         raise SweepError(
             f"{root}: not committed: {', '.join(missing[:6])}{' ...' if len(missing) > 6 else ''}; "
             f"each point runs in a clone of the baseline commit, so commit first: {commit_command(missing)}"
+            + inside
             + (UNVERSIONED if inputs else "")
         )
+
+
+def _edited_submodules(root: Path) -> list[str]:
+    """Submodules whose tracked files are edited, named from the project: a clone checks out the
+    commit each records, so the edits are committed inside it first (`git add` of the submodule
+    records its commit, not the edits, and the refusal came back as it was)."""
+    entries = run_git(root, "status", "--porcelain=v2", "-z", "--untracked-files=no").split("\0")
+    fields = [entry.split(" ", 8) for entry in entries if entry.startswith("1 ")]
+    return _from_project(root, [field[8] for field in fields if len(field) == 9 and field[2][2:3] == "M"])
 
 
 def check_scratch(root: Path, scratch: Path | None) -> None:
