@@ -85,13 +85,9 @@ def unversioned_inputs(root: Path) -> list[str]:
         inputs = {path for path in inputs if path.exists() and not _inside_any(path, outputs)}
         if not inputs:
             return []
-        listed = run_git(root, "ls-files", "--others", "-z", "--", *(str(path) for path in sorted(inputs)))
-        found = [root / path for path in listed.split("\0") if path]
-        return sorted(
-            path.relative_to(root).as_posix()
-            for path in found
-            if not _inside_any(path, outputs) and not _dvc_ignores(repo.dvcignore, path, root)
-        )
+        found = _unversioned(root, sorted(inputs), outputs)
+        hashed = [path for path in found if not _dvc_ignores(repo.dvcignore, path, root)]
+        return sorted(path.relative_to(root).as_posix() for path in hashed)
 
 
 def unversioned_params_inputs(root: Path, loaded: Sequence[Params]) -> list[str]:
@@ -114,14 +110,19 @@ def unversioned_params_inputs(root: Path, loaded: Sequence[Params]) -> list[str]
         return [f"{outside[0]}: a local input given relative to the project but outside its repository, "
                 "where a point's clone lies elsewhere; give it whole (an absolute path)"]  # fmt: skip
     outputs = [root / path for path, _, _ in pipeline_outputs(root)]
-    listed = run_git(root, "ls-files", "--others", "-z", "--", *found)
-    missing = [path for path in listed.split("\0") if path and not _inside_any(root / path, outputs)]
-    if not missing:
+    if not (missing := [path.relative_to(root).as_posix() for path in _unversioned(root, found, outputs)]):
         return []
     shown = ", ".join(missing[:4]) + (" ..." if len(missing) > 4 else "")
     return [f"{shown}: a local input params name, which git does not hold and no stage makes, so a point's "
             "clone of the baseline lacks it; give its path whole (absolute), or track it (`dvc add`, "
             "then commit)"]  # fmt: skip
+
+
+def _unversioned(root: Path, paths: Sequence[str | Path], outputs: Sequence[Path]) -> list[Path]:
+    """The files at or under `paths` that git does not hold (ignored ones too) and that lie in no
+    stage's output (those a clone restores from the cache)."""
+    listed = run_git(root, "ls-files", "--others", "-z", "--", *map(str, paths))
+    return [root / path for path in listed.split("\0") if path and not _inside_any(root / path, outputs)]
 
 
 def _inside_any(path: Path, folders: Sequence[Path]) -> bool:
