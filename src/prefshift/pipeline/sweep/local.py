@@ -44,11 +44,11 @@ def parse_devices(text: str) -> list[str]:
             f"--gpus {text!r}: {bad[0]!r} is no device index or GPU-/MIG- UUID (nvidia-smi -L); CUDA would "
             "hide it and every device after it, and the point would train on the CPU: list each, e.g. 0,1,2,3"
         )
-    devices = [str(int(d)) if d.isdigit() else d for d in devices]  # 00 is device 0
+    devices = [_canonical(d) for d in devices]
     if len(set(devices)) != len(devices):
         raise SweepError(f"--gpus {text!r}: a device is listed twice; two experiments would share it")
     if given := os.environ.get("CUDA_VISIBLE_DEVICES", "").strip():
-        allowed = {str(int(d)) if d.isdigit() else d for d in map(str.strip, given.split(","))}
+        allowed = {_canonical(d.strip()) for d in given.split(",")}
         if outside := [d for d in devices if d not in allowed]:
             raise SweepError(
                 f"--gpus {text!r}: device {outside[0]} is not among those this shell was given "
@@ -61,6 +61,11 @@ def parse_devices(text: str) -> list[str]:
             "hide it, and the point would train on the CPU"
         )
     return devices
+
+
+def _canonical(device: str) -> str:
+    """A device as CUDA reads it: `00` is device 0."""
+    return str(int(device)) if device.isdigit() else device
 
 
 def _device_count() -> int:
