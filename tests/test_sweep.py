@@ -491,39 +491,167 @@ def test_a_file_a_stage_reads_that_git_does_not_hold_and_no_stage_makes_is_refus
     check_committed(tmp_path)
 
 
-def test_an_edited_submodule_is_refused_with_the_commit_inside_it_that_fixes_it(tmp_path):
-    """A clone checks out the commit a submodule records: edits to its files were refused with
-    `git add lib`, which records the submodule's commit and not the edits, so the same refusal came
-    back. It now says to commit inside the submodule first; that done, `git add lib` fixes it."""
+def _advised(refusal: str) -> list[str]:
+    """The commands a refusal of check_committed gives, in the order to run them: each submodule's
+    own commit, innermost first, then the project's."""
+    inside = re.findall(r"\(in submodule [^,]+, first its own: (.+?)\)(?= \(|$)", refusal)
+    return [*inside, re.search(r"so commit first: (.+?)(?= \(|$)", refusal)[1]]
+
+
+def test_a_submodule_s_edited_or_untracked_files_are_refused_with_the_commits_that_fix_them(tmp_path):
+    """A clone checks out the commit each submodule records. Edits to a submodule's files were
+    refused with `git add lib`, which records the submodule's commit and not the edits, so the same
+    refusal came back; and a file a stage reads that the submodule's git does not hold passed
+    unseen (git lists none of a submodule's files from outside it), and every point lacked it.
+    Each now gets the commits that fix it, inside the submodules first (nested ones innermost
+    first); run as given, they leave nothing to refuse."""
     from prefshift.pipeline.sweep.baseline import check_committed
 
-    env, root, lib = _git_env(), tmp_path / "project", tmp_path / "lib"
-    for folder in (root, lib):
+    env, root, lib, vend = _git_env(), tmp_path / "project", tmp_path / "lib", tmp_path / "vend"
+    for folder in (root, lib, vend):
         folder.mkdir()
         _run(["git", "init", "-q"], folder, env)
-    (lib / "helper.txt").write_text("1\n")
-    _run(["git", "add", "-A"], lib, env)
-    _run(["git", "commit", "-qm", "lib"], lib, env)
+    for repo, name in ((vend, "v.txt"), (lib, "helper.txt")):
+        (repo / name).write_text("1\n")
+        if repo == lib:
+            _run(
+                ["git", "-c", "protocol.file.allow=always", "submodule", "-q", "add", str(vend), "vend"],
+                lib,
+                env,
+            )
+        _run(["git", "add", "-A"], repo, env)
+        _run(["git", "commit", "-qm", "one"], repo, env)
     _run([str(BIN / "dvc"), "init", "-q"], root, env)
-    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"s": {"cmd": "true", "deps": ["lib"]}}}))
+    stages = {"s": {"cmd": "true", "deps": ["lib/helper.txt", "lib/vend", "lib/data"]}}
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}))
     (root / "dvc.lock").write_text("schema: '2.0'\nstages: {}\n")
+    _run(["git", "-c", "protocol.file.allow=always", "submodule", "-q", "add", str(lib), "lib"], root, env)
     _run(
-        ["git", "-c", "protocol.file.allow=always", "submodule", "--quiet", "add", str(lib), "lib"], root, env
+        ["git", "-c", "protocol.file.allow=always", "submodule", "-q", "update", "--init", "--recursive"],
+        root,
+        env,
     )
     _run(["git", "add", "-A"], root, env)
     _run(["git", "commit", "-qm", "base"], root, env)
     check_committed(root)
-    (root / "lib" / "untracked.txt").write_text("no stage's concern\n")
+
+    def refusal() -> str:
+        with pytest.raises(SweepError) as refused:
+            check_committed(root)
+        return str(refused.value)
+
+    def fix(refused: str) -> None:
+        for command in _advised(refused):
+            subprocess.run(command, shell=True, cwd=root, env=env, check=True, capture_output=True)
+        check_committed(root)
+
+    (root / "lib" / "unread.txt").write_text("no stage's concern\n")
     (root / "lib" / "helper.txt").write_text("2\n")
+    refused = refusal()
+    assert "not committed: lib;" in refused
+    assert '(in submodule lib, first its own: git -C lib commit -a -m "For the sweep")' in refused
+    fix(refused)
+    assert "unread.txt" not in subprocess.run(["git", "ls-files"], cwd=root / "lib", capture_output=True,
+                                               text=True, check=True).stdout  # fmt: skip
+    (root / "lib" / "data").mkdir()
+    (root / "lib" / "data" / "new.txt").write_text("read by the stage\n")
+    (root / "lib" / "vend" / "w.txt").write_text("read by the stage too\n")
+    refused = refusal()
+    assert "not committed: lib/data/new.txt, lib/vend/w.txt;" in refused
+    assert _advised(refused) == [
+        'git -C lib/vend add w.txt && git -C lib/vend commit -m "For the sweep"',
+        'git -C lib add data/new.txt vend && git -C lib commit -m "For the sweep"',
+        'git add lib && git commit -m "Baseline results for the sweep"',
+    ]
+    fix(refused)
+    _run(["git", "-C", "lib", "checkout", "-q", "--recurse-submodules", "HEAD~1"], root, env)  # not recorded
+    refused = refusal()
+    assert "not committed: lib;" in refused and "in submodule" not in refused
+    fix(refused)
+
+
+def test_the_files_dvc_builds_the_pipeline_from_are_refused_until_git_holds_them(tmp_path):
+    """A `.dvc` file left out of `git add` (the step `dvc add` asks for), a folder's dvc.yaml and
+    dvc.lock, a vars file: DVC read them in the workspace, and a point's clone of HEAD lacked them,
+    so it had no stage making an input, or could not parse dvc.yaml, and every point failed. The
+    refusal names each, and its command, run as given, leaves nothing to refuse. A vars file named
+    from the project but outside its repository is refused by name."""
+    from prefshift.pipeline.sweep.baseline import check_committed
+
+    env, root = _git_env(), tmp_path / "project"
+    root.mkdir()
+    stage = {
+        "cmd": "cat data/x sub/made.txt > ${out}",
+        "deps": ["data/x", "sub/made.txt"],
+        "outs": ["${out}"],
+    }
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"vars": ["local.yaml"], "stages": {"s": stage}}))
+    _run(["git", "init", "-q"], root, env)
+    _run([str(BIN / "dvc"), "init", "-q"], root, env)
+    _run(["git", "add", "-A"], root, env)
+    _run(["git", "commit", "-qm", "sources"], root, env)
+    (root / "local.yaml").write_text("out: both.txt\n")
+    (root / "data").mkdir()
+    (root / "data" / "x").write_text("data\n")
+    _run([str(BIN / "dvc"), "add", "-q", "data/x"], root, env)
+    (root / "sub").mkdir()
+    made = {"cmd": "echo 1 > made.txt", "outs": ["made.txt"]}
+    (root / "sub" / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"make": made}}))
+    for lock in ("dvc.lock", "sub/dvc.lock"):
+        (root / lock).write_text("schema: '2.0'\nstages: {}\n")
     with pytest.raises(SweepError) as refused:
         check_committed(root)
-    assert "not committed: lib;" in str(refused.value)
-    assert "(in submodule lib, first its own: git -C lib commit -a)" in str(refused.value)
-    _run(["git", "commit", "-qam", "two"], root / "lib", env)
+    assert "not committed: data/x.dvc, dvc.lock, local.yaml, sub/dvc.lock, sub/dvc.yaml;" in str(
+        refused.value
+    )
+    for command in _advised(str(refused.value)):
+        subprocess.run(command, shell=True, cwd=root, env=env, check=True, capture_output=True)
+    check_committed(root)
+    (tmp_path / "outside.yaml").write_text("more: 1\n")  # where no clone finds it
+    (root / "dvc.yaml").write_text(
+        yaml.safe_dump({"vars": ["local.yaml", "../outside.yaml"], "stages": {"s": stage}})
+    )
+    with pytest.raises(
+        SweepError, match=r"^\.\./outside\.yaml: a vars file dvc.yaml names relative to the project but"
+    ):
+        check_committed(root)
+
+
+def test_a_link_on_the_way_to_an_input_is_refused_where_a_clone_would_reach_other_files(tmp_path):
+    """git holds a symbolic link as written, and a point's clone lies elsewhere: a relative link out
+    of the repository (`data/raw -> ../../datasets/raw`) led nowhere there, and a link to a folder
+    git does not hold led to nothing; every point failed. Both are refused, the first with the
+    absolute link that fixes it; an absolute link leads to the same place from every clone."""
+    from prefshift.pipeline.sweep.baseline import check_committed
+
+    env, root = _git_env(), tmp_path / "project"
+    for folder in (tmp_path / "datasets" / "raw", root / "data" / "v3"):
+        folder.mkdir(parents=True)
+        (folder / "x.txt").write_text("data\n")
+    (root / "data" / "raw").symlink_to("../../datasets/raw")
+    (root / "data" / "cur").symlink_to("v3")
+    (root / "data" / "abs").symlink_to(tmp_path / "datasets" / "raw")
+    stage = {"cmd": "true", "deps": ["data/raw/x.txt", "data/cur", "data/abs"]}
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"s": stage}}))
+    (root / "dvc.lock").write_text("schema: '2.0'\nstages: {}\n")
+    _run(["git", "init", "-q"], root, env)
+    _run([str(BIN / "dvc"), "init", "-q"], root, env)
+    _run(["git", "add", ".dvc", "dvc.yaml", "dvc.lock", "data/raw", "data/cur", "data/abs"], root, env)
+    _run(["git", "commit", "-qm", "base"], root, env)
     with pytest.raises(SweepError) as refused:
         check_committed(root)
-    assert "not committed: lib;" in str(refused.value) and "in submodule" not in str(refused.value)
-    _run(["git", "commit", "-qam", "lib at two"], root, env)
+    absolute = tmp_path / "datasets" / "raw"
+    assert str(refused.value).startswith(
+        "data/raw: a relative symbolic link out of the repository, on the way"
+    )
+    assert f"make it absolute (`ln -sfn {absolute} data/raw`, then commit it)" in str(refused.value)
+    _run(["ln", "-sfn", str(absolute), "data/raw"], root, env)
+    _run(["git", "commit", "-qam", "the link, absolute"], root, env)
+    with pytest.raises(SweepError) as refused:
+        check_committed(root)
+    assert "not committed: data/v3/x.txt;" in str(refused.value)
+    for command in _advised(str(refused.value)):
+        subprocess.run(command, shell=True, cwd=root, env=env, check=True, capture_output=True)
     check_committed(root)
 
 
@@ -563,6 +691,15 @@ def test_a_local_input_params_name_that_a_point_s_clone_would_lack_is_refused(tm
     assert problems("tiny", "models/made") == []
     _run(["git", "add", "-f", "hf"], root, env)
     assert problems("hf/strong") == []
+    (tmp_path / "elsewhere" / "strong").mkdir()
+    (tmp_path / "elsewhere" / "strong" / "config.json").write_text("{}\n")
+    (root / "linked").symlink_to("../elsewhere")  # git holds it as written; a clone lies elsewhere
+    _run(["git", "add", "linked"], root, env)
+    (refused,) = problems("linked/strong")
+    assert refused.startswith("linked: a relative symbolic link out of the repository")
+    (root / "linked").unlink()
+    (root / "linked").symlink_to(tmp_path / "elsewhere")
+    assert problems("linked/strong") == []
 
 
 def test_a_point_s_stages_import_the_clone_s_prefshift_when_it_runs_from_the_project_s_repository(tmp_path):

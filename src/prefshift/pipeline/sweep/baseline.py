@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -75,19 +75,67 @@ def pipeline_outputs(root: Path) -> list[tuple[Path, bool, bool]]:
 
 def unversioned_inputs(root: Path) -> list[str]:
     """Files a stage reads that git does not hold and no stage or `.dvc` file makes (a new module
-    left out of `git add`, or bytecode Python wrote into a source folder): dvc.lock hashed them in
-    the workspace, and a point's clone of HEAD lacks them, so there each stage reading them would
-    rerun without them, in every point. A file DVC ignores (.dvcignore) is no input."""
+    left out of `git add`, bytecode Python wrote into a source folder, a file of a submodule, the
+    folder a link git holds leads to): dvc.lock hashed them in the workspace, and a point's clone of
+    HEAD lacks them, so there each stage reading them would rerun without them, in every point. A
+    file DVC ignores (.dvcignore) is no input. A relative link leading out of the repository is
+    refused: from a clone, which lies elsewhere, it leads elsewhere."""
     root = Path(root).resolve()
+    top = Path(git_place(root)[0]).resolve()
     with _pipeline(root) as repo:
         outputs = [Path(out.fs_path) for stage in repo.index.stages for out in stage.outs]
         inputs = {Path(dep.fs_path) for stage in repo.index.stages for dep in stage.deps if dep.is_in_repo}
         inputs = {path for path in inputs if path.exists() and not _inside_any(path, outputs)}
-        if not inputs:
+        reached, astray = _as_cloned(sorted(inputs), top)
+        if astray:
+            raise SweepError(_astray(astray[0], root))
+        if not reached:
             return []
-        found = _unversioned(root, sorted(inputs), outputs)
+        found = _unversioned(root, reached, outputs)
         hashed = [path for path in found if not _dvc_ignores(repo.dvcignore, path, root)]
-        return sorted(path.relative_to(root).as_posix() for path in hashed)
+        return sorted(os.path.relpath(path, root) for path in hashed)
+
+
+def _astray(link: Path, root: Path) -> str:
+    """The refusal of `link`, a relative symbolic link leading out of the repository (_as_cloned)."""
+    named, where = os.path.relpath(link, root), os.path.normpath(link.parent / os.readlink(link))
+    return (
+        f"{named}: a relative symbolic link out of the repository, on the way to a file a stage reads or "
+        "params name; from a point's clone, which lies elsewhere, it leads elsewhere: make it absolute "
+        f"(`ln -sfn {shlex.quote(where)} {shlex.quote(named)}`, then commit it), or track the data with "
+        "`dvc add`"
+    )
+
+
+def _as_cloned(paths: Sequence[Path], top: Path) -> tuple[list[Path], list[Path]]:
+    """(what a clone of the repository at `top` must hold for it to reach `paths` as the workspace
+    does, the links on the way that it reaches elsewhere). git holds a symbolic link as written, so
+    from a clone an absolute one leads to the same place, a relative one that stays in the
+    repository to the clone's own copy of its target (which the clone must hold too), and a
+    relative one leading out of the repository elsewhere. Each path is absolute, within `top`."""
+    reached: list[Path] = []
+    astray: list[Path] = []
+    for path in paths:
+        parts, here, hops = list(path.relative_to(top).parts), top, 0
+        while parts and hops <= MAX_LINKS:  # past it, a loop of links: DVC fails on it by itself
+            here = here / parts.pop(0)
+            if not here.is_symlink():
+                continue
+            reached.append(here)
+            if os.path.isabs(text := os.readlink(here)):
+                break  # the same place from every clone on this machine
+            target, hops = Path(os.path.normpath(here.parent / text)), hops + 1
+            if not target.is_relative_to(top):
+                astray.append(here)
+                break
+            parts, here = [*target.relative_to(top).parts, *parts], top
+        else:
+            reached.append(here)
+    return sorted(set(reached)), astray
+
+
+MAX_LINKS = 40
+"""How many links `_as_cloned` follows on one path, as the kernel does (ELOOP)."""
 
 
 def unversioned_params_inputs(root: Path, loaded: Sequence[Params]) -> list[str]:
@@ -106,11 +154,14 @@ def unversioned_params_inputs(root: Path, loaded: Sequence[Params]) -> list[str]
     if not found:
         return []
     top = Path(git_place(root)[0]).resolve()
-    if outside := [path for path in found if not (root / path).resolve().is_relative_to(top)]:
+    if outside := [path for path in found if not Path(os.path.normpath(root / path)).is_relative_to(top)]:
         return [f"{outside[0]}: a local input given relative to the project but outside its repository, "
                 "where a point's clone lies elsewhere; give it whole (an absolute path)"]  # fmt: skip
+    reached, astray = _as_cloned([Path(os.path.normpath(root / path)) for path in found], top)
+    if astray:
+        return [_astray(astray[0], root)]
     outputs = [root / path for path, _, _ in pipeline_outputs(root)]
-    if not (missing := [path.relative_to(root).as_posix() for path in _unversioned(root, found, outputs)]):
+    if not (missing := [os.path.relpath(path, root) for path in _unversioned(root, reached, outputs)]):
         return []
     shown = ", ".join(missing[:4]) + (" ..." if len(missing) > 4 else "")
     return [f"{shown}: a local input params name, which git does not hold and no stage makes, so a point's "
@@ -118,11 +169,28 @@ def unversioned_params_inputs(root: Path, loaded: Sequence[Params]) -> list[str]
             "then commit)"]  # fmt: skip
 
 
-def _unversioned(root: Path, paths: Sequence[str | Path], outputs: Sequence[Path]) -> list[Path]:
-    """The files at or under `paths` that git does not hold (ignored ones too) and that lie in no
-    stage's output (those a clone restores from the cache)."""
-    listed = run_git(root, "ls-files", "--others", "-z", "--", *map(str, paths))
-    return [root / path for path in listed.split("\0") if path and not _inside_any(root / path, outputs)]
+def _unversioned(root: Path, paths: Sequence[Path], outputs: Sequence[Path]) -> list[Path]:
+    """The files at or under `paths` (absolute) that git does not hold (ignored ones too) and that
+    lie in no stage's output (those a clone restores from the cache). Each is asked of the
+    repository that holds it, a checked-out submodule's own for one of its files: git lists none of
+    a submodule's files from outside it, and a clone checks out the commit the submodule records."""
+    top = Path(git_place(root)[0]).resolve()
+    repositories = [top, *(top / path for path in checked_out_submodules(str(top)))]
+    asked: dict[Path, set[str]] = {}
+    for path in paths:
+        holder = max((repo for repo in repositories if path.is_relative_to(repo)), key=_depth)
+        asked.setdefault(holder, set()).add(os.path.relpath(path, holder))
+        for inner in (repo for repo in repositories if repo.is_relative_to(path) and repo != path):
+            asked.setdefault(inner, set()).add(".")  # a folder holding a submodule: all of it
+    found = []
+    for repo, specs in asked.items():
+        listed = run_git(repo, "ls-files", "--others", "-z", "--", *sorted(specs))
+        found += [repo / name for name in listed.split("\0") if name]
+    return sorted(path for path in found if not _inside_any(path, outputs))
+
+
+def _depth(path: Path) -> int:
+    return len(path.parts)
 
 
 def _inside_any(path: Path, folders: Sequence[Path]) -> bool:
@@ -194,13 +262,40 @@ def cache_config(cache: str, project: Path) -> str:
 
 
 def uncommitted_baseline(root: Path) -> list[str]:
-    """dvc.lock and the metrics files that HEAD does not hold as the workspace does: what
-    `dvc exp show`'s baseline row and a plain `dvc exp diff` need committed."""
-    paths = [p.as_posix() for p, _, metric in pipeline_outputs(root) if metric and (root / p).exists()]
-    paths = ["dvc.lock", *paths] if (root / "dvc.lock").exists() else paths
-    status = run_git(root, "status", "--porcelain", "--untracked-files=all", "--", *paths) if paths else ""
+    """The files that define the pipeline and its baseline that HEAD does not hold as the workspace
+    does: a clone lacking one reads another pipeline or none (each dvc.yaml and `.dvc` file, the
+    vars files they load), reruns what it recorded (each dvc.lock), or lacks what `dvc exp show`'s
+    baseline row and a plain `dvc exp diff` read (the metrics files, which no cache restores)."""
+    root = Path(root).resolve()
+    with contextlib.chdir(root), _pipeline(root) as repo:  # DVC names vars files from the current folder
+        stages = list(repo.index.stages)
+        dvcfiles = {stage.dvcfile.path: stage.dvcfile for stage in stages}  # each stage's copy parses anew
+        files = {Path(path) for path in dvcfiles}
+        files |= {path.with_suffix(".lock") for path in files if path.suffix == ".yaml"}
+        spelled = _vars_files(stages, dvcfiles.values())  # one named whole is read where it lies
+        files |= {Path(os.path.normpath(root / name)) for name in spelled if not os.path.isabs(name)}
+        metrics = {Path(out.fs_path) for stage in stages for out in stage.outs if out.metric}
+    top = Path(git_place(root)[0]).resolve()
+    if outside := sorted(path for path in files if not path.is_relative_to(top)):
+        raise SweepError(
+            f"{os.path.relpath(outside[0], root)}: a vars file dvc.yaml names relative to the project but "
+            "outside its repository, where a point's clone lies elsewhere: move it into the repository, or "
+            "name it whole (an absolute path)"
+        )
+    ordered = [os.path.relpath(path, root) for path in (*sorted(files), *sorted(metrics)) if path.exists()]
+    status = (
+        run_git(root, "status", "--porcelain", "--untracked-files=all", "--", *ordered) if ordered else ""
+    )
     changed = set(_from_project(root, [line[3:].strip() for line in status.splitlines()]))
-    return [p for p in paths if p in changed]
+    return [path for path in ordered if path in changed]
+
+
+def _vars_files(stages: Sequence[Any], dvcfiles: Iterable[Any]) -> list[str]:
+    """The files the pipeline's dvc.yaml files take `vars` from (params.yaml by default), and those
+    whose values a stage uses (its own `vars` too), as DVC names them."""
+    resolvers = [resolver for dvcfile in dvcfiles if (resolver := getattr(dvcfile, "resolver", None))]
+    used = [name for stage in stages for name in getattr(stage, "tracked_vars", {})]
+    return [*(name for resolver in resolvers for name in resolver.context.imports), *used]
 
 
 def commit_command(paths: Sequence[str]) -> str:
@@ -233,14 +328,39 @@ def check_committed(root: Path) -> None:
             "share too. Run `dvc repro` (`make repro`) first; the sweep then names what to commit"
         )
     if missing:
-        edited = [path for path in _edited_submodules(root) if path in missing]
-        inside = "".join(f" (in submodule {path}, first its own: git -C {path} commit -a)" for path in edited)
+        *inside, outside = _commits(root, missing)
         raise SweepError(
             f"{root}: not committed: {', '.join(missing[:6])}{' ...' if len(missing) > 6 else ''}; "
-            f"each point runs in a clone of the baseline commit, so commit first: {commit_command(missing)}"
-            + inside
+            f"each point runs in a clone of the baseline commit, so commit first: {commit_command(outside)}"
+            + "".join(f" (in submodule {repo}, first its own: {command})" for repo, command in inside)
             + (UNVERSIONED if inputs else "")
         )
+
+
+def _commits(root: Path, missing: Sequence[str]) -> list[Any]:
+    """How to commit `missing` (paths from project `root`): for each checked-out submodule holding
+    some of them or edited, innermost first, (its path, the commit inside it), since `git add` of a
+    submodule's file from outside is refused and of the submodule records its commit, not its
+    files; then the paths to `git add` in the project, each submodule involved among them."""
+    top = Path(git_place(root)[0]).resolve()
+    submodules = [top / path for path in checked_out_submodules(str(top))]
+    edited = {Path(os.path.normpath(root / path)) for path in _edited_submodules(root)}
+    held: dict[Path, set[Path]] = {}
+    waiting = [Path(os.path.normpath(root / path)) for path in missing]
+    while waiting:
+        path = waiting.pop()
+        holder = max(
+            (sub for sub in submodules if path.is_relative_to(sub) and path != sub), key=_depth, default=top
+        )
+        waiting += [holder] if holder != top and holder not in held else []
+        held.setdefault(holder, set()).add(path)
+    inside = []
+    for sub in sorted(set(held) - {top} | (edited & set().union(*held.values())), key=_depth, reverse=True):
+        files = shlex.join(sorted(os.path.relpath(path, sub) for path in held.get(sub, ())))
+        named = os.path.relpath(sub, root)
+        commit = f'git -C {shlex.quote(named)} commit{" -a" if sub in edited else ""} -m "For the sweep"'
+        inside.append((named, f"git -C {shlex.quote(named)} add {files} && {commit}" if files else commit))
+    return [*inside, sorted(os.path.relpath(path, root) for path in held.get(top, ()))]
 
 
 def _edited_submodules(root: Path) -> list[str]:
