@@ -44,7 +44,10 @@ checkpoint = pathlib.Path("models/checkpoints/evaluate/step")
 seen = {"lambda": lam, "pid": os.getpid(), "devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "threads": os.environ.get("OMP_NUM_THREADS"), "resumed": checkpoint.exists(), "start": time.time(),
         "links": os.stat("data/base.txt").st_nlink, "prefshift": importlib.util.find_spec("prefshift").origin}
-(trace / f"start-{lam}-{os.getpid()}.json").write_text(json.dumps(seen))
+def put(name, record):  # whole or not at all: a test polls these files while the stage writes them
+    (part := trace / f".{name}.part").write_text(json.dumps(record))
+    os.replace(part, trace / name)
+put(f"start-{lam}-{os.getpid()}.json", seen)
 checkpoint.parent.mkdir(parents=True, exist_ok=True)
 checkpoint.write_text("1")  # as training leaves its resumable checkpoint (no DVC output)
 deadline = time.time() + 600
@@ -73,7 +76,7 @@ own = pathlib.Path("reports/metrics/anchor_last")
 own.mkdir(parents=True, exist_ok=True)
 (own / "seed-0.json").write_text(json.dumps({"method": "anchor_last", **headline}))
 pathlib.Path("reports/metrics.json").write_text(json.dumps({"anchor_last": headline}))
-(trace / f"end-{lam}-{os.getpid()}.json").write_text(json.dumps({**seen, "end": time.time()}))
+put(f"end-{lam}-{os.getpid()}.json", {**seen, "end": time.time()})
 """
 
 
