@@ -655,6 +655,35 @@ def test_a_link_on_the_way_to_an_input_is_refused_where_a_clone_would_reach_othe
     check_committed(root)
 
 
+def test_an_input_a_clone_reads_otherwise_than_the_workspace_is_refused_by_a_trial_clone(tmp_path):
+    """A git filter only the workspace's own config sets up (nbstripout's way: `filter.<name>.clean`
+    in .git/config, the file in .git/info/attributes) keeps one text in the workspace and another in
+    git. A stage reading the file hashed the first, every point's clone reran it on the second, and
+    `git status` showed nothing. A trial clone of the baseline, made before anything runs, sees
+    each stage's inputs as DVC sees them in every point's clone."""
+    from prefshift.pipeline.sweep.run import workspace_problems
+
+    env, root = _git_env(), tmp_path / "project"
+    root.mkdir()
+    _run(["git", "init", "-q"], root, env)
+    _run([str(BIN / "dvc"), "init", "-q"], root, env)
+    _run(["git", "config", "filter.strip.clean", "sed /SECRET/d"], root, env)
+    _run(["git", "config", "filter.strip.smudge", "cat"], root, env)
+    (root / ".git" / "info" / "attributes").write_text("*.txt filter=strip\n")
+    (root / "notes.txt").write_text("kept\nSECRET, which git never holds\n")
+    stage = {"cmd": "wc -l notes.txt > count", "deps": ["notes.txt"], "outs": ["count"]}
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"count": stage}}))
+    _run([str(BIN / "dvc"), "repro", "-q"], root, env)
+    _run(["git", "add", "-A"], root, env)
+    _run(["git", "commit", "-qm", "base"], root, env)
+    (refused,) = workspace_problems(root, None, cluster=False)
+    assert f"{root}: stage count's input notes.txt is modified in a clone of the baseline commit" in refused
+    (root / "notes.txt").write_text("kept\n")  # what git holds, and so what a clone reads
+    _run([str(BIN / "dvc"), "repro", "-q"], root, env)
+    _run(["git", "commit", "-qam", "the baseline as a clone reads it"], root, env)
+    assert workspace_problems(root, None, cluster=False) == []
+
+
 def test_a_local_input_params_name_that_a_point_s_clone_would_lack_is_refused(tmp_path):
     """A model folder or dataset file named by a path relative to the project (`hf/strong`) and kept
     out of git: each point's `inputs` and `backbone` stages read it in the clone, where it is missing

@@ -11,7 +11,7 @@ import json
 import shutil
 import signal
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,7 @@ from prefshift.pipeline.sweep.record import (
     point_state,
 )
 from prefshift.pipeline.sweep.results import file_results, filing_problems
+from prefshift.pipeline.sweep.trial import check_clone_reads
 from prefshift.tracking.runs import tracking_uri
 
 EXECUTORS = ("local", "local-gpus", "slurm")
@@ -174,6 +175,12 @@ def workspace_problems(root: Path, scratch: Path | None, cluster: bool) -> list[
     if cluster:  # the rest of a cluster's checks need its remotes (slurm.prepare)
         checks.append(lambda: slurm.check_tracking(tracking_uri(Layout(root))))
         checks.append(lambda: slurm.check_folder(Path(scratch or default_scratch(root)).resolve()))
+    # A trial clone backs the checks up once they pass: it sees what they do not name.
+    return _refusals(checks) or _refusals([lambda: check_clone_reads(root)])
+
+
+def _refusals(checks: Sequence[Callable[[], object]]) -> list[str]:
+    """What each of `checks` refuses (SweepError), each said once."""
     problems = []
     for check in checks:
         try:

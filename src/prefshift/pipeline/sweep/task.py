@@ -14,6 +14,7 @@ import re
 import shutil
 import socket
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from prefshift.config.params import ConfigError, get_dotted, read_yaml
@@ -91,24 +92,25 @@ def _clone(record: SweepRecord, index: int, say) -> Path:
     with atomic_path(clone, directory=True) as staging:
         run_git(clone.parent, "clone", "--quiet", "--no-checkout", remote, str(staging))
         run_git(staging, "checkout", "--quiet", "--detach", record.data["baseline"])
-        _submodules(record, staging)
+        local = Path(remote) if record.data.get("dvc_cache") else None
+        check_out_submodules(staging, record.data.get("submodules", []), local)
         if cache := record.data.get("dvc_cache"):  # one machine: what `dvc cache dir --local` writes
             config = staging / record.subdir / ".dvc" / "config.local"
             config.write_text(cache_config(cache, Path(record.data["root"])), encoding="utf-8")
     return clone
 
 
-def _submodules(record: SweepRecord, clone: Path) -> None:
-    """Check out the submodules the project's workspace has, each at the commit its superproject
-    records (a stage may read them: without them every point failed on a missing dep). On one machine
-    each is cloned from the workspace's own checkout of it, with no network; a cluster's task has git
+def check_out_submodules(clone: Path, paths: Sequence[str], workspace: Path | None) -> None:
+    """Check out submodules `paths` (from the repository's top, nested ones after the one holding
+    them) in `clone`, each at the commit its superproject records: a stage may read them, and
+    without them every point failed on a missing dep. On one machine each is cloned from the
+    `workspace`'s own checkout of it, with no network; a cluster's task (no `workspace`) has git
     fetch it from its URL, as `git submodule update` resolves it against the clone's origin."""
-    for path in record.data.get("submodules", []):
+    for path in paths:
         holder, name = (clone / path).parent, Path(path).name  # the repository that records it
-        if record.data.get("dvc_cache"):
+        if workspace is not None:
             commit = run_git(holder, "rev-parse", f"HEAD:./{name}").strip()
-            source = Path(record.data["git_remote"]) / path
-            run_git(clone, "clone", "--quiet", "--no-checkout", str(source), str(clone / path))
+            run_git(clone, "clone", "--quiet", "--no-checkout", str(workspace / path), str(clone / path))
             run_git(clone / path, "checkout", "--quiet", "--detach", commit)
         else:  # git refuses a submodule from a local path unless told (CVE-2022-39253): the user's own
             run_git(holder, "-c", "protocol.file.allow=always", "submodule", "--quiet", "update", "--init",

@@ -1,0 +1,62 @@
+"""A trial clone of the baseline, made before a sweep starts, to see each stage's inputs as every
+point's clone will see them.
+
+The baseline checks name the known ways a clone of HEAD differs from the workspace (a file git
+does not hold, a link, a submodule). Whatever they miss shows here, as DVC sees it: a stage whose
+inputs hash otherwise in the clone than dvc.lock recorded would rerun in every point, on inputs
+that are not the workspace's. A git filter that only the workspace's own config sets up is one
+such way (nbstripout keeps a notebook's outputs in the workspace and strips them in git: a stage
+reading the notebook hashed the first and ran on the second).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
+from prefshift.pipeline.sweep.baseline import _pipeline, checked_out_submodules, git_place
+from prefshift.pipeline.sweep.commands import SweepError, run_git
+from prefshift.pipeline.sweep.task import check_out_submodules
+
+
+def check_clone_reads(root: Path) -> None:
+    """Refuse a baseline whose inputs a clone of HEAD reads otherwise than the workspace does: a
+    stage input (a dep no stage makes) that is current in the workspace and changed in the clone."""
+    root = Path(root).resolve()
+    top, subdir = git_place(root)
+    with tempfile.TemporaryDirectory(prefix="prefshift-trial-") as scratch:
+        clone = Path(scratch) / "clone"
+        run_git(Path(scratch), "clone", "--quiet", "--no-checkout", top, str(clone))
+        run_git(clone, "checkout", "--quiet", "--detach", run_git(root, "rev-parse", "HEAD").strip())
+        check_out_submodules(clone, checked_out_submodules(top), Path(top))
+        theirs = changed_inputs(clone / subdir)
+    ours = changed_inputs(root)
+    if differ := sorted(set(theirs) - set(ours)):
+        stage, dep = differ[0]
+        raise SweepError(
+            f"{root}: stage {stage}'s input {dep} is {theirs[differ[0]]} in a clone of the baseline commit, "
+            f"current here{f' (and {len(differ) - 1} more)' if len(differ) > 1 else ''}: each point would "
+            "rerun the stage on other inputs than this workspace's. A git filter or attribute set up only "
+            "here may rewrite it (`git config --get-regexp ^filter`, .git/info/attributes): commit it as "
+            "this workspace holds it, or drop the filter for it"
+        )
+
+
+def changed_inputs(project: Path) -> dict[tuple[str, str], str]:
+    """(stage, input named from `project`) → how DVC finds it changed against dvc.lock, for each
+    stage's input: a dep that holds nothing a stage makes (which a point restores from the cache)."""
+    changed = {}
+    with contextlib.chdir(project), _pipeline(project) as repo:  # DVC names a stage from the current folder
+        stages = list(repo.index.stages)
+        outputs = {Path(out.fs_path) for stage in stages for out in stage.outs}
+        holding = {folder for output in outputs for folder in output.parents}
+        for stage in stages:
+            for dep in stage.deps:
+                path = Path(dep.fs_path)
+                if not dep.is_in_repo or path in holding or not outputs.isdisjoint([path, *path.parents]):
+                    continue
+                if status := dep.workspace_status():
+                    changed[stage.addressing, os.path.relpath(path, project)] = next(iter(status.values()))
+    return changed
