@@ -672,16 +672,62 @@ def test_an_input_a_clone_reads_otherwise_than_the_workspace_is_refused_by_a_tri
     (root / ".git" / "info" / "attributes").write_text("*.txt filter=strip\n")
     (root / "notes.txt").write_text("kept\nSECRET, which git never holds\n")
     stage = {"cmd": "wc -l notes.txt > count", "deps": ["notes.txt"], "outs": ["count"]}
-    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"count": stage}}))
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"report": stage}}))
     _run([str(BIN / "dvc"), "repro", "-q"], root, env)
     _run(["git", "add", "-A"], root, env)
     _run(["git", "commit", "-qm", "base"], root, env)
     (refused,) = workspace_problems(root, None, cluster=False)
-    assert f"{root}: stage count's input notes.txt is modified in a clone of the baseline commit" in refused
+    assert f"{root}: stage report's input notes.txt is modified in a clone of the baseline commit" in refused
     (root / "notes.txt").write_text("kept\n")  # what git holds, and so what a clone reads
     _run([str(BIN / "dvc"), "repro", "-q"], root, env)
     _run(["git", "commit", "-qam", "the baseline as a clone reads it"], root, env)
     assert workspace_problems(root, None, cluster=False) == []
+
+
+def test_a_cache_false_output_of_a_stage_a_point_skips_is_refused_until_git_holds_it(tmp_path):
+    """No cache restores a `cache: false` output: a clone of a baseline that did not hold one reran
+    its stage in every point, a shared stage, the cost a sweep exists to save. The target's own such
+    outputs (it reruns in every point anyway) and those of a stage outside its pipeline (`promote`)
+    need no commit. A pipeline without the target is refused: every point failed on it."""
+    from prefshift.pipeline.sweep.baseline import check_committed, check_target, uncommitted_baseline
+
+    env, root = _git_env(), tmp_path / "project"
+    root.mkdir()
+    stages = {
+        "prep": {
+            "cmd": "echo 1 > out.txt && echo a,b > plot.csv",
+            "outs": ["out.txt", {"plot.csv": {"cache": False}}],
+        },
+        "report": {
+            "cmd": "cat out.txt > summary.md",
+            "deps": ["out.txt"],
+            "outs": [{"summary.md": {"cache": False}}],
+        },
+        "promote": {
+            "cmd": "cat out.txt > chosen.json",
+            "deps": ["out.txt"],
+            "outs": [{"chosen.json": {"cache": False}}],
+        },
+    }
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}))
+    _run(["git", "init", "-q"], root, env)
+    _run([str(BIN / "dvc"), "init", "-q"], root, env)
+    _run([str(BIN / "dvc"), "repro", "-q"], root, env)
+    _run(["git", "add", "dvc.yaml", "dvc.lock", ".gitignore", ".dvc"], root, env)
+    _run(["git", "commit", "-qm", "base"], root, env)
+    assert uncommitted_baseline(root) == ["plot.csv"]
+    with pytest.raises(SweepError, match=r"not committed: plot\.csv;"):
+        check_committed(root)
+    _run(["git", "add", "plot.csv"], root, env)
+    _run(["git", "commit", "-qm", "the shared stage's plot"], root, env)
+    check_committed(root)
+    check_target(root)
+    stages["summarize"] = stages.pop("report")
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}))
+    with pytest.raises(
+        SweepError, match=r"no stage 'report' in dvc.yaml; each point runs `dvc exp run report`"
+    ):
+        check_target(root)
 
 
 def test_a_local_input_params_name_that_a_point_s_clone_would_lack_is_refused(tmp_path):

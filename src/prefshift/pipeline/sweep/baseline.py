@@ -19,6 +19,11 @@ from prefshift.config.params import Params
 from prefshift.pipeline.sweep.commands import SweepError, run_git
 from prefshift.pipeline.sweep.record import default_scratch
 
+TARGET = "report"
+"""The stage each point runs (`dvc exp run report`): one consistent pipeline state per experiment,
+every stage a point's overrides invalidate rerun, and DVC commits every `cache: false` output of the
+target's pipeline. `promote` never runs."""
+
 
 def git_place(root: Path) -> tuple[str, str]:
     """(the top folder of the git repository that holds project `root`, the project's folder in it:
@@ -264,8 +269,9 @@ def cache_config(cache: str, project: Path) -> str:
 def uncommitted_baseline(root: Path) -> list[str]:
     """The files that define the pipeline and its baseline that HEAD does not hold as the workspace
     does: a clone lacking one reads another pipeline or none (each dvc.yaml and `.dvc` file, the
-    vars files they load), reruns what it recorded (each dvc.lock), or lacks what `dvc exp show`'s
-    baseline row and a plain `dvc exp diff` read (the metrics files, which no cache restores)."""
+    vars files they load), reruns what it recorded (each dvc.lock, and the `cache: false` outputs of
+    the stages a point may skip), or lacks what `dvc exp show`'s baseline row and a plain
+    `dvc exp diff` read (the metrics files). No cache restores a `cache: false` output."""
     root = Path(root).resolve()
     with contextlib.chdir(root), _pipeline(root) as repo:  # DVC names vars files from the current folder
         stages = list(repo.index.stages)
@@ -275,6 +281,7 @@ def uncommitted_baseline(root: Path) -> list[str]:
         spelled = _vars_files(stages, dvcfiles.values())  # one named whole is read where it lies
         files |= {Path(os.path.normpath(root / name)) for name in spelled if not os.path.isabs(name)}
         metrics = {Path(out.fs_path) for stage in stages for out in stage.outs if out.metric}
+        metrics |= {Path(out.fs_path) for stage in _upstream(repo) for out in stage.outs if not out.use_cache}
     top = Path(git_place(root)[0]).resolve()
     if outside := sorted(path for path in files if not path.is_relative_to(top)):
         raise SweepError(
@@ -288,6 +295,38 @@ def uncommitted_baseline(root: Path) -> list[str]:
     )
     changed = set(_from_project(root, [line[3:].strip() for line in status.splitlines()]))
     return [path for path in ordered if path in changed]
+
+
+def _upstream(repo: Any) -> list[Any]:
+    """The stages a point's `dvc exp run report` skips where their outputs are current: those the
+    target depends on, the target itself left out (it reruns in every point). A `cache: false`
+    output of one, which no cache restores, must be in the clone, or the stage reruns in every
+    point. None without the target (check_target). DVC finds it from the current folder."""
+    import networkx as nx
+    from dvc.stage.exceptions import StageFileDoesNotExistError, StageNotFound
+
+    try:
+        targets = repo.stage.collect(TARGET)
+    except (StageNotFound, StageFileDoesNotExistError):
+        return []
+    graph = repo.index.graph  # each stage points at the stages making its deps
+    return [
+        stage for target in targets for stage in nx.dfs_postorder_nodes(graph, target) if stage not in targets
+    ]
+
+
+def check_target(root: Path) -> None:
+    """Refuse a pipeline without the stage each point runs: every point would fail on it."""
+    from dvc.stage.exceptions import StageFileDoesNotExistError, StageNotFound
+
+    with contextlib.chdir(root), _pipeline(root) as repo:  # DVC finds a stage from the current folder
+        try:
+            repo.stage.collect(TARGET)
+        except (StageNotFound, StageFileDoesNotExistError):
+            raise SweepError(
+                f"{root}: no stage {TARGET!r} in dvc.yaml; each point runs `dvc exp run {TARGET}`, the "
+                "pipeline's last stage (prefshift's own dvc.yaml has it)"
+            ) from None
 
 
 def _vars_files(stages: Sequence[Any], dvcfiles: Iterable[Any]) -> list[str]:

@@ -25,6 +25,7 @@ from prefshift.pipeline.sweep import local, slurm
 from prefshift.pipeline.sweep.baseline import (
     check_committed,
     check_scratch,
+    check_target,
     checked_out_submodules,
     dvc_cache_dir,
     git_place,
@@ -171,7 +172,7 @@ def workspace_problems(root: Path, scratch: Path | None, cluster: bool) -> list[
     """Each refusal the workspace earns before a sweep starts: `start` raises the first, and a dry
     run prints them all, so that it passes only what the sweep itself would."""
     root = Path(root).resolve()
-    checks = [lambda: check_committed(root), lambda: check_scratch(root, scratch)]
+    checks = [lambda: check_committed(root), lambda: check_target(root), lambda: check_scratch(root, scratch)]
     if cluster:  # the rest of a cluster's checks need its remotes (slurm.prepare)
         checks.append(lambda: slurm.check_tracking(tracking_uri(Layout(root))))
         checks.append(lambda: slurm.check_folder(Path(scratch or default_scratch(root)).resolve()))

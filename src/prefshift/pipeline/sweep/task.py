@@ -21,14 +21,11 @@ from prefshift.config.params import ConfigError, get_dotted, read_yaml
 from prefshift.core import locks
 from prefshift.core.atomic import atomic_path, write_text
 from prefshift.core.signals import Terminated, exit_code, signals_as_exceptions
-from prefshift.pipeline.sweep.baseline import cache_config
+from prefshift.pipeline.sweep.baseline import TARGET, cache_config
 from prefshift.pipeline.sweep.commands import SweepError, run_dvc, run_git
 from prefshift.pipeline.sweep.grid import dvc_value
 from prefshift.pipeline.sweep.record import FINISHED, STOPPED, TASK_HEADER, SweepRecord, open_folder
 
-TARGET = "report"
-"""One consistent pipeline state per experiment: every stage a point's overrides invalidate reruns,
-and DVC commits every `cache: false` output of the target's pipeline. `promote` never runs."""
 DVC_LOCKS = ("lock", "rwlock", "rwlock.lock")
 UNPULLED = re.compile(r"^Unable to pull data for stage: '(.+)'$", re.MULTILINE)
 """What `dvc exp run --pull` says of an unchanged stage whose outputs it could not pull, as it

@@ -16,7 +16,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from prefshift.pipeline.sweep.baseline import _pipeline, checked_out_submodules, git_place
+from prefshift.pipeline.sweep.baseline import _pipeline, cache_config, checked_out_submodules, git_place
 from prefshift.pipeline.sweep.commands import SweepError, run_git
 from prefshift.pipeline.sweep.task import check_out_submodules
 
@@ -31,6 +31,8 @@ def check_clone_reads(root: Path) -> None:
         run_git(Path(scratch), "clone", "--quiet", "--no-checkout", top, str(clone))
         run_git(clone, "checkout", "--quiet", "--detach", run_git(root, "rev-parse", "HEAD").strip())
         check_out_submodules(clone, checked_out_submodules(top), Path(top))
+        own = cache_config(str(Path(scratch) / "cache"), root)  # whatever DVC writes stays in the trial
+        (clone / subdir / ".dvc" / "config.local").write_text(own, encoding="utf-8")
         theirs = changed_inputs(clone / subdir)
     ours = changed_inputs(root)
     if differ := sorted(set(theirs) - set(ours)):
