@@ -28,7 +28,9 @@ def check_clone_reads(root: Path) -> None:
     top, subdir = git_place(root)
     with tempfile.TemporaryDirectory(prefix="prefshift-trial-") as scratch:
         clone = Path(scratch) / "clone"
-        run_git(Path(scratch), "clone", "--quiet", "--no-checkout", top, str(clone))
+        # --shared: the workspace's objects are borrowed, not copied (the temporary folder may lie on
+        # another filesystem, where a plain local clone copies every object); gone within seconds.
+        run_git(Path(scratch), "clone", "--quiet", "--shared", "--no-checkout", top, str(clone))
         run_git(clone, "checkout", "--quiet", "--detach", run_git(root, "rev-parse", "HEAD").strip())
         check_out_submodules(clone, checked_out_submodules(top), Path(top))
         own = cache_config(str(Path(scratch) / "cache"), root)  # whatever DVC writes stays in the trial
