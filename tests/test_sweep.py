@@ -730,6 +730,49 @@ def test_a_cache_false_output_of_a_stage_a_point_skips_is_refused_until_git_hold
         check_target(root)
 
 
+def test_a_stage_every_point_would_rerun_as_dvc_lock_is_behind_it_is_named_before_anything_runs(tmp_path):
+    """A code change committed without `dvc repro`: dvc.lock is behind a shared stage's inputs, and
+    every point reran that stage (a teacher trained once per point) without a word. The sweep now
+    names such stages and the `dvc repro` that runs them once; the target's own inputs (it reruns in
+    every point anyway) and a stage outside its pipeline (`promote`) are no concern."""
+    from prefshift.pipeline.sweep.trial import stale_notes
+
+    env, root = _git_env(), tmp_path / "project"
+    root.mkdir()
+    stages = {
+        "prep": {"cmd": "cat prep.py > out.txt", "deps": ["prep.py"], "outs": ["out.txt"]},
+        "report": {
+            "cmd": "cat out.txt report.py > summary.txt",
+            "deps": ["out.txt", "report.py"],
+            "outs": ["summary.txt"],
+        },
+        "promote": {
+            "cmd": "cat out.txt promote.py > chosen.txt",
+            "deps": ["out.txt", "promote.py"],
+            "outs": ["chosen.txt"],
+        },
+    }
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}))
+    for name in ("prep.py", "report.py", "promote.py"):
+        (root / name).write_text("v1\n")
+    _run(["git", "init", "-q"], root, env)
+    _run([str(BIN / "dvc"), "init", "-q"], root, env)
+    _run([str(BIN / "dvc"), "repro", "-q"], root, env)
+    _run(["git", "add", "-A"], root, env)
+    _run(["git", "commit", "-qm", "base"], root, env)
+    assert stale_notes(root) == []
+    for name in ("prep.py", "report.py", "promote.py"):
+        (root / name).write_text("v2\n")
+    _run(["git", "commit", "-qam", "code, no repro"], root, env)
+    assert stale_notes(root) == [
+        "prep: inputs changed since dvc.lock (prep's prep.py), so every point reruns them and the stages "
+        "that follow; to run them once, first `dvc repro prep`, then commit dvc.lock"
+    ]
+    _run([str(BIN / "dvc"), "repro", "-q", "prep"], root, env)
+    _run(["git", "commit", "-qam", "prep, run once"], root, env)
+    assert stale_notes(root) == []
+
+
 def test_a_local_input_params_name_that_a_point_s_clone_would_lack_is_refused(tmp_path):
     """A model folder or dataset file named by a path relative to the project (`hf/strong`) and kept
     out of git: each point's `inputs` and `backbone` stages read it in the clone, where it is missing

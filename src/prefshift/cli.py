@@ -792,7 +792,7 @@ def _dry_run(root: Path, grid: Any, points: list, methods: list, chosen: Any, sc
     ) + _call(_stage("pipeline.sweep.run", "point_problems"), root, points, loaded, methods)
     for problem in problems:
         typer.echo(f"note: the sweep itself would stop here: {problem}")
-    for note in _call(_stage("pipeline.sweep.run", "device_notes"), root, chosen):
+    for note in _call(_stage("pipeline.sweep.run", "sweep_notes"), root, chosen):
         typer.echo(f"note: {note}")
     if chosen.kind == "slurm":
         slurm = importlib.import_module("prefshift.pipeline.sweep.slurm")

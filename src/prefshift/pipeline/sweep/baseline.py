@@ -301,13 +301,10 @@ def _upstream(repo: Any) -> list[Any]:
     """The stages a point's `dvc exp run report` skips where their outputs are current: those the
     target depends on, the target itself left out (it reruns in every point). A `cache: false`
     output of one, which no cache restores, must be in the clone, or the stage reruns in every
-    point. None without the target (check_target). DVC finds it from the current folder."""
+    point. None without the target (check_target). Run from the project's folder."""
     import networkx as nx
-    from dvc.stage.exceptions import StageFileDoesNotExistError, StageNotFound
 
-    try:
-        targets = repo.stage.collect(TARGET)
-    except (StageNotFound, StageFileDoesNotExistError):
+    if not (targets := _targets(repo)):
         return []
     graph = repo.index.graph  # each stage points at the stages making its deps
     return [
@@ -315,18 +312,20 @@ def _upstream(repo: Any) -> list[Any]:
     ]
 
 
+def _targets(repo: Any) -> list[Any]:
+    """The target's stages (each `report@<key>` of a foreach one), as DVC names them from the current
+    folder, the project's: found in the index DVC has built, not parsed again."""
+    return [stage for stage in repo.index.stages if stage.addressing.partition("@")[0] == TARGET]
+
+
 def check_target(root: Path) -> None:
     """Refuse a pipeline without the stage each point runs: every point would fail on it."""
-    from dvc.stage.exceptions import StageFileDoesNotExistError, StageNotFound
-
-    with contextlib.chdir(root), _pipeline(root) as repo:  # DVC finds a stage from the current folder
-        try:
-            repo.stage.collect(TARGET)
-        except (StageNotFound, StageFileDoesNotExistError):
+    with contextlib.chdir(root), _pipeline(root) as repo:  # DVC names a stage from the current folder
+        if not _targets(repo):
             raise SweepError(
                 f"{root}: no stage {TARGET!r} in dvc.yaml; each point runs `dvc exp run {TARGET}`, the "
                 "pipeline's last stage (prefshift's own dvc.yaml has it)"
-            ) from None
+            )
 
 
 def _vars_files(stages: Sequence[Any], dvcfiles: Iterable[Any]) -> list[str]:

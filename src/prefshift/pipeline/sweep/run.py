@@ -48,7 +48,7 @@ from prefshift.pipeline.sweep.record import (
     point_state,
 )
 from prefshift.pipeline.sweep.results import file_results, filing_problems
-from prefshift.pipeline.sweep.trial import check_clone_reads
+from prefshift.pipeline.sweep.trial import check_clone_reads, stale_notes
 from prefshift.tracking.runs import tracking_uri
 
 EXECUTORS = ("local", "local-gpus", "slurm")
@@ -140,7 +140,7 @@ def start(
     problems = workspace_problems(root, scratch, executor.kind == "slurm")
     if problems := problems + point_problems(root, points, loaded, methods):
         raise SweepError(problems[0])
-    for note in device_notes(root, executor):
+    for note in sweep_notes(root, executor):
         say(f"sweep: {note}")
     uri, baseline = tracking_uri(Layout(root)), run_git(root, "rev-parse", "HEAD").strip()
     cluster = executor.kind == "slurm"
@@ -191,9 +191,14 @@ def _refusals(checks: Sequence[Callable[[], object]]) -> list[str]:
     return problems
 
 
+def sweep_notes(root: Path, executor: Executor) -> list[str]:
+    """What the points will do that their user may not expect, said before anything runs: rerun a
+    stage whose dvc.lock is behind (trial.stale_notes), leave GPUs idle (device_notes)."""
+    return stale_notes(root) + device_notes(root, executor)
+
+
 def device_notes(root: Path, executor: Executor) -> list[str]:
-    """What a point's devices will do that its user may not expect, said before anything runs: a
-    point given several GPUs whose stages each run as one process uses the first alone."""
+    """A point given several GPUs whose stages each run as one process uses the first alone."""
     if (per_task := executor.resources.gpus_per_task) < 2:
         return []
     try:

@@ -13,10 +13,17 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import tempfile
 from pathlib import Path
 
-from prefshift.pipeline.sweep.baseline import _pipeline, cache_config, checked_out_submodules, git_place
+from prefshift.pipeline.sweep.baseline import (
+    _pipeline,
+    _upstream,
+    cache_config,
+    checked_out_submodules,
+    git_place,
+)
 from prefshift.pipeline.sweep.commands import SweepError, run_git
 from prefshift.pipeline.sweep.task import check_out_submodules
 
@@ -48,15 +55,35 @@ def check_clone_reads(root: Path) -> None:
         )
 
 
-def changed_inputs(project: Path) -> dict[tuple[str, str], str]:
+def stale_notes(root: Path) -> list[str]:
+    """Where dvc.lock is behind the workspace's inputs of a stage a point may skip: every point
+    would rerun that stage (a shared one: the cost a sweep exists to save) and all that follows it,
+    where one run of it now lets each point restore it. Said, not refused: the points are right."""
+    try:
+        stale = sorted(changed_inputs(Path(root).resolve(), upstream=True))
+    except SweepError:  # no pipeline to read: workspace_problems says so
+        return []
+    if not stale:
+        return []
+    stages = sorted({stage for stage, _ in stale})
+    shown = ", ".join(stages[:4]) + (" ..." if len(stages) > 4 else "")
+    return [
+        f"{shown}: inputs changed since dvc.lock ({stale[0][0]}'s {stale[0][1]}), so every point reruns "
+        f"them and the stages that follow; to run them once, first `dvc repro {shlex.join(stages)}`, then "
+        "commit dvc.lock"
+    ]
+
+
+def changed_inputs(project: Path, upstream: bool = False) -> dict[tuple[str, str], str]:
     """(stage, input named from `project`) → how DVC finds it changed against dvc.lock, for each
-    stage's input: a dep that holds nothing a stage makes (which a point restores from the cache)."""
+    stage's input: a dep that holds nothing a stage makes (which a point restores from the cache).
+    With `upstream`, for the stages a point may skip alone."""
     changed = {}
     with contextlib.chdir(project), _pipeline(project) as repo:  # DVC names a stage from the current folder
         stages = list(repo.index.stages)
         outputs = {Path(out.fs_path) for stage in stages for out in stage.outs}
         holding = {folder for output in outputs for folder in output.parents}
-        for stage in stages:
+        for stage in _upstream(repo) if upstream else stages:
             for dep in stage.deps:
                 path = Path(dep.fs_path)
                 if not dep.is_in_repo or path in holding or not outputs.isdisjoint([path, *path.parents]):
