@@ -735,6 +735,9 @@ def test_a_stage_every_point_would_rerun_as_dvc_lock_is_behind_it_is_named_befor
     every point reran that stage (a teacher trained once per point) without a word. The sweep now
     names such stages and the `dvc repro` that runs them once; the target's own inputs (it reruns in
     every point anyway) and a stage outside its pipeline (`promote`) are no concern."""
+    from typer.testing import CliRunner
+
+    from prefshift.cli import app
     from prefshift.pipeline.sweep.trial import stale_notes
 
     env, root = _git_env(), tmp_path / "project"
@@ -755,6 +758,7 @@ def test_a_stage_every_point_would_rerun_as_dvc_lock_is_behind_it_is_named_befor
     (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}))
     for name in ("prep.py", "report.py", "promote.py"):
         (root / name).write_text("v1\n")
+    shutil.copy2(REPO / "params.yaml", root / "params.yaml")
     _run(["git", "init", "-q"], root, env)
     _run([str(BIN / "dvc"), "init", "-q"], root, env)
     _run([str(BIN / "dvc"), "repro", "-q"], root, env)
@@ -764,10 +768,13 @@ def test_a_stage_every_point_would_rerun_as_dvc_lock_is_behind_it_is_named_befor
     for name in ("prep.py", "report.py", "promote.py"):
         (root / name).write_text("v2\n")
     _run(["git", "commit", "-qam", "code, no repro"], root, env)
-    assert stale_notes(root) == [
+    (note,) = stale_notes(root)
+    assert note == (
         "prep: inputs changed since dvc.lock (prep's prep.py), so every point reruns them and the stages "
         "that follow; to run them once, first `dvc repro prep`, then commit dvc.lock"
-    ]
+    )
+    dry = CliRunner().invoke(app, ["sweep", "-S", "anchor.lambda=0.5,2", "--root", str(root), "--dry-run"])
+    assert dry.exit_code == 0 and f"note: {note}" in dry.stdout and "would stop here" not in dry.stdout
     _run([str(BIN / "dvc"), "repro", "-q", "prep"], root, env)
     _run(["git", "commit", "-qam", "prep, run once"], root, env)
     assert stale_notes(root) == []
@@ -893,6 +900,10 @@ def test_a_workspace_the_sweep_cannot_start_from_is_refused_in_one_line_and_the_
     with (tmp_path / "params.yaml").open("a") as params:
         params.write("# an edit\n")
     refused("not committed: params.yaml")
+    _run(["git", "checkout", "--", "params.yaml"], tmp_path, os.environ)
+    (tmp_path / "dvc.yaml").write_text("stages:\n  summarize: {cmd: 'true'}\n")
+    _run(["git", "commit", "-qam", "no report stage"], tmp_path, os.environ)
+    refused("no stage 'report' in dvc.yaml; each point runs `dvc exp run report`")
 
 
 def test_device_sets_are_disjoint_and_jobs_are_plain_slots(tmp_path, capsys):
