@@ -51,14 +51,15 @@ def _from_project(root: Path, paths: Sequence[str]) -> list[str]:
 
 
 @contextlib.contextmanager
-def _pipeline(root: Path) -> Iterator[Any]:
-    """The project's DVC repository, its pipeline read as DVC reads it; a folder that is no DVC
-    project, or a dvc.yaml DVC cannot read, is a SweepError naming it."""
+def open_pipeline(root: Path) -> Iterator[Any]:
+    """The project's DVC repository, its pipeline read as DVC reads it, run from the project's folder
+    (DVC names stages and vars files from the current one); a folder that is no DVC project, or a
+    dvc.yaml DVC cannot read, is a SweepError naming it."""
     from dvc.exceptions import DvcException, NotDvcRepoError
     from dvc.repo import Repo
 
     try:
-        with Repo(str(root)) as repo:
+        with Repo(str(root)) as repo, contextlib.chdir(root):
             yield repo
     except NotDvcRepoError:
         raise SweepError(
@@ -70,7 +71,7 @@ def _pipeline(root: Path) -> Iterator[Any]:
 
 def pipeline_outputs(root: Path) -> list[tuple[Path, bool, bool]]:
     """(path relative to root, DVC-cached?, declared as metrics?) of every stage output."""
-    with _pipeline(root) as repo:
+    with open_pipeline(root) as repo:
         return [
             (Path(out.fs_path).resolve().relative_to(Path(root).resolve()), out.use_cache, bool(out.metric))
             for stage in repo.index.stages
@@ -87,7 +88,7 @@ def unversioned_inputs(root: Path) -> list[str]:
     refused: from a clone, which lies elsewhere, it leads elsewhere."""
     root = Path(root).resolve()
     top = Path(git_place(root)[0]).resolve()
-    with _pipeline(root) as repo:
+    with open_pipeline(root) as repo:
         outputs = [Path(out.fs_path) for stage in repo.index.stages for out in stage.outs]
         inputs = {Path(dep.fs_path) for stage in repo.index.stages for dep in stage.deps if dep.is_in_repo}
         inputs = {path for path in inputs if path.exists() and not _inside_any(path, outputs)}
@@ -215,7 +216,7 @@ LAUNCHERS = ("accelerate launch", "torchrun")
 def launches_processes(root: Path) -> bool:
     """Whether some stage's command starts several processes: else each stage, training included,
     runs as one process on the first device it sees, however many its point is given."""
-    with _pipeline(root) as repo:
+    with open_pipeline(root) as repo:
         commands = [stage.cmd for stage in repo.index.stages if getattr(stage, "cmd", None)]
     texts = [" ".join(cmd) if isinstance(cmd, list) else str(cmd) for cmd in commands]
     return any(launcher in text for text in texts for launcher in LAUNCHERS)
@@ -273,7 +274,7 @@ def uncommitted_baseline(root: Path) -> list[str]:
     the stages a point may skip), or lacks what `dvc exp show`'s baseline row and a plain
     `dvc exp diff` read (the metrics files). No cache restores a `cache: false` output."""
     root = Path(root).resolve()
-    with contextlib.chdir(root), _pipeline(root) as repo:  # DVC names vars files from the current folder
+    with open_pipeline(root) as repo:
         stages = list(repo.index.stages)
         dvcfiles = {stage.dvcfile.path: stage.dvcfile for stage in stages}  # each stage's copy parses anew
         files = {Path(path) for path in dvcfiles}
@@ -281,7 +282,9 @@ def uncommitted_baseline(root: Path) -> list[str]:
         spelled = _vars_files(stages, dvcfiles.values())  # one named whole is read where it lies
         files |= {Path(os.path.normpath(root / name)) for name in spelled if not os.path.isabs(name)}
         metrics = {Path(out.fs_path) for stage in stages for out in stage.outs if out.metric}
-        metrics |= {Path(out.fs_path) for stage in _upstream(repo) for out in stage.outs if not out.use_cache}
+        metrics |= {
+            Path(out.fs_path) for stage in upstream_stages(repo) for out in stage.outs if not out.use_cache
+        }
     top = Path(git_place(root)[0]).resolve()
     if outside := sorted(path for path in files if not path.is_relative_to(top)):
         raise SweepError(
@@ -297,11 +300,11 @@ def uncommitted_baseline(root: Path) -> list[str]:
     return [path for path in ordered if path in changed]
 
 
-def _upstream(repo: Any) -> list[Any]:
+def upstream_stages(repo: Any) -> list[Any]:
     """The stages a point's `dvc exp run report` skips where their outputs are current: those the
     target depends on, the target itself left out (it reruns in every point). A `cache: false`
     output of one, which no cache restores, must be in the clone, or the stage reruns in every
-    point. None without the target (check_target). Run from the project's folder."""
+    point. None without the target (check_target)."""
     import networkx as nx
 
     if not (targets := _targets(repo)):
@@ -320,7 +323,7 @@ def _targets(repo: Any) -> list[Any]:
 
 def check_target(root: Path) -> None:
     """Refuse a pipeline without the stage each point runs: every point would fail on it."""
-    with contextlib.chdir(root), _pipeline(root) as repo:  # DVC names a stage from the current folder
+    with open_pipeline(root) as repo:
         if not _targets(repo):
             raise SweepError(
                 f"{root}: no stage {TARGET!r} in dvc.yaml; each point runs `dvc exp run {TARGET}`, the "

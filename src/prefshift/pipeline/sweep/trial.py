@@ -11,18 +11,17 @@ reading the notebook hashed the first and ran on the second).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shlex
 import tempfile
 from pathlib import Path
 
 from prefshift.pipeline.sweep.baseline import (
-    _pipeline,
-    _upstream,
     cache_config,
     checked_out_submodules,
     git_place,
+    open_pipeline,
+    upstream_stages,
 )
 from prefshift.pipeline.sweep.commands import SweepError, run_git
 from prefshift.pipeline.sweep.task import check_out_submodules
@@ -79,11 +78,11 @@ def changed_inputs(project: Path, upstream: bool = False) -> dict[tuple[str, str
     stage's input: a dep that holds nothing a stage makes (which a point restores from the cache).
     With `upstream`, for the stages a point may skip alone."""
     changed = {}
-    with contextlib.chdir(project), _pipeline(project) as repo:  # DVC names a stage from the current folder
+    with open_pipeline(project) as repo:
         stages = list(repo.index.stages)
         outputs = {Path(out.fs_path) for stage in stages for out in stage.outs}
         holding = {folder for output in outputs for folder in output.parents}
-        for stage in _upstream(repo) if upstream else stages:
+        for stage in upstream_stages(repo) if upstream else stages:
             for dep in stage.deps:
                 path = Path(dep.fs_path)
                 if not dep.is_in_repo or path in holding or not outputs.isdisjoint([path, *path.parents]):
