@@ -621,7 +621,8 @@ def test_a_link_on_the_way_to_an_input_is_refused_where_a_clone_would_reach_othe
     """git holds a symbolic link as written, and a point's clone lies elsewhere: a relative link out
     of the repository (`data/raw -> ../../datasets/raw`) led nowhere there, and a link to a folder
     git does not hold led to nothing; every point failed. Both are refused, the first with the
-    absolute link that fixes it; an absolute link leads to the same place from every clone."""
+    absolute link that fixes it; an absolute link leads to the same place from every clone. A link
+    inside a folder a stage reads counts too: DVC follows it as it hashes the folder."""
     from prefshift.pipeline.sweep.baseline import check_committed
 
     env, root = _git_env(), tmp_path / "project"
@@ -653,6 +654,17 @@ def test_a_link_on_the_way_to_an_input_is_refused_where_a_clone_would_reach_othe
     for command in _advised(str(refused.value)):
         subprocess.run(command, shell=True, cwd=root, env=env, check=True, capture_output=True)
     check_committed(root)
+    (root / "lib").mkdir()  # a link inside a folder a stage reads: DVC follows it as it hashes the folder
+    (root / "lib" / "x.txt").symlink_to("../../datasets/raw/x.txt")
+    stage["deps"].append("lib")
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"s": stage}}))
+    _run(["git", "add", "dvc.yaml", "lib"], root, env)
+    _run(["git", "commit", "-qm", "a folder holding a link"], root, env)
+    with pytest.raises(SweepError) as refused:
+        check_committed(root)
+    assert f"make it absolute (`ln -sfn {absolute / 'x.txt'} lib/x.txt`, then commit it)" in str(
+        refused.value
+    )
 
 
 def test_an_input_a_clone_reads_otherwise_than_the_workspace_is_refused_by_a_trial_clone(tmp_path):
@@ -660,8 +672,10 @@ def test_an_input_a_clone_reads_otherwise_than_the_workspace_is_refused_by_a_tri
     in .git/config, the file in .git/info/attributes) keeps one text in the workspace and another in
     git. A stage reading the file hashed the first, every point's clone reran it on the second, and
     `git status` showed nothing. A trial clone of the baseline, made before anything runs, sees
-    each stage's inputs as DVC sees them in every point's clone."""
+    each stage's inputs as DVC sees them in every point's clone; a folder DVC cannot hash there (a
+    dangling link in it) is named, not a traceback."""
     from prefshift.pipeline.sweep.run import workspace_problems
+    from prefshift.pipeline.sweep.trial import changed_inputs
 
     env, root = _git_env(), tmp_path / "project"
     root.mkdir()
@@ -682,6 +696,12 @@ def test_an_input_a_clone_reads_otherwise_than_the_workspace_is_refused_by_a_tri
     _run([str(BIN / "dvc"), "repro", "-q"], root, env)
     _run(["git", "commit", "-qam", "the baseline as a clone reads it"], root, env)
     assert workspace_problems(root, None, cluster=False) == []
+    (root / "more").mkdir()  # a dangling link in a folder a stage reads: DVC fails to hash it
+    (root / "more" / "gone.txt").symlink_to("nowhere.txt")
+    stage["deps"].append("more")
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"report": stage}}))
+    changed = changed_inputs(root)
+    assert changed[("report", "more")] == "unreadable ([Errno 2] No such file or directory: 'more/gone.txt')"
 
 
 def test_a_cache_false_output_of_a_stage_a_point_skips_is_refused_until_git_holds_it(tmp_path):

@@ -92,7 +92,7 @@ def unversioned_inputs(root: Path) -> list[str]:
         outputs = [Path(out.fs_path) for stage in repo.index.stages for out in stage.outs]
         inputs = {Path(dep.fs_path) for stage in repo.index.stages for dep in stage.deps if dep.is_in_repo}
         inputs = {path for path in inputs if path.exists() and not _inside_any(path, outputs)}
-        reached, astray = _as_cloned(sorted(inputs), top)
+        reached, astray = _as_cloned(sorted(inputs | _links_within(top, inputs)), top)
         if astray:
             raise SweepError(_astray(astray[0], root))
         if not reached:
@@ -100,6 +100,15 @@ def unversioned_inputs(root: Path) -> list[str]:
         found = _unversioned(root, reached, outputs)
         hashed = [path for path in found if not _dvc_ignores(repo.dvcignore, path, root)]
         return sorted(os.path.relpath(path, root) for path in hashed)
+
+
+def _links_within(top: Path, paths: Iterable[Path]) -> set[Path]:
+    """The symbolic links git holds inside the folders among `paths`: DVC follows each as it hashes
+    the folder, so each must lead where it does here from a clone too."""
+    if not (folders := [os.path.relpath(path, top) for path in paths if path.is_dir()]):
+        return set()
+    listed = run_git(top, "ls-files", "--stage", "-z", "--", *folders).split("\0")
+    return {top / entry.partition("\t")[2] for entry in listed if entry.startswith("120000 ")}
 
 
 def _astray(link: Path, root: Path) -> str:

@@ -48,9 +48,10 @@ def check_clone_reads(root: Path) -> None:
         raise SweepError(
             f"{root}: stage {stage}'s input {dep} is {theirs[differ[0]]} in a clone of the baseline commit, "
             f"current here{f' (and {len(differ) - 1} more)' if len(differ) > 1 else ''}: each point would "
-            "rerun the stage on other inputs than this workspace's. A git filter or attribute set up only "
-            "here may rewrite it (`git config --get-regexp ^filter`, .git/info/attributes): commit it as "
-            "this workspace holds it, or drop the filter for it"
+            "rerun the stage on other inputs than this workspace's, or fail on it. A symbolic link in it "
+            "that leads out of the repository, or a git filter or attribute set up only here (`git config "
+            "--get-regexp ^filter`, .git/info/attributes), does this: make the link absolute, or commit the "
+            "file as this workspace holds it"
         )
 
 
@@ -77,6 +78,8 @@ def changed_inputs(project: Path, upstream: bool = False) -> dict[tuple[str, str
     """(stage, input named from `project`) → how DVC finds it changed against dvc.lock, for each
     stage's input: a dep that holds nothing a stage makes (which a point restores from the cache).
     With `upstream`, for the stages a point may skip alone."""
+    from dvc.exceptions import DvcException
+
     changed = {}
     with open_pipeline(project) as repo:
         stages = list(repo.index.stages)
@@ -87,6 +90,10 @@ def changed_inputs(project: Path, upstream: bool = False) -> dict[tuple[str, str
                 path = Path(dep.fs_path)
                 if not dep.is_in_repo or path in holding or not outputs.isdisjoint([path, *path.parents]):
                     continue
-                if status := dep.workspace_status():
-                    changed[stage.addressing, os.path.relpath(path, project)] = next(iter(status.values()))
+                try:
+                    status = next(iter(dep.workspace_status().values()), None)
+                except (OSError, DvcException) as err:  # a dangling link in a folder: what dvc would meet
+                    status = f"unreadable ({str(err).replace(f'{project}{os.sep}', '')})"
+                if status:
+                    changed[stage.addressing, os.path.relpath(path, project)] = status
     return changed
