@@ -715,8 +715,8 @@ def test_a_cache_false_output_of_a_stage_a_point_skips_is_refused_until_git_hold
     root.mkdir()
     stages = {
         "prep": {
-            "cmd": "echo 1 > out.txt && echo a,b > plot.csv",
-            "outs": ["out.txt", {"plot.csv": {"cache": False}}],
+            "cmd": "echo 1 > out.txt && echo a,b > plot.csv && mkdir -p figs && echo c > figs/f.csv",
+            "outs": ["out.txt", {"plot.csv": {"cache": False}}, {"figs": {"cache": False}}],
         },
         "report": {
             "cmd": "cat out.txt > summary.md",
@@ -735,10 +735,10 @@ def test_a_cache_false_output_of_a_stage_a_point_skips_is_refused_until_git_hold
     _run([str(BIN / "dvc"), "repro", "-q"], root, env)
     _run(["git", "add", "dvc.yaml", "dvc.lock", ".gitignore", ".dvc"], root, env)
     _run(["git", "commit", "-qm", "base"], root, env)
-    assert uncommitted_baseline(root) == ["plot.csv"]
-    with pytest.raises(SweepError, match=r"not committed: plot\.csv;"):
+    assert uncommitted_baseline(root) == ["figs", "plot.csv"]  # a folder's files untracked: named whole
+    with pytest.raises(SweepError, match=r"not committed: figs, plot\.csv;"):
         check_committed(root)
-    _run(["git", "add", "plot.csv"], root, env)
+    _run(["git", "add", "figs", "plot.csv"], root, env)
     _run(["git", "commit", "-qm", "the shared stage's plot"], root, env)
     check_committed(root)
     check_target(root)

@@ -305,8 +305,9 @@ def uncommitted_baseline(root: Path) -> list[str]:
     status = (
         run_git(root, "status", "--porcelain", "--untracked-files=all", "--", *ordered) if ordered else ""
     )
-    changed = set(_from_project(root, [line[3:].strip() for line in status.splitlines()]))
-    return [path for path in ordered if path in changed]
+    changed = _from_project(root, [line[3:].strip() for line in status.splitlines()])
+    # git names a folder output's files: a folder with one of them changed is named whole
+    return [path for path in ordered if any(Path(name).is_relative_to(path) for name in changed)]
 
 
 def upstream_stages(repo: Any) -> list[Any]:
