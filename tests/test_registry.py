@@ -593,6 +593,40 @@ def test_a_pyfunc_loaded_outside_the_registry_or_without_a_record_is_refused(tmp
     assert registry.FILES_TAG in again.tags
 
 
+def test_a_version_the_store_gave_up_creating_is_asked_for_again(tmp_path, tmp_path_factory, monkeypatch):
+    """MLflow's SQL store takes the next version number and retries at once, three times; under load
+    a concurrent promotion took each number first and this promotion failed (a CI run's
+    test_concurrent_promotions_on_a_real_server_leave_one_champion). The store's real refusal is
+    injected twice: the third request creates the version. Past CREATE_TRIES, the error is raised."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.store.model_registry.sqlalchemy_store import SqlAlchemyStore
+
+    params, layout = _project(tmp_path / "p", tmp_path_factory)
+    model_dir = tiny_reward_model(tmp_path / "student", 0)
+    create, calls = SqlAlchemyStore.create_model_version, []
+
+    def crowded(self, name, *args, **kwargs):
+        calls.append(name)
+        if len(calls) <= refusals:
+            raise MlflowException(f"Model Version creation error (name={name}). Giving up after 3 attempts.")
+        return create(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(SqlAlchemyStore, "create_model_version", crowded)
+    refusals = 2
+    with tracking.stage_run(params, layout, "promote") as run:
+        registry.ensure_registered_model(run.client, "rm", params.tracking.experiment)
+        version, created = registry.register(run, "rm", model_dir, {"method": "naive"}, {})
+    assert created and str(version.version) == "1" and len(calls) == 3
+    calls.clear()
+    refusals = registry.CREATE_TRIES
+    with (
+        tracking.stage_run(params, layout, "promote") as run,
+        pytest.raises(MlflowException, match="Model Version creation error"),
+    ):
+        registry.register(run, "rm", tiny_reward_model(tmp_path / "other", 1), {"method": "seam"}, {})
+    assert len(calls) == registry.CREATE_TRIES
+
+
 @pytest.mark.slow
 def test_mlflow_models_serve_refuses_a_tampered_version_and_never_unpickles(promoted, tmp_path):
     """The real serving path: `mlflow models serve -m models:/…` stops with the file named; the

@@ -40,9 +40,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -308,12 +310,33 @@ def register(
             model_config={"encode": encode},
         )
         record = {**tags, **stats, HASH_TAG: digest, FILES_TAG: _stored_record(info)}
-        created = mlflow.register_model(info.model_uri, name, tags=record)
+        created = _create_version(info.model_uri, name, record)
     canonical = _versions_as_code(client, name, digest)[0]
     if canonical.version != created.version:
         client.delete_model_version(name, created.version)
         return canonical, False
     return created, True
+
+
+CREATE_TRIES = 3
+"""How often a promotion asks the store for a new version before it gives up."""
+
+
+def _create_version(model_uri: str, name: str, record: dict[str, str]) -> Any:
+    """`mlflow.register_model`, asked again after a random pause where the store gave up creating
+    the version: MLflow's SQL store takes the next version number and retries at once, three times,
+    so a concurrent promotion taking each number first failed this one (seen on a loaded machine).
+    A duplicate this leaves is resolved as any other (register keeps the lowest)."""
+    from mlflow.exceptions import MlflowException
+
+    for attempt in range(1, CREATE_TRIES):
+        try:
+            return mlflow.register_model(model_uri, name, tags=record)
+        except MlflowException as err:
+            if "Model Version creation error" not in str(err):
+                raise
+        time.sleep(random.uniform(0.5, 1.5) * attempt)  # apart from the process it met
+    return mlflow.register_model(model_uri, name, tags=record)  # its error, if any, is the user's
 
 
 def _versions_as_code(client: Any, name: str, digest: str) -> list[Any]:
