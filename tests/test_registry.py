@@ -594,10 +594,11 @@ def test_a_pyfunc_loaded_outside_the_registry_or_without_a_record_is_refused(tmp
 
 
 def test_a_version_the_store_gave_up_creating_is_asked_for_again(tmp_path, tmp_path_factory, monkeypatch):
-    """MLflow's SQL store takes the next version number and retries at once, three times; under load
-    a concurrent promotion took each number first and this promotion failed (a CI run's
-    test_concurrent_promotions_on_a_real_server_leave_one_champion). The store's real refusal is
-    injected twice: the third request creates the version. Past CREATE_TRIES, the error is raised."""
+    """MLflow's SQL store takes the next version number and retries at once, three times, then gives
+    up: a concurrent promotion taking each number first failed this one (the likely cause of one
+    failed CI run of test_concurrent_promotions_on_a_real_server_leave_one_champion). The store's
+    real refusal is injected twice: the third request creates the version. Past CREATE_TRIES, the
+    error is raised."""
     from mlflow.exceptions import MlflowException
     from mlflow.store.model_registry.sqlalchemy_store import SqlAlchemyStore
 

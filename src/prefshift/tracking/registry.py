@@ -325,7 +325,7 @@ CREATE_TRIES = 3
 def _create_version(model_uri: str, name: str, record: dict[str, str]) -> Any:
     """`mlflow.register_model`, asked again after a random pause where the store gave up creating
     the version: MLflow's SQL store takes the next version number and retries at once, three times,
-    so a concurrent promotion taking each number first failed this one (seen on a loaded machine).
+    so a concurrent promotion taking each number first failed this one.
     A duplicate this leaves is resolved as any other (register keeps the lowest)."""
     from mlflow.exceptions import MlflowException
 
