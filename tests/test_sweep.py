@@ -14,7 +14,9 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -436,21 +438,21 @@ def test_uncommitted_baseline_names_lock_and_metrics_not_in_head_with_the_comman
     _run(["git", "add", "dvc.yaml", ".dvc", "reports/metrics.json", str(tmp_path / "README")], root, env)
     _run(["git", "commit", "-qm", "base"], root, env)
     _run(["git", "add", "dvc.lock"], root, env)  # staged, as core.autostage leaves it: not in HEAD
-    assert uncommitted_baseline(root) == ["dvc.lock", "reports/metrics/a.json"]
+    assert _opened(uncommitted_baseline, root) == ["dvc.lock", "reports/metrics/a.json"]
     (root / "reports" / "metrics.json").write_text('{"wrg": 1}\n')
-    uncommitted = uncommitted_baseline(root)
+    uncommitted = _opened(uncommitted_baseline, root)
     assert uncommitted == ["dvc.lock", "reports/metrics/a.json", "reports/metrics.json"]
     command = commit_command(uncommitted)
     assert command.startswith("git add dvc.lock reports/metrics/a.json reports/metrics.json && git commit")
     subprocess.run(command, shell=True, cwd=root, env=env, check=True, capture_output=True)
-    assert uncommitted_baseline(root) == []
+    assert _opened(uncommitted_baseline, root) == []
     (tmp_path / "README").write_text("changed: the clone of HEAD would not see it\n")
     with pytest.raises(SweepError) as refused:
-        check_committed(root)
+        _opened(check_committed, root)
     outside = "../README" if subdir else "README"
     assert f"not committed: {outside};" in str(refused.value)
     subprocess.run(commit_command([outside]), shell=True, cwd=root, env=env, check=True, capture_output=True)
-    check_committed(root)
+    _opened(check_committed, root)
 
 
 def test_a_file_a_stage_reads_that_git_does_not_hold_and_no_stage_makes_is_refused(tmp_path):
@@ -473,14 +475,14 @@ def test_a_file_a_stage_reads_that_git_does_not_hold_and_no_stage_makes_is_refus
     (tmp_path / ".gitignore").write_text("__pycache__/\n/data/made\n")
     _run(["git", "add", "-A"], tmp_path, env)
     _run(["git", "commit", "-qm", "base"], tmp_path, env)
-    assert unversioned_inputs(tmp_path) == []
+    assert _opened(unversioned_inputs, tmp_path) == []
     (tmp_path / "src" / "method.py").write_text("Y = 2\n")
     (tmp_path / "src" / "__pycache__").mkdir()
     (tmp_path / "src" / "__pycache__" / "model.cpython-311.pyc").write_bytes(b"\x00")
     expected = ["src/__pycache__/model.cpython-311.pyc", "src/method.py"]
-    assert unversioned_inputs(tmp_path) == expected
+    assert _opened(unversioned_inputs, tmp_path) == expected
     with pytest.raises(SweepError) as refused:
-        check_committed(tmp_path)
+        _opened(check_committed, tmp_path)
     assert f"not committed: {', '.join(expected)};" in str(refused.value)
     assert "(or, for data, track it with `dvc add`; a file no stage needs goes in .dvcignore" in str(
         refused.value
@@ -488,7 +490,7 @@ def test_a_file_a_stage_reads_that_git_does_not_hold_and_no_stage_makes_is_refus
     (tmp_path / ".dvcignore").write_text("__pycache__/\n")
     _run(["git", "add", ".dvcignore", "src/method.py"], tmp_path, env)
     _run(["git", "commit", "-qm", "the module, and no bytecode in DVC's hashes"], tmp_path, env)
-    check_committed(tmp_path)
+    _opened(check_committed, tmp_path)
 
 
 def _advised(refusal: str) -> list[str]:
@@ -533,17 +535,17 @@ def test_a_submodule_s_edited_or_untracked_files_are_refused_with_the_commits_th
     )
     _run(["git", "add", "-A"], root, env)
     _run(["git", "commit", "-qm", "base"], root, env)
-    check_committed(root)
+    _opened(check_committed, root)
 
     def refusal() -> str:
         with pytest.raises(SweepError) as refused:
-            check_committed(root)
+            _opened(check_committed, root)
         return str(refused.value)
 
     def fix(refused: str) -> None:
         for command in _advised(refused):
             subprocess.run(command, shell=True, cwd=root, env=env, check=True, capture_output=True)
-        check_committed(root)
+        _opened(check_committed, root)
 
     (root / "lib" / "unread.txt").write_text("no stage's concern\n")
     (root / "lib" / "helper.txt").write_text("2\n")
@@ -600,13 +602,13 @@ def test_the_files_dvc_builds_the_pipeline_from_are_refused_until_git_holds_them
     for lock in ("dvc.lock", "sub/dvc.lock"):
         (root / lock).write_text("schema: '2.0'\nstages: {}\n")
     with pytest.raises(SweepError) as refused:
-        check_committed(root)
+        _opened(check_committed, root)
     assert "not committed: data/x.dvc, dvc.lock, local.yaml, sub/dvc.lock, sub/dvc.yaml;" in str(
         refused.value
     )
     for command in _advised(str(refused.value)):
         subprocess.run(command, shell=True, cwd=root, env=env, check=True, capture_output=True)
-    check_committed(root)
+    _opened(check_committed, root)
     (tmp_path / "outside.yaml").write_text("more: 1\n")  # where no clone finds it
     (root / "dvc.yaml").write_text(
         yaml.safe_dump({"vars": ["local.yaml", "../outside.yaml"], "stages": {"s": stage}})
@@ -614,7 +616,7 @@ def test_the_files_dvc_builds_the_pipeline_from_are_refused_until_git_holds_them
     with pytest.raises(
         SweepError, match=r"^\.\./outside\.yaml: a vars file dvc.yaml names relative to the project but"
     ):
-        check_committed(root)
+        _opened(check_committed, root)
 
 
 def test_a_link_on_the_way_to_an_input_is_refused_where_a_clone_would_reach_other_files(tmp_path):
@@ -640,7 +642,7 @@ def test_a_link_on_the_way_to_an_input_is_refused_where_a_clone_would_reach_othe
     _run(["git", "add", ".dvc", "dvc.yaml", "dvc.lock", "data/raw", "data/cur", "data/abs"], root, env)
     _run(["git", "commit", "-qm", "base"], root, env)
     with pytest.raises(SweepError) as refused:
-        check_committed(root)
+        _opened(check_committed, root)
     absolute = tmp_path / "datasets" / "raw"
     assert str(refused.value).startswith(
         "data/raw: a relative symbolic link out of the repository, on the way"
@@ -649,11 +651,11 @@ def test_a_link_on_the_way_to_an_input_is_refused_where_a_clone_would_reach_othe
     _run(["ln", "-sfn", str(absolute), "data/raw"], root, env)
     _run(["git", "commit", "-qam", "the link, absolute"], root, env)
     with pytest.raises(SweepError) as refused:
-        check_committed(root)
+        _opened(check_committed, root)
     assert "not committed: data/v3/x.txt;" in str(refused.value)
     for command in _advised(str(refused.value)):
         subprocess.run(command, shell=True, cwd=root, env=env, check=True, capture_output=True)
-    check_committed(root)
+    _opened(check_committed, root)
     (root / "lib").mkdir()  # a link inside a folder a stage reads: DVC follows it as it hashes the folder
     (root / "lib" / "x.txt").symlink_to("../../datasets/raw/x.txt")
     stage["deps"].append("lib")
@@ -661,7 +663,7 @@ def test_a_link_on_the_way_to_an_input_is_refused_where_a_clone_would_reach_othe
     _run(["git", "add", "dvc.yaml", "lib"], root, env)
     _run(["git", "commit", "-qm", "a folder holding a link"], root, env)
     with pytest.raises(SweepError) as refused:
-        check_committed(root)
+        _opened(check_committed, root)
     assert f"make it absolute (`ln -sfn {absolute / 'x.txt'} lib/x.txt`, then commit it)" in str(
         refused.value
     )
@@ -674,7 +676,6 @@ def test_an_input_a_clone_reads_otherwise_than_the_workspace_is_refused_by_a_tri
     `git status` showed nothing. A trial clone of the baseline, made before anything runs, sees
     each stage's inputs as DVC sees them in every point's clone; a folder DVC cannot hash there (a
     dangling link in it) is named, not a traceback."""
-    from prefshift.pipeline.sweep.run import workspace_problems
     from prefshift.pipeline.sweep.trial import changed_inputs
 
     env, root = _git_env(), tmp_path / "project"
@@ -684,23 +685,24 @@ def test_an_input_a_clone_reads_otherwise_than_the_workspace_is_refused_by_a_tri
     _run(["git", "config", "filter.strip.clean", "sed /SECRET/d"], root, env)
     _run(["git", "config", "filter.strip.smudge", "cat"], root, env)
     (root / ".git" / "info" / "attributes").write_text("*.txt filter=strip\n")
+    shutil.copy2(REPO / "params.yaml", root / "params.yaml")  # a sweep reads it before its checks
     (root / "notes.txt").write_text("kept\nSECRET, which git never holds\n")
     stage = {"cmd": "wc -l notes.txt > count", "deps": ["notes.txt"], "outs": ["count"]}
     (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"report": stage}}))
     _run([str(BIN / "dvc"), "repro", "-q"], root, env)
     _run(["git", "add", "-A"], root, env)
     _run(["git", "commit", "-qm", "base"], root, env)
-    (refused,) = workspace_problems(root, None, cluster=False)
+    (refused,) = _preflight(root)
     assert f"{root}: stage report's input notes.txt is modified in a clone of the baseline commit" in refused
     (root / "notes.txt").write_text("kept\n")  # what git holds, and so what a clone reads
     _run([str(BIN / "dvc"), "repro", "-q"], root, env)
     _run(["git", "commit", "-qam", "the baseline as a clone reads it"], root, env)
-    assert workspace_problems(root, None, cluster=False) == []
+    assert _preflight(root) == []
     (root / "more").mkdir()  # a dangling link in a folder a stage reads: DVC fails to hash it
     (root / "more" / "gone.txt").symlink_to("nowhere.txt")
     stage["deps"].append("more")
     (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"report": stage}}))
-    changed = changed_inputs(root)
+    changed = _opened(changed_inputs, root)
     assert changed[("report", "more")] == "unreadable ([Errno 2] No such file or directory: 'more/gone.txt')"
 
 
@@ -735,19 +737,19 @@ def test_a_cache_false_output_of_a_stage_a_point_skips_is_refused_until_git_hold
     _run([str(BIN / "dvc"), "repro", "-q"], root, env)
     _run(["git", "add", "dvc.yaml", "dvc.lock", ".gitignore", ".dvc"], root, env)
     _run(["git", "commit", "-qm", "base"], root, env)
-    assert uncommitted_baseline(root) == ["figs", "plot.csv"]  # a folder's files untracked: named whole
+    assert _opened(uncommitted_baseline, root) == ["figs", "plot.csv"]  # a folder with a new file: whole
     with pytest.raises(SweepError, match=r"not committed: figs, plot\.csv;"):
-        check_committed(root)
+        _opened(check_committed, root)
     _run(["git", "add", "figs", "plot.csv"], root, env)
     _run(["git", "commit", "-qm", "the shared stage's plot"], root, env)
-    check_committed(root)
-    check_target(root)
+    _opened(check_committed, root)
+    _opened(check_target, root)
     stages["summarize"] = stages.pop("report")
     (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}))
     with pytest.raises(
         SweepError, match=r"no stage 'report' in dvc.yaml; each point runs `dvc exp run report`"
     ):
-        check_target(root)
+        _opened(check_target, root)
 
 
 def test_a_stage_every_point_would_rerun_as_dvc_lock_is_behind_it_is_named_before_anything_runs(tmp_path):
@@ -758,7 +760,6 @@ def test_a_stage_every_point_would_rerun_as_dvc_lock_is_behind_it_is_named_befor
     from typer.testing import CliRunner
 
     from prefshift.cli import app
-    from prefshift.pipeline.sweep.trial import stale_notes
 
     env, root = _git_env(), tmp_path / "project"
     root.mkdir()
@@ -784,11 +785,11 @@ def test_a_stage_every_point_would_rerun_as_dvc_lock_is_behind_it_is_named_befor
     _run([str(BIN / "dvc"), "repro", "-q"], root, env)
     _run(["git", "add", "-A"], root, env)
     _run(["git", "commit", "-qm", "base"], root, env)
-    assert stale_notes(root) == []
+    assert _stale(root) == []
     for name in ("prep.py", "report.py", "promote.py"):
         (root / name).write_text("v2\n")
     _run(["git", "commit", "-qam", "code, no repro"], root, env)
-    (note,) = stale_notes(root)
+    (note,) = _stale(root)
     assert note == (
         "prep: inputs changed since dvc.lock (prep's prep.py), so every point reruns them and the stages "
         "that follow; to run them once, first `dvc repro prep`, then commit dvc.lock"
@@ -797,7 +798,7 @@ def test_a_stage_every_point_would_rerun_as_dvc_lock_is_behind_it_is_named_befor
     assert dry.exit_code == 0 and f"note: {note}" in dry.stdout and "would stop here" not in dry.stdout
     _run([str(BIN / "dvc"), "repro", "-q", "prep"], root, env)
     _run(["git", "commit", "-qam", "prep, run once"], root, env)
-    assert stale_notes(root) == []
+    assert _stale(root) == []
 
 
 def test_a_local_input_params_name_that_a_point_s_clone_would_lack_is_refused(tmp_path):
@@ -825,7 +826,7 @@ def test_a_local_input_params_name_that_a_point_s_clone_would_lack_is_refused(tm
         params["backbone"]["strong"]["name_or_path"] = strong
         params["downstream"]["policy"] = policy
         (root / "params.yaml").write_text(yaml.safe_dump(params))
-        return unversioned_params_inputs(root, [load_params(root / "params.yaml")])
+        return _opened(unversioned_params_inputs, root, [load_params(root / "params.yaml")])
 
     (refused,) = problems("hf/strong")
     assert refused.startswith("hf/strong/config.json: a local input params name, which git does not hold")
@@ -1002,20 +1003,19 @@ def test_several_gpus_per_point_are_said_to_leave_all_but_one_idle_unless_a_stag
     from prefshift.pipeline.sweep.run import device_notes
 
     two = Executor("local-gpus", devices=("0", "1"), resources=slurm.SlurmResources(gpus_per_task=2))
-    assert device_notes(tmp_path, two) == [], "no DVC project: the workspace checks say so"
     _run(["git", "init", "-q"], tmp_path, os.environ)
     _run([str(BIN / "dvc"), "init", "-q"], tmp_path, os.environ)
     for cmd, said in (("prefshift train --method naive", True), (["python prep.py", "torchrun x.py"], False)):
         (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"train": {"cmd": cmd}}}))
-        notes = device_notes(tmp_path, two)
+        notes = _opened(device_notes, tmp_path, two)
         assert bool(notes) == said, notes
     (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"train": {"cmd": "prefshift train"}}}))
-    (note,) = device_notes(tmp_path, two)
+    (note,) = _opened(device_notes, tmp_path, two)
     assert note.startswith(
         "--gpus-per-task 2: each stage of a point runs as one process and trains on the first"
     )
-    assert device_notes(tmp_path, Executor("local-gpus", devices=("0", "1"))) == []
-    assert device_notes(tmp_path, Executor(jobs=2)) == []
+    assert _opened(device_notes, tmp_path, Executor("local-gpus", devices=("0", "1"))) == []
+    assert _opened(device_notes, tmp_path, Executor(jobs=2)) == []
 
 
 def test_jobs_on_a_gpu_machine_say_that_every_point_trains_on_the_first_device(tmp_path, monkeypatch, capsys):
@@ -1268,7 +1268,9 @@ def test_status_says_a_point_ran_out_of_its_time_or_recomputed_what_dvc_could_no
 
 HOLD_LOCK = """
 import sys, time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 from prefshift.core import locks
 locks.take(Path(sys.argv[1]), "holder", lambda holder: "taken")
 print("held", flush=True)
@@ -1685,9 +1687,9 @@ def test_a_sweep_folder_inside_a_pipeline_output_is_refused(tmp_path):
         with pytest.raises(
             SweepError, match=rf"--scratch {tmp_path / inside}: inside models/out, a pipeline output"
         ):
-            check_scratch(tmp_path, tmp_path / inside)
+            _opened(check_scratch, tmp_path, tmp_path / inside)
     for outside in ("models", "models/outside", ".prefshift/sweeps"):
-        check_scratch(tmp_path, tmp_path / outside)
+        _opened(check_scratch, tmp_path, tmp_path / outside)
 
 
 def test_a_sweep_run_by_a_live_process_shows_its_queue_as_pending_and_refuses_a_second_driver(tmp_path):
@@ -1806,6 +1808,27 @@ def test_the_pool_reaps_the_orphans_it_adopts_and_leaves_its_tasks_exit_status_t
 def _zombies() -> set[int]:
     """This process's children that ended and wait to be reaped."""
     return {pid for pid, state, ppid, _ in processes() if state == "Z" and ppid == os.getpid()}
+
+
+def _opened(check: Callable[..., Any], root: Path, *args: Any) -> Any:
+    """`check`, one of a sweep's start, run on project `root`'s pipeline opened as the start opens it."""
+    from prefshift.pipeline.sweep.baseline import open_pipeline
+
+    with open_pipeline(root) as repo:
+        return check(repo, *args)
+
+
+def _stale(root: Path) -> list[str]:
+    from prefshift.pipeline.sweep.trial import changed_inputs, stale_notes
+
+    return _opened(lambda repo: stale_notes(repo, changed_inputs(repo)), root)
+
+
+def _preflight(root: Path) -> list[str]:
+    """What a sweep of `root` with no points refuses before it starts: the workspace's refusals."""
+    from prefshift.pipeline.sweep.run import preflight
+
+    return preflight(root, [], [], [], Executor(), None)[0]
 
 
 def _git_env() -> dict[str, str]:

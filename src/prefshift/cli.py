@@ -787,12 +787,11 @@ def _dry_run(root: Path, grid: Any, points: list, methods: list, chosen: Any, sc
         if grid.spec.estimate:
             for line in _call(grid_module.estimate, grid, loaded).lines()[1:]:
                 typer.echo(line)
-    problems = _call(
-        _stage("pipeline.sweep.run", "workspace_problems"), root, scratch, chosen.kind == "slurm"
-    ) + _call(_stage("pipeline.sweep.run", "point_problems"), root, points, loaded, methods)
+    preflight = _stage("pipeline.sweep.run", "preflight")
+    problems, notes = _call(preflight, root, points, loaded, methods, chosen, scratch)
     for problem in problems:
         typer.echo(f"note: the sweep itself would stop here: {problem}")
-    for note in _call(_stage("pipeline.sweep.run", "sweep_notes"), root, chosen):
+    for note in notes:
         typer.echo(f"note: {note}")
     if chosen.kind == "slurm":
         slurm = importlib.import_module("prefshift.pipeline.sweep.slurm")

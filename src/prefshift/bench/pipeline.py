@@ -80,9 +80,10 @@ def committed_files(repo: Path) -> list[str]:
 def pipeline_owned(repo: Path) -> set[PurePosixPath]:
     """What `dvc repro` writes in `repo`: dvc.lock, every stage output and DVC's .gitignore files
     (one beside each cached output, none at the root, whose .gitignore is the project's own)."""
-    from prefshift.pipeline.sweep.baseline import pipeline_outputs
+    from prefshift.pipeline.sweep.baseline import open_pipeline, pipeline_outputs
 
-    outputs = pipeline_outputs(repo)
+    with open_pipeline(repo) as project:
+        outputs = pipeline_outputs(project)
     owned = {PurePosixPath("dvc.lock")} | {PurePosixPath(path.as_posix()) for path, _, _ in outputs}
     owned |= {
         PurePosixPath(path.parent.as_posix()) / ".gitignore"

@@ -54,7 +54,9 @@ def _from_project(root: Path, paths: Sequence[str]) -> list[str]:
 def open_pipeline(root: Path) -> Iterator[Any]:
     """The project's DVC repository, its pipeline read as DVC reads it, run from the project's folder
     (DVC names stages and vars files from the current one); a folder that is no DVC project, or a
-    dvc.yaml DVC cannot read, is a SweepError naming it."""
+    dvc.yaml DVC cannot read, is a SweepError naming it. The checks and notes of a sweep's start
+    each take the one it opens: DVC builds its index once per repository (about half a second on
+    prefshift's own pipeline), and each check that opened its own built it again."""
     from dvc.exceptions import DvcException, NotDvcRepoError
     from dvc.repo import Repo
 
@@ -69,37 +71,40 @@ def open_pipeline(root: Path) -> Iterator[Any]:
         raise SweepError(f"{root}: DVC cannot read the pipeline ({err}); fix dvc.yaml") from None
 
 
-def pipeline_outputs(root: Path) -> list[tuple[Path, bool, bool]]:
-    """(path relative to root, DVC-cached?, declared as metrics?) of every stage output."""
-    with open_pipeline(root) as repo:
-        return [
-            (Path(out.fs_path).resolve().relative_to(Path(root).resolve()), out.use_cache, bool(out.metric))
-            for stage in repo.index.stages
-            for out in stage.outs
-        ]
+def project_of(repo: Any) -> Path:
+    """The folder of the DVC project `repo` (open_pipeline), whole."""
+    return Path(repo.root_dir).resolve()
 
 
-def unversioned_inputs(root: Path) -> list[str]:
+def pipeline_outputs(repo: Any) -> list[tuple[Path, bool, bool]]:
+    """(path relative to the project, DVC-cached?, declared as metrics?) of every stage output."""
+    return [
+        (Path(out.fs_path).resolve().relative_to(project_of(repo)), out.use_cache, bool(out.metric))
+        for stage in repo.index.stages
+        for out in stage.outs
+    ]
+
+
+def unversioned_inputs(repo: Any) -> list[str]:
     """Files a stage reads that git does not hold and no stage or `.dvc` file makes (a new module
     left out of `git add`, bytecode Python wrote into a source folder, a file of a submodule, the
     folder a link git holds leads to): dvc.lock hashed them in the workspace, and a point's clone of
     HEAD lacks them, so there each stage reading them would rerun without them, in every point. A
     file DVC ignores (.dvcignore) is no input. A relative link leading out of the repository is
     refused: from a clone, which lies elsewhere, it leads elsewhere."""
-    root = Path(root).resolve()
+    root = project_of(repo)
     top = Path(git_place(root)[0]).resolve()
-    with open_pipeline(root) as repo:
-        outputs = [Path(out.fs_path) for stage in repo.index.stages for out in stage.outs]
-        inputs = {Path(dep.fs_path) for stage in repo.index.stages for dep in stage.deps if dep.is_in_repo}
-        inputs = {path for path in inputs if path.exists() and not _inside_any(path, outputs)}
-        reached, astray = _as_cloned(sorted(inputs | _links_within(top, inputs)), top)
-        if astray:
-            raise SweepError(_astray(astray[0], root))
-        if not reached:
-            return []
-        found = _unversioned(root, reached, outputs)
-        hashed = [path for path in found if not _dvc_ignores(repo.dvcignore, path, root)]
-        return sorted(os.path.relpath(path, root) for path in hashed)
+    outputs = [Path(out.fs_path) for stage in repo.index.stages for out in stage.outs]
+    inputs = {Path(dep.fs_path) for stage in repo.index.stages for dep in stage.deps if dep.is_in_repo}
+    inputs = {path for path in inputs if path.exists() and not _inside_any(path, outputs)}
+    reached, astray = _as_cloned(sorted(inputs | _links_within(top, inputs)), top)
+    if astray:
+        raise SweepError(_astray(astray[0], root))
+    if not reached:
+        return []
+    found = _unversioned(root, reached, outputs)
+    hashed = [path for path in found if not _dvc_ignores(repo.dvcignore, path, root)]
+    return sorted(os.path.relpath(path, root) for path in hashed)
 
 
 def _links_within(top: Path, paths: Iterable[Path]) -> set[Path]:
@@ -153,7 +158,7 @@ MAX_LINKS = 40
 """How many links `_as_cloned` follows on one path, as the kernel does (ELOOP)."""
 
 
-def unversioned_params_inputs(root: Path, loaded: Sequence[Params]) -> list[str]:
+def unversioned_params_inputs(repo: Any, loaded: Sequence[Params]) -> list[str]:
     """Why a point would lack a local input its params name (a dataset file, a model folder: what
     the `inputs` stage hashes) by a path relative to the project: each point reads it in its clone,
     where a path out of the repository lands elsewhere and one git does not hold (a model folder
@@ -161,9 +166,8 @@ def unversioned_params_inputs(root: Path, loaded: Sequence[Params]) -> list[str]
     where it lies, and one a stage makes is restored in the clone."""
     from prefshift.pipeline.stages.inputs import local_paths
 
-    root = Path(root).resolve()
-    with contextlib.chdir(root):  # params spell them from the project, as its stages read them
-        spelled = sorted({path for params in loaded for path in local_paths(params)})
+    root = project_of(repo)  # the current folder (open_pipeline): params spell them from there
+    spelled = sorted({path for params in loaded for path in local_paths(params)})
     relative = [path for path in spelled if not Path(path).expanduser().is_absolute()]
     found = [path for path in relative if (root / path).exists()]
     if not found:
@@ -175,7 +179,7 @@ def unversioned_params_inputs(root: Path, loaded: Sequence[Params]) -> list[str]
     reached, astray = _as_cloned([Path(os.path.normpath(root / path)) for path in found], top)
     if astray:
         return [_astray(astray[0], root)]
-    outputs = [root / path for path, _, _ in pipeline_outputs(root)]
+    outputs = [root / path for path, _, _ in pipeline_outputs(repo)]
     if not (missing := [os.path.relpath(path, root) for path in _unversioned(root, reached, outputs)]):
         return []
     shown = ", ".join(missing[:4]) + (" ..." if len(missing) > 4 else "")
@@ -222,11 +226,10 @@ LAUNCHERS = ("accelerate launch", "torchrun")
 """What starts a stage as several processes, one per device (docs/scaling.md)."""
 
 
-def launches_processes(root: Path) -> bool:
+def launches_processes(repo: Any) -> bool:
     """Whether some stage's command starts several processes: else each stage, training included,
     runs as one process on the first device it sees, however many its point is given."""
-    with open_pipeline(root) as repo:
-        commands = [stage.cmd for stage in repo.index.stages if getattr(stage, "cmd", None)]
+    commands = [stage.cmd for stage in repo.index.stages if getattr(stage, "cmd", None)]
     texts = [" ".join(cmd) if isinstance(cmd, list) else str(cmd) for cmd in commands]
     return any(launcher in text for text in texts for launcher in LAUNCHERS)
 
@@ -276,24 +279,22 @@ def cache_config(cache: str, project: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def uncommitted_baseline(root: Path) -> list[str]:
+def uncommitted_baseline(repo: Any) -> list[str]:
     """The files that define the pipeline and its baseline that HEAD does not hold as the workspace
     does: a clone lacking one reads another pipeline or none (each dvc.yaml and `.dvc` file, the
     vars files they load), reruns what it recorded (each dvc.lock, and the `cache: false` outputs of
     the stages a point may skip), or lacks what `dvc exp show`'s baseline row and a plain
     `dvc exp diff` read (the metrics files). No cache restores a `cache: false` output."""
-    root = Path(root).resolve()
-    with open_pipeline(root) as repo:
-        stages = list(repo.index.stages)
-        dvcfiles = {stage.dvcfile.path: stage.dvcfile for stage in stages}  # each stage's copy parses anew
-        files = {Path(path) for path in dvcfiles}
-        files |= {path.with_suffix(".lock") for path in files if path.suffix == ".yaml"}
-        spelled = _vars_files(stages, dvcfiles.values())  # one named whole is read where it lies
-        files |= {Path(os.path.normpath(root / name)) for name in spelled if not os.path.isabs(name)}
-        metrics = {Path(out.fs_path) for stage in stages for out in stage.outs if out.metric}
-        metrics |= {
-            Path(out.fs_path) for stage in upstream_stages(repo) for out in stage.outs if not out.use_cache
-        }
+    root = project_of(repo)
+    stages = list(repo.index.stages)
+    dvcfiles = {stage.dvcfile.path: stage.dvcfile for stage in stages}  # each stage's copy parses anew
+    files = {Path(path) for path in dvcfiles}
+    files |= {path.with_suffix(".lock") for path in files if path.suffix == ".yaml"}
+    spelled = _vars_files(stages, dvcfiles.values())  # one named whole is read where it lies
+    files |= {Path(os.path.normpath(root / name)) for name in spelled if not os.path.isabs(name)}
+    metrics = {Path(out.fs_path) for stage in stages for out in stage.outs if out.metric}
+    uncached = [out for stage in upstream_stages(repo) for out in stage.outs if not out.use_cache]
+    metrics |= {Path(out.fs_path) for out in uncached}
     top = Path(git_place(root)[0]).resolve()
     if outside := sorted(path for path in files if not path.is_relative_to(top)):
         raise SweepError(
@@ -331,14 +332,13 @@ def _targets(repo: Any) -> list[Any]:
     return [stage for stage in repo.index.stages if stage.addressing.partition("@")[0] == TARGET]
 
 
-def check_target(root: Path) -> None:
+def check_target(repo: Any) -> None:
     """Refuse a pipeline without the stage each point runs: every point would fail on it."""
-    with open_pipeline(root) as repo:
-        if not _targets(repo):
-            raise SweepError(
-                f"{root}: no stage {TARGET!r} in dvc.yaml; each point runs `dvc exp run {TARGET}`, the "
-                "pipeline's last stage (prefshift's own dvc.yaml has it)"
-            )
+    if not _targets(repo):
+        raise SweepError(
+            f"{project_of(repo)}: no stage {TARGET!r} in dvc.yaml; each point runs `dvc exp run {TARGET}`, "
+            "the pipeline's last stage (prefshift's own dvc.yaml has it)"
+        )
 
 
 def _vars_files(stages: Sequence[Any], dvcfiles: Iterable[Any]) -> list[str]:
@@ -359,9 +359,8 @@ UNVERSIONED = (
 )
 
 
-def check_committed(root: Path) -> None:
-    """Refuse a workspace that holds anything a task cloning HEAD would miss, or no baseline at all:
-    with no dvc.lock every point would compute every stage, the shared ones too."""
+def check_head(root: Path) -> None:
+    """Refuse a project with no commit for the points to clone."""
     try:
         run_git(root, "rev-parse", "--verify", "--quiet", "HEAD^{commit}")
     except SweepError:
@@ -369,10 +368,17 @@ def check_committed(root: Path) -> None:
             f"{root}: no git commit to start from (not a git repository, or one without a commit); each "
             "point runs in a clone of the baseline commit: commit the project, then its baseline"
         ) from None
+
+
+def check_committed(repo: Any) -> None:
+    """Refuse a workspace (with a commit: check_head) that holds anything a task cloning HEAD would
+    miss, or no baseline at all: with no dvc.lock every point would compute every stage, the shared
+    ones too."""
+    root = project_of(repo)
     changed = run_git(root, "diff", "HEAD", "--name-only", "--no-renames", "-z").split("\0")
     changed = _from_project(root, [path for path in changed if path])
-    inputs = unversioned_inputs(root)  # no DVC project is refused here
-    missing = sorted(set(changed) | set(uncommitted_baseline(root)) | set(inputs))
+    inputs = unversioned_inputs(repo)
+    missing = sorted(set(changed) | set(uncommitted_baseline(repo)) | set(inputs))
     if not (root / "dvc.lock").exists():
         raise SweepError(
             f"{root}: no dvc.lock, so no baseline: every point would compute every stage, the ones they "
@@ -423,12 +429,13 @@ def _edited_submodules(root: Path) -> list[str]:
     return _from_project(root, [field[8] for field in fields if len(field) == 9 and field[2][2:3] == "M"])
 
 
-def check_scratch(root: Path, scratch: Path | None) -> None:
+def check_scratch(repo: Any, scratch: Path | None) -> None:
     """Refuse a sweep folder (by default the project's) inside a pipeline output: DVC deletes and
     restores an output whole (a stage rerun, `dvc checkout`), and the record and clones with it."""
+    root = project_of(repo)
     scratch = scratch or default_scratch(root)
-    for output, _, _ in pipeline_outputs(root):
-        if scratch.resolve().is_relative_to(Path(root).resolve() / output):
+    for output, _, _ in pipeline_outputs(repo):
+        if scratch.resolve().is_relative_to(root / output):
             raise SweepError(
                 f"--scratch {scratch}: inside {output.as_posix()}, a pipeline output that DVC deletes and "
                 "restores whole, and the sweep's record and clones with it; choose a folder outside the "

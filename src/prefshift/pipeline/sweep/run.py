@@ -24,12 +24,14 @@ from prefshift.core.signals import exit_code, signals_as_exceptions, signals_ign
 from prefshift.pipeline.sweep import local, slurm
 from prefshift.pipeline.sweep.baseline import (
     check_committed,
+    check_head,
     check_scratch,
     check_target,
     checked_out_submodules,
     dvc_cache_dir,
     git_place,
     launches_processes,
+    open_pipeline,
     unversioned_params_inputs,
 )
 from prefshift.pipeline.sweep.commands import SweepError, run_dvc, run_git, say
@@ -48,7 +50,7 @@ from prefshift.pipeline.sweep.record import (
     point_state,
 )
 from prefshift.pipeline.sweep.results import file_results, filing_problems
-from prefshift.pipeline.sweep.trial import check_clone_reads, stale_notes
+from prefshift.pipeline.sweep.trial import changed_inputs, check_clone_reads, stale_notes
 from prefshift.tracking.runs import tracking_uri
 
 EXECUTORS = ("local", "local-gpus", "slurm")
@@ -137,10 +139,10 @@ def start(
     executor.check(wait)
     executor = executor.read()
     loaded = check_distinct(root / "params.yaml", points, methods)
-    problems = workspace_problems(root, scratch, executor.kind == "slurm")
-    if problems := problems + point_problems(root, points, loaded, methods):
+    problems, notes = preflight(root, points, loaded, methods, executor, scratch)
+    if problems:
         raise SweepError(problems[0])
-    for note in sweep_notes(root, executor):
+    for note in notes:
         say(f"sweep: {note}")
     uri, baseline = tracking_uri(Layout(root)), run_git(root, "rev-parse", "HEAD").strip()
     cluster = executor.kind == "slurm"
@@ -168,16 +170,36 @@ def start(
             raise
 
 
-def workspace_problems(root: Path, scratch: Path | None, cluster: bool) -> list[str]:
-    """Each refusal the workspace earns before a sweep starts: `start` raises the first, and a dry
-    run prints them all, so that it passes only what the sweep itself would."""
+def preflight(
+    root: Path,
+    points: Sequence[Mapping[str, str]],
+    loaded: Sequence[Params],
+    methods: Sequence[str],
+    executor: Executor,
+    scratch: Path | None,
+) -> tuple[list[str], list[str]]:
+    """(each refusal the sweep earns, what it notes) before anything runs: `start` raises the first
+    refusal and says the notes, a dry run prints them all, so that it passes only what the sweep
+    itself would. The pipeline is read once for all of them (open_pipeline). A trial clone backs the
+    checks up once they pass: it sees what they do not name."""
     root = Path(root).resolve()
-    checks = [lambda: check_committed(root), lambda: check_target(root), lambda: check_scratch(root, scratch)]
-    if cluster:  # the rest of a cluster's checks need its remotes (slurm.prepare)
-        checks.append(lambda: slurm.check_tracking(tracking_uri(Layout(root))))
-        checks.append(lambda: slurm.check_folder(Path(scratch or default_scratch(root)).resolve()))
-    # A trial clone backs the checks up once they pass: it sees what they do not name.
-    return _refusals(checks) or _refusals([lambda: check_clone_reads(root)])
+    scratch = Path(scratch).resolve() if scratch else None  # as given here, not from the project
+    head = _refusals([lambda: check_head(root)])
+    cluster = [] if executor.kind != "slurm" else _refusals([  # the rest need its remotes (slurm.prepare)
+        lambda: slurm.check_tracking(tracking_uri(Layout(root))),
+        lambda: slurm.check_folder(scratch or default_scratch(root)),
+    ])  # fmt: skip
+    filing = filing_problems(root, points, loaded, methods)
+    try:
+        with open_pipeline(root) as repo:
+            problems = head or _refusals([lambda: check_committed(repo)])
+            problems += _refusals([lambda: check_target(repo), lambda: check_scratch(repo, scratch)])
+            problems += cluster + filing + unversioned_params_inputs(repo, loaded)
+            changed = changed_inputs(repo)
+            problems += [] if problems else _refusals([lambda: check_clone_reads(repo, changed)])
+            return problems, stale_notes(repo, changed) + device_notes(repo, executor)
+    except SweepError as err:  # no pipeline to read
+        return [*head, str(err), *cluster, *filing], []
 
 
 def _refusals(checks: Sequence[Callable[[], object]]) -> list[str]:
@@ -191,38 +213,15 @@ def _refusals(checks: Sequence[Callable[[], object]]) -> list[str]:
     return problems
 
 
-def sweep_notes(root: Path, executor: Executor) -> list[str]:
-    """What the points will do that their user may not expect, said before anything runs: rerun a
-    stage whose dvc.lock is behind (trial.stale_notes), leave GPUs idle (device_notes)."""
-    return stale_notes(root) + device_notes(root, executor)
-
-
-def device_notes(root: Path, executor: Executor) -> list[str]:
+def device_notes(repo: Any, executor: Executor) -> list[str]:
     """A point given several GPUs whose stages each run as one process uses the first alone."""
-    if (per_task := executor.resources.gpus_per_task) < 2:
-        return []
-    try:
-        if launches_processes(root):
-            return []
-    except SweepError:  # no pipeline to read: workspace_problems says so
+    if (per_task := executor.resources.gpus_per_task) < 2 or launches_processes(repo):
         return []
     return [
         f"--gpus-per-task {per_task}: each stage of a point runs as one process and trains on the first "
         f"of its {per_task} devices (no command in dvc.yaml starts `accelerate launch` or `torchrun`; see "
         "docs/scaling.md), so the rest stay idle; --gpus-per-task 1 runs more points at once"
     ]
-
-
-def point_problems(
-    root: Path, points: Sequence[Mapping[str, str]], loaded: Sequence[Params], methods: Sequence[str]
-) -> list[str]:
-    """Each refusal the points earn beside the workspace's: a record the sweep could not file, a
-    local input their params name that a clone would lack."""
-    try:
-        missing = unversioned_params_inputs(root, loaded)
-    except SweepError as err:  # no pipeline to read: workspace_problems says so
-        missing = [str(err)]
-    return filing_problems(root, points, loaded, methods) + missing
 
 
 def _launch(

@@ -15,22 +15,25 @@ import os
 import shlex
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from prefshift.pipeline.sweep.baseline import (
     cache_config,
     checked_out_submodules,
     git_place,
     open_pipeline,
+    project_of,
     upstream_stages,
 )
 from prefshift.pipeline.sweep.commands import SweepError, run_git
 from prefshift.pipeline.sweep.task import check_out_submodules
 
 
-def check_clone_reads(root: Path) -> None:
-    """Refuse a baseline whose inputs a clone of HEAD reads otherwise than the workspace does: a
-    stage input (a dep no stage makes) that is current in the workspace and changed in the clone."""
-    root = Path(root).resolve()
+def check_clone_reads(repo: Any, ours: dict[tuple[str, str], str]) -> None:
+    """Refuse a baseline whose inputs a clone of HEAD reads otherwise than the workspace (`repo`,
+    whose `changed_inputs` are `ours`) does: a stage input (a dep no stage makes) that is current in
+    the workspace and changed in the clone."""
+    root = project_of(repo)
     top, subdir = git_place(root)
     with tempfile.TemporaryDirectory(prefix="prefshift-trial-") as scratch:
         clone = Path(scratch) / "clone"
@@ -41,8 +44,8 @@ def check_clone_reads(root: Path) -> None:
         check_out_submodules(clone, checked_out_submodules(top), Path(top))
         own = cache_config(str(Path(scratch) / "cache"), root)  # whatever DVC writes stays in the trial
         (clone / subdir / ".dvc" / "config.local").write_text(own, encoding="utf-8")
-        theirs = changed_inputs(clone / subdir)
-    ours = changed_inputs(root)
+        with open_pipeline(clone / subdir) as cloned:
+            theirs = changed_inputs(cloned)
     if differ := sorted(set(theirs) - set(ours)):
         stage, dep = differ[0]
         raise SweepError(
@@ -55,15 +58,13 @@ def check_clone_reads(root: Path) -> None:
         )
 
 
-def stale_notes(root: Path) -> list[str]:
-    """Where dvc.lock is behind the workspace's inputs of a stage a point may skip: every point
-    would rerun that stage (a shared one: the cost a sweep exists to save) and all that follows it,
-    where one run of it now lets each point restore it. Said, not refused: the points are right."""
-    try:
-        stale = sorted(changed_inputs(Path(root).resolve(), upstream=True))
-    except SweepError:  # no pipeline to read: workspace_problems says so
-        return []
-    if not stale:
+def stale_notes(repo: Any, changed: dict[tuple[str, str], str]) -> list[str]:
+    """Where dvc.lock is behind the workspace's inputs of a stage a point may skip (`changed`: the
+    workspace's `changed_inputs`): every point would rerun that stage (a shared one: the cost a
+    sweep exists to save) and all that follows it, where one run of it now lets each point restore
+    it. Said, not refused: the points are right."""
+    upstream = {stage.addressing for stage in upstream_stages(repo)}
+    if not (stale := sorted(key for key in changed if key[0] in upstream)):
         return []
     stages = sorted({stage for stage, _ in stale})
     shown = ", ".join(stages[:4]) + (" ..." if len(stages) > 4 else "")
@@ -74,26 +75,25 @@ def stale_notes(root: Path) -> list[str]:
     ]
 
 
-def changed_inputs(project: Path, upstream: bool = False) -> dict[tuple[str, str], str]:
-    """(stage, input named from `project`) → how DVC finds it changed against dvc.lock, for each
-    stage's input: a dep that holds nothing a stage makes (which a point restores from the cache).
-    With `upstream`, for the stages a point may skip alone."""
+def changed_inputs(repo: Any) -> dict[tuple[str, str], str]:
+    """(stage, input named from the project) → how DVC finds it changed against dvc.lock, for each
+    stage's input in `repo` (open_pipeline): a dep that holds nothing a stage makes (which a point
+    restores from the cache)."""
     from dvc.exceptions import DvcException
 
-    changed = {}
-    with open_pipeline(project) as repo:
-        stages = list(repo.index.stages)
-        outputs = {Path(out.fs_path) for stage in stages for out in stage.outs}
-        holding = {folder for output in outputs for folder in output.parents}
-        for stage in upstream_stages(repo) if upstream else stages:
-            for dep in stage.deps:
-                path = Path(dep.fs_path)
-                if not dep.is_in_repo or path in holding or not outputs.isdisjoint([path, *path.parents]):
-                    continue
-                try:
-                    status = next(iter(dep.workspace_status().values()), None)
-                except (OSError, DvcException) as err:  # a dangling link in a folder: what dvc would meet
-                    status = f"unreadable ({str(err).replace(f'{project}{os.sep}', '')})"
-                if status:
-                    changed[stage.addressing, os.path.relpath(path, project)] = status
+    project, changed = project_of(repo), {}
+    stages = list(repo.index.stages)
+    outputs = {Path(out.fs_path) for stage in stages for out in stage.outs}
+    holding = {folder for output in outputs for folder in output.parents}
+    for stage in stages:
+        for dep in stage.deps:
+            path = Path(dep.fs_path)
+            if not dep.is_in_repo or path in holding or not outputs.isdisjoint([path, *path.parents]):
+                continue
+            try:
+                status = next(iter(dep.workspace_status().values()), None)
+            except (OSError, DvcException) as err:  # a dangling link in a folder: what dvc would meet
+                status = f"unreadable ({str(err).replace(f'{project}{os.sep}', '')})"
+            if status:
+                changed[stage.addressing, os.path.relpath(path, project)] = status
     return changed
