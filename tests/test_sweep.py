@@ -669,6 +669,35 @@ def test_a_link_on_the_way_to_an_input_is_refused_where_a_clone_would_reach_othe
     )
 
 
+def test_a_link_inside_a_submodule_s_folder_a_stage_reads_is_refused_as_the_project_s_own(tmp_path):
+    """git lists none of a submodule's files from outside it, so a relative link out of the
+    repository inside a submodule's folder that a stage reads passed the link check, and only the
+    trial clone caught it, with a general message. It gets the `ln -sfn` that fixes it, as a link
+    of the project's own does."""
+    from prefshift.pipeline.sweep.baseline import check_committed
+
+    env, root, lib = _git_env(), tmp_path / "project", tmp_path / "lib"
+    (tmp_path / "datasets").mkdir()
+    (tmp_path / "datasets" / "x.txt").write_text("data\n")
+    for folder in (root, lib / "data"):
+        folder.mkdir(parents=True)
+    (lib / "data" / "x.txt").symlink_to("../../../datasets/x.txt")  # as checked out in project/lib/data
+    _run(["git", "init", "-q"], lib, env)
+    _run(["git", "add", "-A"], lib, env)
+    _run(["git", "commit", "-qm", "one"], lib, env)
+    _run(["git", "init", "-q"], root, env)
+    _run([str(BIN / "dvc"), "init", "-q"], root, env)
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"s": {"cmd": "true", "deps": ["lib/data"]}}}))
+    (root / "dvc.lock").write_text("schema: '2.0'\nstages: {}\n")
+    _run(["git", "-c", "protocol.file.allow=always", "submodule", "-q", "add", str(lib), "lib"], root, env)
+    _run(["git", "add", "-A"], root, env)
+    _run(["git", "commit", "-qm", "base"], root, env)
+    with pytest.raises(SweepError) as refused:
+        _opened(check_committed, root)
+    absolute = tmp_path / "datasets" / "x.txt"
+    assert f"make it absolute (`ln -sfn {absolute} lib/data/x.txt`, then commit it)" in str(refused.value)
+
+
 def test_an_input_a_clone_reads_otherwise_than_the_workspace_is_refused_by_a_trial_clone(tmp_path):
     """A git filter only the workspace's own config sets up (nbstripout's way: `filter.<name>.clean`
     in .git/config, the file in .git/info/attributes) keeps one text in the workspace and another in

@@ -108,12 +108,30 @@ def unversioned_inputs(repo: Any) -> list[str]:
 
 
 def _links_within(top: Path, paths: Iterable[Path]) -> set[Path]:
-    """The symbolic links git holds inside the folders among `paths`: DVC follows each as it hashes
-    the folder, so each must lead where it does here from a clone too."""
-    if not (folders := [os.path.relpath(path, top) for path in paths if path.is_dir()]):
-        return set()
-    listed = run_git(top, "ls-files", "--stage", "-z", "--", *folders).split("\0")
-    return {top / entry.partition("\t")[2] for entry in listed if entry.startswith("120000 ")}
+    """The symbolic links git holds inside the folders among `paths`, a submodule's too: DVC
+    follows each as it hashes the folder, so each must lead where it does here from a clone too."""
+    listed = _ls_files(top, [path for path in paths if path.is_dir()], "--stage")
+    return {repo / entry.partition("\t")[2] for repo, entry in listed if entry.startswith("120000 ")}
+
+
+def _ls_files(top: Path, paths: Sequence[Path], *options: str) -> list[tuple[Path, str]]:
+    """(repository, entry) for each entry `git ls-files <options>` gives at or under `paths`
+    (absolute, within the repository at `top`), each path asked of the repository that holds it: a
+    checked-out submodule's own for one of its files, since git lists none of a submodule's files
+    from outside it (and a clone checks out the commit the submodule records)."""
+    repositories = [top, *(top / path for path in checked_out_submodules(str(top)))]
+    asked: dict[Path, set[str]] = {}
+    for path in paths:
+        holder = max((repo for repo in repositories if path.is_relative_to(repo)), key=_depth)
+        asked.setdefault(holder, set()).add(os.path.relpath(path, holder))
+        for inner in (repo for repo in repositories if repo.is_relative_to(path) and repo != path):
+            asked.setdefault(inner, set()).add(".")  # a folder holding a submodule: all of it
+    return [
+        (repo, entry)
+        for repo, specs in asked.items()
+        for entry in run_git(repo, "ls-files", *options, "-z", "--", *sorted(specs)).split("\0")
+        if entry
+    ]
 
 
 def _astray(link: Path, root: Path) -> str:
@@ -189,22 +207,10 @@ def unversioned_params_inputs(repo: Any, loaded: Sequence[Params]) -> list[str]:
 
 
 def _unversioned(root: Path, paths: Sequence[Path], outputs: Sequence[Path]) -> list[Path]:
-    """The files at or under `paths` (absolute) that git does not hold (ignored ones too) and that
-    lie in no stage's output (those a clone restores from the cache). Each is asked of the
-    repository that holds it, a checked-out submodule's own for one of its files: git lists none of
-    a submodule's files from outside it, and a clone checks out the commit the submodule records."""
-    top = Path(git_place(root)[0]).resolve()
-    repositories = [top, *(top / path for path in checked_out_submodules(str(top)))]
-    asked: dict[Path, set[str]] = {}
-    for path in paths:
-        holder = max((repo for repo in repositories if path.is_relative_to(repo)), key=_depth)
-        asked.setdefault(holder, set()).add(os.path.relpath(path, holder))
-        for inner in (repo for repo in repositories if repo.is_relative_to(path) and repo != path):
-            asked.setdefault(inner, set()).add(".")  # a folder holding a submodule: all of it
-    found = []
-    for repo, specs in asked.items():
-        listed = run_git(repo, "ls-files", "--others", "-z", "--", *sorted(specs))
-        found += [repo / name for name in listed.split("\0") if name]
+    """The files at or under `paths` (absolute) that git does not hold (ignored ones too; a
+    submodule's asked of its own git: _ls_files) and that lie in no stage's output (those a clone
+    restores from the cache)."""
+    found = [repo / name for repo, name in _ls_files(Path(git_place(root)[0]).resolve(), paths, "--others")]
     return sorted(path for path in found if not _inside_any(path, outputs))
 
 
