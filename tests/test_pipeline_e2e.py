@@ -346,6 +346,11 @@ def test_the_documented_lambda_sweep_runs_experiments_that_carry_their_metrics(s
     assert [line.split(" | ")[1] for line in table.splitlines()[2:]] == ["0.5", "2", "0.5", "2"]
     assert (root / "reports" / "figures" / "lambda_ablation.png").exists()
 
+    # The same sweep again reruns nothing, as the page says: the records the first one filed in
+    # reports/sweeps/ need no commit (committed, they made a new baseline, and every point ran again).
+    again = _run(["bash", "-c", sweep], root, env)
+    assert again.count("is on this baseline already") == 2 and "Running stage" not in again, again
+
     from mlflow import MlflowClient
 
     client = MlflowClient(env["MLFLOW_TRACKING_URI"])

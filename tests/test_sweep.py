@@ -735,6 +735,38 @@ def test_an_input_a_clone_reads_otherwise_than_the_workspace_is_refused_by_a_tri
     assert changed[("report", "more")] == "unreadable ([Errno 2] No such file or directory: 'more/gone.txt')"
 
 
+def test_the_records_sweeps_file_need_no_commit_before_the_next_sweep(tmp_path):
+    """The report reads reports/sweeps/, where every sweep files its records. Checked like any input,
+    they refused the next sweep until a commit, and that commit made a new baseline, so the same
+    sweep again ran every point instead of reusing the first one's experiments (docs/sweeps.md says
+    it reruns nothing). New, edited or recorded in dvc.lock and then left uncommitted, they pass; a
+    new file in another folder the report reads is still refused."""
+    from prefshift.pipeline.sweep.baseline import check_committed
+
+    env, root = _git_env(), tmp_path / "project"
+    (root / "reports" / "sweeps").mkdir(parents=True)
+    (root / "reports" / "sweeps" / "a.json").write_text('{"sweep": {"anchor.lambda": 1}}\n')
+    (root / "code").mkdir()
+    (root / "code" / "report.py").write_text("v1\n")
+    stage = {"cmd": "ls reports/sweeps > out.txt", "deps": ["reports/sweeps", "code"], "outs": ["out.txt"]}
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"report": stage}}))
+    shutil.copy2(REPO / "params.yaml", root / "params.yaml")
+    _run(["git", "init", "-q"], root, env)
+    _run([str(BIN / "dvc"), "init", "-q"], root, env)
+    _run([str(BIN / "dvc"), "repro", "-q"], root, env)
+    _run(["git", "add", "-A"], root, env)
+    _run(["git", "commit", "-qm", "base"], root, env)
+    (root / "reports" / "sweeps" / "a.json").write_text('{"sweep": {"anchor.lambda": 2}}\n')
+    (root / "reports" / "sweeps" / "b.json").write_text('{"sweep": {"anchor.lambda": 3}}\n')
+    assert _preflight(root) == []
+    _run([str(BIN / "dvc"), "repro", "-q"], root, env)  # dvc.lock now holds the records' hash
+    _run(["git", "commit", "-qm", "the report rebuilt", "dvc.lock"], root, env)
+    assert _preflight(root) == []  # the trial clone: the records differ there, and need not match
+    (root / "code" / "new.py").write_text("read by the report\n")
+    with pytest.raises(SweepError, match=r"not committed: code/new\.py;"):
+        _opened(check_committed, root)
+
+
 def test_a_cache_false_output_of_a_stage_a_point_skips_is_refused_until_git_holds_it(tmp_path):
     """No cache restores a `cache: false` output: a clone of a baseline that did not hold one reran
     its stage in every point, a shared stage, the cost a sweep exists to save. The target's own such

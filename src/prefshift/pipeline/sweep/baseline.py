@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from prefshift.config.params import Params
+from prefshift.core.paths import Layout
 from prefshift.pipeline.sweep.commands import SweepError, run_git
 from prefshift.pipeline.sweep.record import default_scratch
 
@@ -102,9 +103,19 @@ def unversioned_inputs(repo: Any) -> list[str]:
         raise SweepError(_astray(astray[0], root))
     if not reached:
         return []
-    found = _unversioned(root, reached, outputs)
+    found = _unversioned(root, reached, [*outputs, filed_records(root)])
     hashed = [path for path in found if not _dvc_ignores(repo.dvcignore, path, root)]
     return sorted(os.path.relpath(path, root) for path in hashed)
+
+
+def filed_records(root: Path) -> Path:
+    """Where sweeps file their records (reports/sweeps/), which no check of the baseline covers.
+    The report reads them for earlier sweeps' ablation tables alone: a point's report may leave
+    those out, and the sweep rebuilds the workspace's report with them once its points are in.
+    Required committed, they refused the second sweep from a workspace until a commit, and that
+    commit made a new baseline, so a sweep repeated as it was could not reuse the experiments of
+    the first (they belong to the commit before) and ran every point again."""
+    return Layout(root).sweeps_dir
 
 
 def _links_within(top: Path, paths: Iterable[Path]) -> set[Path]:
@@ -383,6 +394,7 @@ def check_committed(repo: Any) -> None:
     root = project_of(repo)
     changed = run_git(root, "diff", "HEAD", "--name-only", "--no-renames", "-z").split("\0")
     changed = _from_project(root, [path for path in changed if path])
+    changed = [path for path in changed if not _inside_any(root / path, [filed_records(root)])]
     inputs = unversioned_inputs(repo)
     missing = sorted(set(changed) | set(uncommitted_baseline(repo)) | set(inputs))
     if not (root / "dvc.lock").exists():

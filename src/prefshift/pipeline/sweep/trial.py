@@ -20,6 +20,7 @@ from typing import Any
 from prefshift.pipeline.sweep.baseline import (
     cache_config,
     checked_out_submodules,
+    filed_records,
     git_place,
     open_pipeline,
     project_of,
@@ -78,12 +79,12 @@ def stale_notes(repo: Any, changed: dict[tuple[str, str], str]) -> list[str]:
 def changed_inputs(repo: Any) -> dict[tuple[str, str], str]:
     """(stage, input named from the project) → how DVC finds it changed against dvc.lock, for each
     stage's input in `repo` (open_pipeline): a dep that holds nothing a stage makes (which a point
-    restores from the cache)."""
+    restores from the cache), nor the sweeps' records (baseline.filed_records)."""
     from dvc.exceptions import DvcException
 
     project, changed = project_of(repo), {}
     stages = list(repo.index.stages)
-    outputs = {Path(out.fs_path) for stage in stages for out in stage.outs}
+    outputs = {Path(out.fs_path) for stage in stages for out in stage.outs} | {filed_records(project)}
     holding = {folder for output in outputs for folder in output.parents}
     for stage in stages:
         for dep in stage.deps:
