@@ -455,6 +455,34 @@ def test_uncommitted_baseline_names_lock_and_metrics_not_in_head_with_the_comman
     _opened(check_committed, root)
 
 
+def test_paths_with_a_space_a_non_ascii_or_a_glob_character_are_checked_as_the_names_they_are(tmp_path):
+    """git quotes a name holding a space or a non-ASCII byte in `status --porcelain` (`"my metrics
+    \\303\\251.json"`), so such an uncommitted metrics file passed unseen; and git took a path given
+    it for a pattern, so for a stage reading `data[1]` an untracked `data1` was refused as its input.
+    Run as given, the refusal's command leaves nothing to refuse."""
+    from prefshift.pipeline.sweep.baseline import check_committed
+
+    env, root = _git_env(), tmp_path / "project"
+    (root / "reports").mkdir(parents=True)
+    metrics = "reports/my metrics é.json"
+    stages = {"report": {"cmd": "true", "deps": ["data[1]"], "metrics": [{metrics: {"cache": False}}]}}
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}, allow_unicode=True), encoding="utf-8")
+    (root / metrics).write_text("{}\n")
+    (root / "data[1]").write_text("read by the stage\n")
+    (root / "dvc.lock").write_text("schema: '2.0'\nstages: {}\n")
+    _run(["git", "init", "-q"], root, env)
+    _run([str(BIN / "dvc"), "init", "-q"], root, env)
+    _run(["git", "add", ".dvc", "dvc.yaml", "dvc.lock", "data[1]"], root, env)
+    _run(["git", "commit", "-qm", "base"], root, env)
+    (root / "data1").write_text("no stage reads it\n")
+    with pytest.raises(SweepError) as refused:
+        _opened(check_committed, root)
+    assert f"not committed: {metrics};" in str(refused.value) and "data1" not in str(refused.value)
+    for command in _advised(str(refused.value)):
+        subprocess.run(command, shell=True, cwd=root, env=env, check=True, capture_output=True)
+    _opened(check_committed, root)
+
+
 def test_a_file_a_stage_reads_that_git_does_not_hold_and_no_stage_makes_is_refused(tmp_path):
     """A new module left out of `git add`, or the bytecode Python writes beside a source folder's
     modules: dvc.lock hashed them in the workspace, a point's clone of HEAD lacks them, and there each

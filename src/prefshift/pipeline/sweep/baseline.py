@@ -320,10 +320,10 @@ def uncommitted_baseline(repo: Any) -> list[str]:
             "name it whole (an absolute path)"
         )
     ordered = [os.path.relpath(path, root) for path in (*sorted(files), *sorted(metrics)) if path.exists()]
-    status = (
-        run_git(root, "status", "--porcelain", "--untracked-files=all", "--", *ordered) if ordered else ""
-    )
-    changed = _from_project(root, [line[3:].strip() for line in status.splitlines()])
+    status = "" if not ordered else run_git(
+        root, "status", "--porcelain", "-z", "--no-renames", "--untracked-files=all", "--", *ordered
+    )  # fmt: skip
+    changed = _from_project(root, [entry[3:] for entry in status.split("\0") if entry])  # -z: names unquoted
     # git names a folder output's files: a folder with one of them changed is named whole
     return [path for path in ordered if any(Path(name).is_relative_to(path) for name in changed)]
 

@@ -54,7 +54,8 @@ def run(
 
 
 def run_git(root: Path, *args: str) -> str:
-    return run("git", *args, cwd=root)
+    """git in `root`; a path given it is a name, never a pattern (`data[1]` also matched `data1`)."""
+    return run("git", "--literal-pathspecs", *args, cwd=root)
 
 
 def run_dvc(root: Path, args: Sequence[str], echo: bool = True, env: Mapping[str, str] | None = None) -> str:
