@@ -230,7 +230,7 @@ def _depth(path: Path) -> int:
 
 
 def _inside_any(path: Path, folders: Sequence[Path]) -> bool:
-    return any(path == folder or path.is_relative_to(folder) for folder in folders)
+    return any(path.is_relative_to(folder) for folder in folders)
 
 
 def _dvc_ignores(ignore: Any, path: Path, root: Path) -> bool:

@@ -56,8 +56,7 @@ class SlurmResources:
     the sweep uses it, whatever became of the file since."""
 
     def check(self) -> None:
-        if self.gpus_per_task < 0:
-            raise SweepError(f"--gpus-per-task {self.gpus_per_task}: give 0 (CPU only) or more")
+        """Refuse what SLURM would (Executor.check has refused a negative --gpus-per-task)."""
         if self.cpus_per_task is not None and self.cpus_per_task < 1:
             raise SweepError(f"--cpus-per-task {self.cpus_per_task}: give 1 or more")
         if self.time is not None and not _TIME.match(self.time):
