@@ -763,12 +763,14 @@ def test_an_input_a_clone_reads_otherwise_than_the_workspace_is_refused_by_a_tri
     assert changed[("report", "more")] == "unreadable ([Errno 2] No such file or directory: 'more/gone.txt')"
 
 
-def test_the_records_sweeps_file_need_no_commit_before_the_next_sweep(tmp_path):
-    """The report reads reports/sweeps/, where every sweep files its records. Checked like any input,
-    they refused the next sweep until a commit, and that commit made a new baseline, so the same
-    sweep again ran every point instead of reusing the first one's experiments (docs/sweeps.md says
-    it reruns nothing). New, edited or recorded in dvc.lock and then left uncommitted, they pass; a
-    new file in another folder the report reads is still refused."""
+def test_what_a_sweep_writes_in_the_workspace_needs_no_commit_before_the_next_sweep(tmp_path):
+    """A sweep files its records in reports/sweeps/, which the report reads, and rebuilds the report.
+    Checked like any input, or any tracked file, they refused the next sweep until a commit, and
+    that commit made a new baseline, so the same sweep again ran every point instead of reusing the
+    first one's experiments (docs/sweeps.md says it reruns nothing). New, edited, or recorded in
+    dvc.lock and then left uncommitted, they pass. The report's metrics file (what `dvc exp show`'s
+    baseline row reads) must still be committed, and a new file in another folder the report reads
+    is still refused."""
     from prefshift.pipeline.sweep.baseline import check_committed
 
     env, root = _git_env(), tmp_path / "project"
@@ -776,20 +778,30 @@ def test_the_records_sweeps_file_need_no_commit_before_the_next_sweep(tmp_path):
     (root / "reports" / "sweeps" / "a.json").write_text('{"sweep": {"anchor.lambda": 1}}\n')
     (root / "code").mkdir()
     (root / "code" / "report.py").write_text("v1\n")
-    stage = {"cmd": "ls reports/sweeps > out.txt", "deps": ["reports/sweeps", "code"], "outs": ["out.txt"]}
+    stage = {
+        "cmd": "ls reports/sweeps > summary.md && cat code/*.py > m.json",
+        "deps": ["reports/sweeps", "code"],
+        "outs": [{"summary.md": {"cache": False}}],
+        "metrics": [{"m.json": {"cache": False}}],
+    }
     (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"report": stage}}))
     shutil.copy2(REPO / "params.yaml", root / "params.yaml")
     _run(["git", "init", "-q"], root, env)
     _run([str(BIN / "dvc"), "init", "-q"], root, env)
     _run([str(BIN / "dvc"), "repro", "-q"], root, env)
     _run(["git", "add", "-A"], root, env)
-    _run(["git", "commit", "-qm", "base"], root, env)
+    _run(["git", "commit", "-qm", "base, the report's outputs too"], root, env)
     (root / "reports" / "sweeps" / "a.json").write_text('{"sweep": {"anchor.lambda": 2}}\n')
     (root / "reports" / "sweeps" / "b.json").write_text('{"sweep": {"anchor.lambda": 3}}\n')
+    (root / "summary.md").write_text("rebuilt with the ablation tables\n")
     assert _preflight(root) == []
     _run([str(BIN / "dvc"), "repro", "-q"], root, env)  # dvc.lock now holds the records' hash
     _run(["git", "commit", "-qm", "the report rebuilt", "dvc.lock"], root, env)
     assert _preflight(root) == []  # the trial clone: the records differ there, and need not match
+    (root / "m.json").write_text("other numbers\n")
+    with pytest.raises(SweepError, match=r"not committed: m\.json;"):
+        _opened(check_committed, root)
+    _run(["git", "checkout", "m.json"], root, env)
     (root / "code" / "new.py").write_text("read by the report\n")
     with pytest.raises(SweepError, match=r"not committed: code/new\.py;"):
         _opened(check_committed, root)

@@ -118,6 +118,15 @@ def filed_records(root: Path) -> Path:
     return Layout(root).sweeps_dir
 
 
+def _rewritten(repo: Any) -> list[Path]:
+    """What a sweep writes in the workspace, tracked or not, that no point reads: its records
+    (filed_records) and the report it rebuilds, the target's outputs, which every point makes anew.
+    Its metrics are left out: `dvc exp show`'s baseline row reads them from HEAD. Required committed,
+    a report tracked in git refused the next sweep, as the records did."""
+    report = [Path(out.fs_path) for stage in _targets(repo) for out in stage.outs if not out.metric]
+    return [filed_records(project_of(repo)), *report]
+
+
 def _links_within(top: Path, paths: Iterable[Path]) -> set[Path]:
     """The symbolic links git holds inside the folders among `paths`, a submodule's too: DVC
     follows each as it hashes the folder, so each must lead where it does here from a clone too."""
@@ -394,7 +403,7 @@ def check_committed(repo: Any) -> None:
     root = project_of(repo)
     changed = run_git(root, "diff", "HEAD", "--name-only", "--no-renames", "-z").split("\0")
     changed = _from_project(root, [path for path in changed if path])
-    changed = [path for path in changed if not _inside_any(root / path, [filed_records(root)])]
+    changed = [path for path in changed if not _inside_any(root / path, _rewritten(repo))]
     inputs = unversioned_inputs(repo)
     missing = sorted(set(changed) | set(uncommitted_baseline(repo)) | set(inputs))
     if not (root / "dvc.lock").exists():
