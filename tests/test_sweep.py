@@ -784,13 +784,7 @@ def test_what_a_sweep_writes_in_the_workspace_needs_no_commit_before_the_next_sw
         "outs": [{"summary.md": {"cache": False}}],
         "metrics": [{"m.json": {"cache": False}}],
     }
-    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"report": stage}}))
-    shutil.copy2(REPO / "params.yaml", root / "params.yaml")
-    _run(["git", "init", "-q"], root, env)
-    _run([str(BIN / "dvc"), "init", "-q"], root, env)
-    _run([str(BIN / "dvc"), "repro", "-q"], root, env)
-    _run(["git", "add", "-A"], root, env)
-    _run(["git", "commit", "-qm", "base, the report's outputs too"], root, env)
+    _reproduced_and_committed(root, {"report": stage}, env)  # the report's outputs too
     (root / "reports" / "sweeps" / "a.json").write_text('{"sweep": {"anchor.lambda": 2}}\n')
     (root / "reports" / "sweeps" / "b.json").write_text('{"sweep": {"anchor.lambda": 3}}\n')
     (root / "summary.md").write_text("rebuilt with the ablation tables\n")
@@ -877,15 +871,9 @@ def test_a_stage_every_point_would_rerun_as_dvc_lock_is_behind_it_is_named_befor
             "outs": ["chosen.txt"],
         },
     }
-    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}))
     for name in ("prep.py", "report.py", "promote.py"):
         (root / name).write_text("v1\n")
-    shutil.copy2(REPO / "params.yaml", root / "params.yaml")
-    _run(["git", "init", "-q"], root, env)
-    _run([str(BIN / "dvc"), "init", "-q"], root, env)
-    _run([str(BIN / "dvc"), "repro", "-q"], root, env)
-    _run(["git", "add", "-A"], root, env)
-    _run(["git", "commit", "-qm", "base"], root, env)
+    _reproduced_and_committed(root, stages, env)
     assert _stale(root) == []
     for name in ("prep.py", "report.py", "promote.py"):
         (root / name).write_text("v2\n")
@@ -1930,6 +1918,19 @@ def _preflight(root: Path) -> list[str]:
     from prefshift.pipeline.sweep.run import preflight
 
     return preflight(root, [], [], [], Executor(), None)[0]
+
+
+def _reproduced_and_committed(root: Path, stages: dict, env: dict[str, str]) -> None:
+    """Project `root` (made) with a dvc.yaml of `stages` and the repository's params.yaml (a sweep
+    reads it before its checks): reproduced, and everything in it committed as the baseline."""
+    root.mkdir(exist_ok=True)
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}))
+    shutil.copy2(REPO / "params.yaml", root / "params.yaml")
+    _run(["git", "init", "-q"], root, env)
+    _run([str(BIN / "dvc"), "init", "-q"], root, env)
+    _run([str(BIN / "dvc"), "repro", "-q"], root, env)
+    _run(["git", "add", "-A"], root, env)
+    _run(["git", "commit", "-qm", "base"], root, env)
 
 
 def _git_env() -> dict[str, str]:
