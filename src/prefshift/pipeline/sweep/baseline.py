@@ -403,7 +403,8 @@ def check_committed(repo: Any) -> None:
     root = project_of(repo)
     changed = run_git(root, "diff", "HEAD", "--name-only", "--no-renames", "-z").split("\0")
     changed = _from_project(root, [path for path in changed if path])
-    changed = [path for path in changed if not _inside_any(root / path, _rewritten(repo))]
+    rewritten = _rewritten(repo)
+    changed = [path for path in changed if not _inside_any(root / path, rewritten)]
     inputs = unversioned_inputs(repo)
     missing = sorted(set(changed) | set(uncommitted_baseline(repo)) | set(inputs))
     if not (root / "dvc.lock").exists():
