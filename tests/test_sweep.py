@@ -937,6 +937,29 @@ def test_a_local_input_params_name_that_a_point_s_clone_would_lack_is_refused(tm
     assert problems("linked/strong") == []
 
 
+def test_a_check_that_fails_on_a_git_error_drops_no_other_check_s_refusal(tmp_path):
+    """A sweep's start lists every refusal it earns at once. A git command failing inside one check
+    (here a damaged .git/index, which DVC reads past) is that check's refusal: it once replaced every
+    refusal the pipeline's checks had found, so a user fixed git, ran again and met the next one."""
+    from prefshift.config.params import load_params
+    from prefshift.pipeline.sweep.run import preflight
+
+    env, root = _git_env(), tmp_path / "project"
+    (root / "hf" / "strong").mkdir(parents=True)
+    (root / "hf" / "strong" / "config.json").write_text("{}\n")
+    _reproduced_and_committed(root, {"made": {"cmd": "echo made > out", "outs": ["out"]}}, env)
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["backbone"]["strong"]["name_or_path"] = "hf/strong"  # a local input: checked with git
+    (root / "params.yaml").write_text(yaml.safe_dump(params))
+    _run(["git", "commit", "-qam", "a local model"], root, env)
+    (root / ".git" / "index").write_text("damaged\n")
+    point, loaded = {"seed": "0"}, load_params(root / "params.yaml")
+    problems, _ = preflight(root, [point], [loaded], ["naive"], Executor(), None)
+    assert len(problems) == 3, problems
+    assert all("index file smaller than expected" in problems[i] for i in (0, 2)), problems
+    assert problems[1].startswith(f"{root}: no stage 'report' in dvc.yaml")
+
+
 def test_a_point_s_stages_import_the_clone_s_prefshift_when_it_runs_from_the_project_s_repository(tmp_path):
     """Where the running prefshift lies in the project's repository (an editable install; for a
     project in a folder of it, anywhere in the repository), the stages import the point's clone's

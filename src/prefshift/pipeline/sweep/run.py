@@ -191,22 +191,24 @@ def preflight(
         with open_pipeline(root) as repo:
             problems = head or _refusals([lambda: check_committed(repo)])
             problems += _refusals([lambda: check_target(repo), lambda: check_scratch(repo, scratch)])
-            problems += cluster + filing + unversioned_params_inputs(repo, loaded)
+            problems += cluster + filing + _refusals([lambda: unversioned_params_inputs(repo, loaded)])
             changed = changed_inputs(repo)
             problems += [] if problems else _refusals([lambda: check_clone_reads(repo, changed)])
             return problems, stale_notes(repo, changed) + device_notes(repo, executor)
-    except SweepError as err:  # no pipeline to read
+    except SweepError as err:  # no pipeline to read (every check of it is in a _refusals)
         return [*head, str(err), *cluster, *filing], []
 
 
-def _refusals(checks: Sequence[Callable[[], object]]) -> list[str]:
-    """What each of `checks` refuses (SweepError), each said once."""
-    problems = []
+def _refusals(checks: Sequence[Callable[[], Sequence[str] | None]]) -> list[str]:
+    """What each of `checks` refuses, each said once: the refusals it returns, or the one it raises
+    (SweepError, a failing git command's too), so that one check failing drops no other's."""
+    problems: list[str] = []
     for check in checks:
         try:
-            check()
+            found = check() or []
         except SweepError as err:
-            problems += [str(err)] if str(err) not in problems else []
+            found = [str(err)]
+        problems += [problem for problem in found if problem not in problems]
     return problems
 
 
