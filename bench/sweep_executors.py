@@ -148,10 +148,12 @@ def shrink(clone: Path) -> None:
 
 def set_up(side: str, commit: str, tmp: Path, small: bool, metrics: bool) -> Path:
     """The side's clone with its baseline reproduced and committed; one left by an earlier run is
-    reused, and one whose baseline was not finished is reproduced on from where it stopped."""
+    reused with its earlier sweeps cleared (forget_sweeps), and one whose baseline was not finished
+    is reproduced on from where it stopped."""
     clone, log_file = tmp / side / "project", tmp / side / "bench.log"
     if (clone / ".git").is_dir() and git("branch", "--list", "bench", cwd=clone):
-        log(f"{side}: reusing {clone}, its baseline committed by an earlier run")
+        log(f"{side}: reusing {clone}, its baseline committed by an earlier run, its sweeps cleared")
+        forget_sweeps(clone)
         return baseline_commit(clone, metrics)
     if not (clone / ".git").is_dir():
         clone.parent.mkdir(parents=True, exist_ok=True)
@@ -165,6 +167,18 @@ def set_up(side: str, commit: str, tmp: Path, small: bool, metrics: bool) -> Pat
     log(f"{side}: baseline repro took {repro['wall_s']} s; committing the baseline")
     git("checkout", "-q", "-b", "bench", cwd=clone)
     return baseline_commit(clone, metrics)
+
+
+def forget_sweeps(clone: Path) -> None:
+    """Clear what earlier runs' sweeps left in a reused clone, so that its timed sweep does the work
+    a fresh clone's does: the experiments (refs/exps, DVC's queue), prefshift's sweep folders, and
+    DVC's run cache, from which a point's stages are restored instead of run. A pass whose old side
+    kept two points of a run cut short in its run cache ran 27 stages to the new side's 56. The
+    baseline needs no run cache: dvc.lock holds its stages."""
+    for ref in git("for-each-ref", "--format=%(refname)", "refs/exps", cwd=clone).split():
+        git("update-ref", "-d", ref, cwd=clone)
+    for folder in (".dvc/tmp/exps", ".dvc/cache/runs", ".prefshift/sweeps"):
+        shutil.rmtree(clone / folder, ignore_errors=True)
 
 
 def baseline_commit(clone: Path, metrics: bool) -> Path:
