@@ -47,7 +47,6 @@ DEFAULT_METHODS = ("naive", "confidence", "seam", "anchor_last", "anchor_mid", "
 """The embedded default's `methods`, and the order reports list prefshift's own methods in."""
 METHOD_GROUP = "prefshift.methods"
 """The entry-point group every method registers in, prefshift's own included (pyproject.toml)."""
-CATEGORIES = ("helpful", "harmless")
 
 
 class ConfigError(PrefshiftError, ValueError):

@@ -145,12 +145,6 @@ class Layout:
         """The plan stage's per-method inputs: what each listed method reads beyond the shared settings."""
         return self.root / "data" / "plan"
 
-    def plan_train(self, method: str) -> Path:
-        return self.plan_dir / "train" / f"{method}.json"
-
-    def plan_targets(self, method: str) -> Path:
-        return self.plan_dir / "targets" / f"{method}.json"
-
     @property
     def plan_reference(self) -> Path:
         return self.plan_dir / "reference.json"

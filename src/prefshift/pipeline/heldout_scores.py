@@ -36,11 +36,6 @@ def write_scores(path: Path, frame: pd.DataFrame, version: str) -> None:
     write_frame(path, frame.reset_index(drop=True), {VERSION_KEY: version.encode()})
 
 
-def skips_path(layout: Layout, model: str, target: str | None = None) -> Path:
-    where = layout.scores_dir(model) if target is None else layout.target_scores_dir(model, target)
-    return where / SKIPS_FILE
-
-
 def _merged(layout: Layout, model: str, targets: Sequence[str], name: str) -> dict[str, dict]:
     """One JSON record of the source's scoring and each target's, merged by split; {} where absent."""
     out: dict[str, dict] = {}

@@ -49,8 +49,6 @@ from prefshift.science.metrics import ID_SPLIT
 SKIPPED = "skipped.json"
 """Written into both output directories when best-of-n was skipped: why, and for which splits."""
 
-PROXIES = "teacher or a method"
-
 
 class DownstreamError(PrefshiftError):
     """Missing or stale inputs of best-of-n; the message names the stage to run."""
