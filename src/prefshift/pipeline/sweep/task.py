@@ -86,15 +86,33 @@ def _clone(record: SweepRecord, index: int, say) -> Path:
             (record.project(index) / ".dvc" / "tmp" / name).unlink(missing_ok=True)
         return clone
     say(f"cloning {remote} at {record.data['baseline'][:12]} into {clone}")
+    cache = record.data.get("dvc_cache")  # one machine: what `dvc cache dir --local` writes
+    config = cache_config(cache, Path(record.data["root"])) if cache else None
+    submodules = record.data.get("submodules", [])
     with atomic_path(clone, directory=True) as staging:
-        run_git(clone.parent, "clone", "--quiet", "--no-checkout", remote, str(staging))
-        run_git(staging, "checkout", "--quiet", "--detach", record.data["baseline"])
-        local = Path(remote) if record.data.get("dvc_cache") else None
-        check_out_submodules(staging, record.data.get("submodules", []), local)
-        if cache := record.data.get("dvc_cache"):  # one machine: what `dvc cache dir --local` writes
-            config = staging / record.subdir / ".dvc" / "config.local"
-            config.write_text(cache_config(cache, Path(record.data["root"])), encoding="utf-8")
+        clone_baseline(remote, staging, record.data["baseline"], submodules, record.subdir, config)
     return clone
+
+
+def clone_baseline(
+    remote: str,
+    into: Path,
+    baseline: str,
+    submodules: Sequence[str],
+    subdir: str,
+    config_local: str | None,
+    shared: bool = False,
+) -> None:
+    """Clone `remote` into `into` at commit `baseline`, its `submodules` checked out, as a point's
+    task does and the trial (trial.py) must, to see what a point will. With `config_local` (one
+    machine), the clone is written the project's `.dvc/config.local` (cache_config), and its
+    submodules come from `remote`'s own checkouts of them; `shared` borrows `remote`'s objects
+    instead of copying them, for a clone gone within seconds."""
+    run_git(into.parent, "clone", "--quiet", *(["--shared"] * shared), "--no-checkout", remote, str(into))
+    run_git(into, "checkout", "--quiet", "--detach", baseline)
+    check_out_submodules(into, submodules, Path(remote) if config_local is not None else None)
+    if config_local is not None:
+        (into / subdir / ".dvc" / "config.local").write_text(config_local, encoding="utf-8")
 
 
 def check_out_submodules(clone: Path, paths: Sequence[str], workspace: Path | None) -> None:
@@ -130,8 +148,8 @@ def _run(record: SweepRecord, index: int, project: Path, say) -> list[str]:
         return []
     overrides = [f"-S{key}={value}" for key, value in record.points[index].items()]
     args = ["exp", "run", "--name", name, *overrides]
-    if record.data.get("dvc_cache"):
-        run_dvc(project, ["checkout", "--allow-missing"])
+    if record.data.get("dvc_cache"):  # --summary: a line of counts, not one per output
+        run_dvc(project, ["checkout", "--summary", "--allow-missing"])
     else:
         args.append("--pull")
     say(f"dvc {' '.join(args)} {TARGET}")

@@ -27,7 +27,7 @@ from prefshift.pipeline.sweep.baseline import (
     upstream_stages,
 )
 from prefshift.pipeline.sweep.commands import SweepError, run_git
-from prefshift.pipeline.sweep.task import check_out_submodules
+from prefshift.pipeline.sweep.task import clone_baseline
 
 
 def check_clone_reads(repo: Any, ours: dict[tuple[str, str], str]) -> None:
@@ -37,14 +37,11 @@ def check_clone_reads(repo: Any, ours: dict[tuple[str, str], str]) -> None:
     root = project_of(repo)
     top, subdir = git_place(root)
     with tempfile.TemporaryDirectory(prefix="prefshift-trial-") as scratch:
-        clone = Path(scratch) / "clone"
-        # --shared: the workspace's objects are borrowed, not copied (the temporary folder may lie on
-        # another filesystem, where a plain local clone copies every object); gone within seconds.
-        run_git(Path(scratch), "clone", "--quiet", "--shared", "--no-checkout", top, str(clone))
-        run_git(clone, "checkout", "--quiet", "--detach", run_git(root, "rev-parse", "HEAD").strip())
-        check_out_submodules(clone, checked_out_submodules(top), Path(top))
+        clone, head = Path(scratch) / "clone", run_git(root, "rev-parse", "HEAD").strip()
         own = cache_config(str(Path(scratch) / "cache"), root)  # whatever DVC writes stays in the trial
-        (clone / subdir / ".dvc" / "config.local").write_text(own, encoding="utf-8")
+        # shared: the temporary folder may lie on another filesystem, where a plain local clone
+        # copies every object
+        clone_baseline(top, clone, head, checked_out_submodules(top), subdir, own, shared=True)
         with open_pipeline(clone / subdir) as cloned:
             theirs = changed_inputs(cloned)
     if differ := sorted(set(theirs) - set(ours)):
