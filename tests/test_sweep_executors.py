@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -311,6 +312,9 @@ def test_a_project_in_a_folder_of_its_git_repository_is_swept_filed_and_reused(
     assert (trace / "prepare-runs").read_text() == "prepare\n", "the shared stage was restored"
     said = "".join(log.read_text() for log in (root / ".prefshift" / "sweeps").glob("*/logs/0.log"))
     assert "experiment sweep-anchor.lambda-0.5 is on this baseline already" in said
+    if executor == "local":  # DVC's one line of counts, not its line per restored output
+        assert re.search(r"the baseline's outputs, from the project's DVC cache: \d+ files? added", said)
+        assert not re.search(r"^A\t", said, re.MULTILINE), said
     assert run_ok(["dvc", "exp", "list", "--name-only"], root, env).split() == ["sweep-anchor.lambda-0.5"]
     filed = root / "reports" / "sweeps" / "anchor_last__anchor.lambda=0.5__seed=0.json"
     assert json.loads(filed.read_text())["wrg"] == 1.0

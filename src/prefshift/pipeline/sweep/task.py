@@ -149,7 +149,8 @@ def _run(record: SweepRecord, index: int, project: Path, say) -> list[str]:
     overrides = [f"-S{key}={value}" for key, value in record.points[index].items()]
     args = ["exp", "run", "--name", name, *overrides]
     if record.data.get("dvc_cache"):  # --summary: a line of counts, not one per output
-        run_dvc(project, ["checkout", "--summary", "--allow-missing"])
+        restored = run_dvc(project, ["checkout", "--summary", "--allow-missing"], echo=False).strip()
+        say(f"the baseline's outputs, from the project's DVC cache: {restored}")
     else:
         args.append("--pull")
     say(f"dvc {' '.join(args)} {TARGET}")
