@@ -108,7 +108,8 @@ def clone_baseline(
     machine), the clone is written the project's `.dvc/config.local` (cache_config), and its
     submodules come from `remote`'s own checkouts of them; `shared` borrows `remote`'s objects
     instead of copying them, for a clone gone within seconds."""
-    run_git(into.parent, "clone", "--quiet", *(["--shared"] * shared), "--no-checkout", remote, str(into))
+    borrow = ["--shared"] if shared else []
+    run_git(into.parent, "clone", "--quiet", *borrow, "--no-checkout", remote, str(into))
     run_git(into, "checkout", "--quiet", "--detach", baseline)
     check_out_submodules(into, submodules, Path(remote) if config_local is not None else None)
     if config_local is not None:
